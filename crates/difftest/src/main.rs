@@ -1,0 +1,288 @@
+//! `lattice-difftest`: differential testing of lattice-server against redis-server.
+//!
+//! A seeded generator produces a command stream over a small shared keyspace; each command is
+//! sent to both servers in turn and the replies are compared after normalisation (errors by
+//! first word, unordered replies sorted, TTLs within a tolerance, ...). The first mismatch
+//! stops the run (or the `--max-mismatches`th) and prints everything needed to reproduce it.
+
+mod conn;
+mod gen;
+mod reply;
+mod server;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+
+use conn::Conn;
+use gen::{Cmd, Cmp, Generator};
+use reply::{equivalent, render_args, Reply};
+use server::ServerGuard;
+
+const HISTORY: usize = 20;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lattice-difftest",
+    about = "Replays a seeded random command stream against lattice-server and redis-server and compares the replies"
+)]
+struct Opts {
+    /// Seed of the command stream (the only source of randomness).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Number of commands to generate.
+    #[arg(long, default_value_t = 10_000)]
+    commands: u64,
+    /// Comma-separated command families.
+    #[arg(long, value_delimiter = ',', default_value = "strings,keys,expire")]
+    families: Vec<String>,
+    /// lattice-server binary to start (default: next to this binary, target/release, PATH).
+    #[arg(long)]
+    lattice_bin: Option<PathBuf>,
+    /// redis-server binary to start.
+    #[arg(long, default_value = "redis-server")]
+    redis_bin: PathBuf,
+    /// Use an already running lattice server instead of starting one (its data is flushed).
+    #[arg(long)]
+    lattice_addr: Option<String>,
+    /// Use an already running redis server instead of starting one (its data is flushed).
+    #[arg(long)]
+    redis_addr: Option<String>,
+    /// Stop after this many mismatches (later ones may be consequences of the first).
+    #[arg(long, default_value_t = 1)]
+    max_mismatches: u64,
+    /// Print every command and both replies.
+    #[arg(long)]
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let opts = Opts::parse();
+    // Everything that owns a server lives inside run(), so the guards are dropped (servers
+    // killed) before the process exits.
+    match run(&opts) {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("difftest: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One side of the comparison: a connection and, if we started it, the server.
+struct Side {
+    label: &'static str,
+    conn: Conn,
+    _guard: Option<ServerGuard>,
+}
+
+fn open_side(
+    label: &'static str,
+    addr: &Option<String>,
+    start: impl FnOnce() -> Result<ServerGuard, String>,
+) -> Result<Side, String> {
+    let (guard, addr) = match addr {
+        Some(a) => (None, a.clone()),
+        None => {
+            let g = start()?;
+            let a = g.addr.clone();
+            (Some(g), a)
+        }
+    };
+    let mut conn = Conn::connect(&addr, Duration::from_secs(10))
+        .map_err(|e| format!("cannot connect to {label} at {addr}: {e}"))?;
+    // Start from an empty keyspace (matters for external servers).
+    let r = conn.call(&[b"FLUSHALL".to_vec()]);
+    if !matches!(r, Reply::Simple(_)) {
+        let r2 = conn.call(&[b"FLUSHDB".to_vec()]);
+        if !matches!(r2, Reply::Simple(_)) {
+            eprintln!("difftest: warning: {label} answered FLUSHALL with {r} and FLUSHDB with {r2}");
+        }
+    }
+    Ok(Side {
+        label,
+        conn,
+        _guard: guard,
+    })
+}
+
+/// Runs a whole SCAN iteration and returns the sorted set of keys (or the first error).
+fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
+    let mut args = args.to_vec();
+    let mut keys = BTreeSet::new();
+    let mut cursor = b"0".to_vec();
+    for _ in 0..100_000 {
+        args[1] = cursor.clone();
+        match conn.call(&args) {
+            Reply::Array(parts) if parts.len() == 2 => {
+                let next = match &parts[0] {
+                    Reply::Bulk(c) => c.clone(),
+                    other => return Reply::Other(format!("SCAN cursor is not a bulk string: {other}")),
+                };
+                match &parts[1] {
+                    Reply::Array(items) => {
+                        for it in items {
+                            match it {
+                                Reply::Bulk(k) => {
+                                    keys.insert(k.clone());
+                                }
+                                other => {
+                                    return Reply::Other(format!("SCAN returned a non-bulk key: {other}"))
+                                }
+                            }
+                        }
+                    }
+                    other => return Reply::Other(format!("SCAN keys are not an array: {other}")),
+                }
+                if next == b"0" {
+                    return Reply::Array(keys.into_iter().map(Reply::Bulk).collect());
+                }
+                cursor = next;
+            }
+            Reply::Error(e) => return Reply::Error(e),
+            Reply::Io(e) => return Reply::Io(e),
+            other => return Reply::Other(format!("unexpected SCAN reply: {other}")),
+        }
+    }
+    Reply::Other("SCAN did not finish within 100000 calls".into())
+}
+
+fn execute(side: &mut Side, cmd: &Cmd, args: &[Vec<u8>]) -> Reply {
+    match cmd.cmp {
+        Cmp::ScanAll => scan_all(&mut side.conn, args),
+        _ => side.conn.call(args),
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:,=+@".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn repro_line(opts: &Opts, commands: u64) -> String {
+    let prog = std::env::args()
+        .next()
+        .unwrap_or_else(|| "lattice-difftest".into());
+    let mut parts = vec![
+        shell_quote(&prog),
+        "--seed".into(),
+        opts.seed.to_string(),
+        "--commands".into(),
+        commands.to_string(),
+        "--families".into(),
+        shell_quote(&opts.families.join(",")),
+    ];
+    if let Some(b) = &opts.lattice_bin {
+        parts.push("--lattice-bin".into());
+        parts.push(shell_quote(&b.display().to_string()));
+    }
+    if opts.redis_bin != PathBuf::from("redis-server") {
+        parts.push("--redis-bin".into());
+        parts.push(shell_quote(&opts.redis_bin.display().to_string()));
+    }
+    if let Some(a) = &opts.lattice_addr {
+        parts.push("--lattice-addr".into());
+        parts.push(shell_quote(a));
+    }
+    if let Some(a) = &opts.redis_addr {
+        parts.push("--redis-addr".into());
+        parts.push(shell_quote(a));
+    }
+    parts.push("--verbose".into());
+    parts.join(" ")
+}
+
+/// Returns the number of mismatches.
+fn run(opts: &Opts) -> Result<u64, String> {
+    let families = gen::select(&opts.families)?;
+    let lattice_bin = opts
+        .lattice_bin
+        .clone()
+        .unwrap_or_else(server::default_lattice_bin);
+
+    let mut lattice = open_side("lattice", &opts.lattice_addr, || {
+        server::start_lattice(&lattice_bin)
+    })?;
+    let mut redis = open_side("redis", &opts.redis_addr, || server::start_redis(&opts.redis_bin))?;
+
+    let mut generator = Generator::new(opts.seed, families);
+    let mut history: VecDeque<String> = VecDeque::with_capacity(HISTORY + 1);
+    let mut compared = 0u64;
+    let mut mismatches = 0u64;
+    let mut executed = 0u64;
+    let started = Instant::now();
+
+    for idx in 0..opts.commands {
+        let cmd = generator.next_cmd();
+        let args = cmd.resolve(now_ms());
+        let text = render_args(&args);
+        let shown = if cmd.cmp == Cmp::ScanAll {
+            format!("{text}  (full SCAN iteration)")
+        } else {
+            text.clone()
+        };
+        let a = execute(&mut lattice, &cmd, &args);
+        let b = execute(&mut redis, &cmd, &args);
+        executed += 1;
+        if opts.verbose {
+            println!("#{idx} {shown}\n    {}: {a}\n    {}: {b}", lattice.label, redis.label);
+        }
+        if cmd.cmp != Cmp::Skip {
+            compared += 1;
+        }
+        let same = equivalent(cmd.cmp, &a, &b);
+        if !same {
+            mismatches += 1;
+            println!("=== MISMATCH #{mismatches} ===");
+            println!("seed:      {}", opts.seed);
+            println!("command #: {idx} (0-based)");
+            println!("command:   {shown}");
+            println!("compare:   {:?}", cmd.cmp);
+            println!("{:<8}:  {a}", lattice.label);
+            println!("{:<8}:  {b}", redis.label);
+            println!("last {} commands before it:", history.len());
+            for (i, h) in history.iter().enumerate() {
+                let n = idx as i64 - history.len() as i64 + i as i64;
+                println!("  #{n} {h}");
+            }
+            println!("reproduce: {}", repro_line(opts, idx + 1));
+            let io = matches!(a, Reply::Io(_)) || matches!(b, Reply::Io(_));
+            if io {
+                println!("(a connection failed; stopping)");
+            }
+            if io || mismatches >= opts.max_mismatches {
+                break;
+            }
+        }
+        history.push_back(shown);
+        if history.len() > HISTORY {
+            history.pop_front();
+        }
+    }
+
+    println!("difftest: elapsed {:.1}s", started.elapsed().as_secs_f64());
+    println!(
+        "difftest: seed={} commands={} mismatches={}",
+        opts.seed, executed, mismatches
+    );
+    println!("{} passed, {} failed", compared - mismatches, mismatches);
+    Ok(mismatches)
+}

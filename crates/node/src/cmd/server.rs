@@ -1,0 +1,506 @@
+//! Server commands: INFO, DBSIZE, FLUSHDB, FLUSHALL, TIME, COMMAND, CONFIG.
+
+use std::fmt::Write as _;
+
+use crate::args::is;
+use crate::command::{spec, Call, CommandSpec};
+use crate::node::Core;
+
+const SERVER: &str = "server";
+
+/// The Redis version we answer as: clients and tools gate features on it, and Lattice
+/// implements Redis 7.0's command semantics.
+pub const REDIS_VERSION: &str = "7.0.15";
+pub const LATTICE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec("info", -1, &["loading", "stale"], (0, 0, 0), SERVER, "1.0.0", "Returns information and statistics about the server.", info),
+    spec("dbsize", 1, &["readonly", "fast"], (0, 0, 0), SERVER, "1.0.0", "Returns the number of keys in the database.", dbsize),
+    spec("flushdb", -1, &["write"], (0, 0, 0), SERVER, "1.0.0", "Removes all keys from the current database.", flush),
+    spec("flushall", -1, &["write"], (0, 0, 0), SERVER, "1.0.0", "Removes all keys from all databases.", flush),
+    spec("time", 1, &["loading", "stale", "fast"], (0, 0, 0), SERVER, "2.6.0", "Returns the server time.", time),
+    CommandSpec {
+        name: "command",
+        arity: -1,
+        flags: &["loading", "stale"],
+        keys: (0, 0, 0),
+        group: SERVER,
+        summary: "Returns detailed information about all commands.",
+        since: "2.8.13",
+        handler: Some(command_all),
+        subcommands: &[
+            spec("command|count", 2, &["loading", "stale"], (0, 0, 0), SERVER, "2.8.13", "Returns a count of commands.", command_count),
+            spec("command|info", -2, &["loading", "stale"], (0, 0, 0), SERVER, "2.8.13", "Returns information about one, multiple or all commands.", command_info),
+            spec("command|docs", -2, &["loading", "stale"], (0, 0, 0), SERVER, "7.0.0", "Returns documentary information about one, multiple or all commands.", command_docs),
+            spec("command|list", -2, &["loading", "stale"], (0, 0, 0), SERVER, "7.0.0", "Returns a list of command names.", command_list),
+            spec("command|help", 2, &["loading", "stale"], (0, 0, 0), SERVER, "5.0.0", "Returns helpful text about the different subcommands.", command_help),
+        ],
+    },
+    CommandSpec {
+        name: "config",
+        arity: -2,
+        flags: &[],
+        keys: (0, 0, 0),
+        group: SERVER,
+        summary: "A container for server configuration commands.",
+        since: "2.0.0",
+        handler: None,
+        subcommands: &[
+            spec("config|get", -3, &["admin", "loading", "stale"], (0, 0, 0), SERVER, "2.0.0", "Returns the effective values of configuration parameters.", config_get),
+            spec("config|set", -4, &["admin", "loading", "stale"], (0, 0, 0), SERVER, "2.0.0", "Sets configuration parameters in-flight.", config_set),
+            spec("config|resetstat", 2, &["admin", "loading", "stale"], (0, 0, 0), SERVER, "2.0.0", "Resets the server's statistics.", config_resetstat),
+            spec("config|help", 2, &["loading", "stale"], (0, 0, 0), SERVER, "5.0.0", "Returns helpful text about the different subcommands.", config_help),
+        ],
+    },
+];
+
+fn dbsize(core: &mut Core, call: &mut Call) {
+    call.out.integer(core.db.len() as i64);
+}
+
+fn flush(core: &mut Core, call: &mut Call) {
+    match call.argc() {
+        1 => {}
+        2 if is(call.arg(1), "async") || is(call.arg(1), "sync") => {}
+        _ => return call.syntax_error(),
+    }
+    core.db.clear();
+    call.ok();
+}
+
+fn time(_core: &mut Core, call: &mut Call) {
+    let us = call.now.0;
+    call.out.array_len(2);
+    call.out.bulk((us / 1_000_000).to_string().as_bytes());
+    call.out.bulk((us % 1_000_000).to_string().as_bytes());
+}
+
+fn human_bytes(n: u64) -> String {
+    let n = n as f64;
+    if n < 1024.0 {
+        format!("{n}B")
+    } else if n < 1024.0 * 1024.0 {
+        format!("{:.2}K", n / 1024.0)
+    } else if n < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2}M", n / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2}G", n / (1024.0 * 1024.0 * 1024.0))
+    }
+}
+
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "errorstats",
+    "keyspace",
+];
+const ALL_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "commandstats",
+    "errorstats",
+    "keyspace",
+];
+
+fn info(core: &mut Core, call: &mut Call) {
+    let mut wanted: Vec<&str> = Vec::new();
+    if call.argc() == 1 {
+        wanted.extend(DEFAULT_SECTIONS);
+    }
+    for a in &call.args[1..] {
+        let a = String::from_utf8_lossy(a).to_ascii_lowercase();
+        match a.as_str() {
+            "all" | "everything" => wanted.extend(ALL_SECTIONS),
+            "default" => wanted.extend(DEFAULT_SECTIONS),
+            s => {
+                if let Some(known) = ALL_SECTIONS.iter().find(|k| **k == s) {
+                    wanted.push(known);
+                }
+            }
+        }
+    }
+    let mut text = String::new();
+    for section in ALL_SECTIONS {
+        if !wanted.contains(section) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str("\r\n");
+        }
+        write_section(core, section, call.now_ms, &mut text);
+    }
+    call.out.bulk(text.as_bytes());
+}
+
+fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
+    let p = &core.process;
+    match section {
+        "server" => {
+            let uptime_s = core.uptime_ms() / 1000;
+            let _ = write!(
+                t,
+                "# Server\r\nredis_version:{REDIS_VERSION}\r\nlattice_version:{LATTICE_VERSION}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nconfigured_hz:{}\r\nexecutable:lattice-server\r\n",
+                std::env::consts::OS,
+                p.process_id,
+                core.run_id,
+                p.tcp_port,
+                core.now.0,
+                uptime_s,
+                uptime_s / 86400,
+                core.config.hz,
+                core.config.hz,
+            );
+        }
+        "clients" => {
+            let _ = write!(
+                t,
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\ntracking_clients:0\r\n",
+                core.clients.len(),
+                core.config.maxclients
+            );
+        }
+        "memory" => {
+            let used = p.used_memory_bytes;
+            let ratio = if used > 0 {
+                p.rss_bytes as f64 / used as f64
+            } else {
+                0.0
+            };
+            let _ = write!(
+                t,
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
+                human_bytes(used),
+                p.rss_bytes,
+                human_bytes(p.rss_bytes),
+                core.config.maxmemory_bytes,
+                human_bytes(core.config.maxmemory_bytes),
+                core.config.maxmemory_policy,
+            );
+        }
+        "persistence" => {
+            t.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n");
+        }
+        "stats" => {
+            let s = &core.stats;
+            let _ = write!(
+                t,
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\n",
+                s.total_connections_received,
+                s.total_commands_processed,
+                s.instantaneous_ops_per_sec(),
+                s.net_input_bytes,
+                s.net_output_bytes,
+                s.rejected_connections,
+                core.db.stats().expired_keys,
+                s.keyspace_hits,
+                s.keyspace_misses,
+                s.total_error_replies,
+            );
+        }
+        "replication" => {
+            t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+        }
+        "cpu" => {
+            let _ = write!(
+                t,
+                "# CPU\r\nused_cpu_sys:{:.6}\r\nused_cpu_user:{:.6}\r\n",
+                p.cpu_sys_us as f64 / 1e6,
+                p.cpu_user_us as f64 / 1e6
+            );
+        }
+        "commandstats" => {
+            t.push_str("# Commandstats\r\n");
+            for (name, s) in &core.stats.commands {
+                let per = if s.calls > 0 {
+                    s.usec as f64 / s.calls as f64
+                } else {
+                    0.0
+                };
+                let _ = write!(
+                    t,
+                    "cmdstat_{name}:calls={},usec={},usec_per_call={per:.2},rejected_calls={},failed_calls={}\r\n",
+                    s.calls, s.usec, s.rejected_calls, s.failed_calls
+                );
+            }
+        }
+        "errorstats" => {
+            t.push_str("# Errorstats\r\n");
+            for (code, n) in &core.stats.errors {
+                let _ = write!(t, "errorstat_{code}:count={n}\r\n");
+            }
+        }
+        "keyspace" => {
+            t.push_str("# Keyspace\r\n");
+            if !core.db.is_empty() {
+                let _ = write!(
+                    t,
+                    "db0:keys={},expires={},avg_ttl=0\r\n",
+                    core.db.len(),
+                    core.db.volatile_len()
+                );
+            }
+        }
+        _ => {}
+    }
+    let _ = now_ms;
+}
+
+// ---- COMMAND ----
+
+fn acl_categories(spec: &CommandSpec) -> Vec<String> {
+    let mut cats = Vec::new();
+    if spec.is_write() {
+        cats.push("@write".to_string());
+    } else if spec.flags.contains(&"readonly") {
+        cats.push("@read".to_string());
+    }
+    let group = match spec.group {
+        "generic" => "@keyspace",
+        "string" => "@string",
+        "connection" => "@connection",
+        "server" => "@admin",
+        other => return [cats, vec![format!("@{other}")]].concat(),
+    };
+    cats.push(group.to_string());
+    if spec.flags.contains(&"fast") {
+        cats.push("@fast".to_string());
+    } else {
+        cats.push("@slow".to_string());
+    }
+    cats
+}
+
+fn write_command_info(call: &mut Call, spec: &CommandSpec) {
+    call.out.array_len(10);
+    call.out.bulk(spec.name.as_bytes());
+    call.out.integer(spec.arity as i64);
+    call.out.set_len(spec.flags.len());
+    for f in spec.flags {
+        call.out.simple(f.as_bytes());
+    }
+    call.out.integer(spec.keys.0 as i64);
+    call.out.integer(spec.keys.1 as i64);
+    call.out.integer(spec.keys.2 as i64);
+    let cats = acl_categories(spec);
+    call.out.set_len(cats.len());
+    for c in &cats {
+        call.out.simple(c.as_bytes());
+    }
+    call.out.set_len(0); // tips
+    call.out.array_len(0); // key specs
+    call.out.array_len(spec.subcommands.len());
+    for sub in spec.subcommands {
+        write_command_info(call, sub);
+    }
+}
+
+fn command_all(core: &mut Core, call: &mut Call) {
+    if call.argc() > 1 {
+        // `COMMAND <unknown subcommand>` (known ones were dispatched to their handlers).
+        let sub = String::from_utf8_lossy(call.arg(1)).into_owned();
+        return call.error(&format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP."));
+    }
+    let all: Vec<&'static CommandSpec> = core.table.all().to_vec();
+    call.out.array_len(all.len());
+    for s in all {
+        write_command_info(call, s);
+    }
+}
+
+fn command_count(core: &mut Core, call: &mut Call) {
+    call.out.integer(core.table.all().len() as i64);
+}
+
+fn command_info(core: &mut Core, call: &mut Call) {
+    let names = &call.args[2..];
+    if names.is_empty() {
+        return command_all_info(core, call);
+    }
+    call.out.array_len(names.len());
+    for n in names {
+        match lookup_full(core, n) {
+            Some(s) => write_command_info(call, s),
+            None => call.out.null_array(),
+        }
+    }
+}
+
+fn command_all_info(core: &mut Core, call: &mut Call) {
+    let all: Vec<&'static CommandSpec> = core.table.all().to_vec();
+    call.out.array_len(all.len());
+    for s in all {
+        write_command_info(call, s);
+    }
+}
+
+/// Finds `get` or `client|setname` style names.
+fn lookup_full(core: &Core, name: &[u8]) -> Option<&'static CommandSpec> {
+    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+    match lower.split_once('|') {
+        None => core.table.find(lower.as_bytes()),
+        Some((parent, sub)) => {
+            let p = core.table.find(parent.as_bytes())?;
+            crate::command::find_subcommand(p, sub.as_bytes())
+        }
+    }
+}
+
+fn write_docs(call: &mut Call, spec: &CommandSpec) {
+    let has_subs = !spec.subcommands.is_empty();
+    call.out.map_len(if has_subs { 4 } else { 3 });
+    call.out.bulk(b"summary");
+    call.out.bulk(spec.summary.as_bytes());
+    call.out.bulk(b"since");
+    call.out.bulk(spec.since.as_bytes());
+    call.out.bulk(b"group");
+    call.out.bulk(spec.group.as_bytes());
+    if has_subs {
+        call.out.bulk(b"subcommands");
+        call.out.map_len(spec.subcommands.len());
+        for sub in spec.subcommands {
+            call.out.bulk(sub.name.as_bytes());
+            write_docs(call, sub);
+        }
+    }
+}
+
+fn command_docs(core: &mut Core, call: &mut Call) {
+    let specs: Vec<&'static CommandSpec> = if call.argc() == 2 {
+        core.table.all().to_vec()
+    } else {
+        call.args[2..]
+            .iter()
+            .filter_map(|n| lookup_full(core, n))
+            .collect()
+    };
+    call.out.map_len(specs.len());
+    for s in specs {
+        call.out.bulk(s.name.as_bytes());
+        write_docs(call, s);
+    }
+}
+
+fn command_list(core: &mut Core, call: &mut Call) {
+    let mut pattern: Option<Vec<u8>> = None;
+    if call.argc() > 2 {
+        if call.argc() == 5 && is(call.arg(2), "filterby") && is(call.arg(3), "pattern") {
+            pattern = Some(call.arg(4).to_vec());
+        } else if call.argc() == 5 && is(call.arg(2), "filterby") {
+            // ACLCAT and MODULE filters: no modules exist; categories are not filtered yet.
+            if is(call.arg(3), "module") {
+                return call.out.array_len(0);
+            }
+        } else {
+            return call.syntax_error();
+        }
+    }
+    let mut names: Vec<&'static str> = Vec::new();
+    for s in core.table.all() {
+        names.push(s.name);
+        names.extend(s.subcommands.iter().map(|c| c.name));
+    }
+    if let Some(p) = &pattern {
+        names.retain(|n| lattice_store::glob_match(p, n.as_bytes(), true));
+    }
+    call.out.array_len(names.len());
+    for n in names {
+        call.out.bulk(n.as_bytes());
+    }
+}
+
+fn command_help(_core: &mut Core, call: &mut Call) {
+    const LINES: &[&str] = &[
+        "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "(no subcommand)",
+        "    Return details about all Redis commands.",
+        "COUNT",
+        "    Return the total number of commands in this Redis server.",
+        "LIST",
+        "    Return a list of all commands in this Redis server.",
+        "INFO [<command-name> ...]",
+        "    Return details about multiple Redis commands.",
+        "DOCS [<command-name> ...]",
+        "    Return documentation details about multiple Redis commands.",
+        "HELP",
+        "    Print this help.",
+    ];
+    call.out.array_len(LINES.len());
+    for l in LINES {
+        call.out.simple(l.as_bytes());
+    }
+}
+
+// ---- CONFIG ----
+
+fn config_get(core: &mut Core, call: &mut Call) {
+    let mut pairs: Vec<(&'static str, String)> = Vec::new();
+    for pattern in &call.args[2..] {
+        for (n, v) in core.config.matching(pattern) {
+            if !pairs.iter().any(|(seen, _)| *seen == n) {
+                pairs.push((n, v.to_string()));
+            }
+        }
+    }
+    call.out.map_len(pairs.len());
+    for (n, v) in pairs {
+        call.out.bulk(n.as_bytes());
+        call.out.bulk(v.as_bytes());
+    }
+}
+
+fn config_set(core: &mut Core, call: &mut Call) {
+    if call.argc() % 2 != 0 {
+        return call.error("ERR wrong number of arguments for 'config|set' command");
+    }
+    // All or nothing, as Redis 7: apply to a copy, then swap it in.
+    let mut next = core.config.clone();
+    let mut seen: Vec<String> = Vec::new();
+    for pair in call.args[2..].chunks(2) {
+        let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+        if seen.contains(&name) {
+            return call.error(&format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter"
+            ));
+        }
+        let value = String::from_utf8_lossy(&pair[1]).into_owned();
+        if let Err(e) = next.set(&name, &value) {
+            return call.error(&format!("ERR {e}"));
+        }
+        seen.push(name);
+    }
+    core.config = next;
+    call.ok();
+}
+
+fn config_resetstat(core: &mut Core, call: &mut Call) {
+    core.stats.reset();
+    call.ok();
+}
+
+fn config_help(_core: &mut Core, call: &mut Call) {
+    const LINES: &[&str] = &[
+        "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GET <pattern>",
+        "    Return parameters matching the glob-like <pattern> and their values.",
+        "SET <directive> <value>",
+        "    Set the configuration <directive> to <value>.",
+        "RESETSTAT",
+        "    Reset statistics reported by the INFO command.",
+        "HELP",
+        "    Print this help.",
+    ];
+    call.out.array_len(LINES.len());
+    for l in LINES {
+        call.out.simple(l.as_bytes());
+    }
+}

@@ -1,0 +1,192 @@
+//! The command table and the context a command runs in.
+//!
+//! Every command is a [`CommandSpec`] in one of the `cmd` family modules: name, Redis arity,
+//! flags, key positions and a handler. Dispatch, arity errors, COMMAND COUNT/INFO/DOCS/LIST and
+//! INFO commandstats are all derived from these tables, so a command exists in exactly one place.
+
+use bytes::Bytes;
+use lattice_resp::ReplyWriter;
+
+use crate::client::ConnId;
+use crate::node::{Core, Micros};
+
+/// Runs one command: reads `call.args`, changes `core`, writes the reply into `call.out`.
+pub type Handler = fn(&mut Core, &mut Call);
+
+pub struct CommandSpec {
+    /// Lowercase full name: `get`, or `client|setname` for a subcommand.
+    pub name: &'static str,
+    /// Redis arity: `n` exactly n arguments (the name included), `-n` at least n.
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    /// Key positions as Redis's legacy (first, last, step) triple; (0, 0, 0) for no keys.
+    pub keys: (i32, i32, i32),
+    /// Redis's command group (`string`, `generic`, `server`, `connection`, ...).
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub since: &'static str,
+    /// `None` for a container whose work is done by its subcommands.
+    pub handler: Option<Handler>,
+    pub subcommands: &'static [CommandSpec],
+}
+
+impl CommandSpec {
+    /// The name as a client types it (`setname` for `client|setname`).
+    pub fn short_name(&self) -> &'static str {
+        match self.name.split_once('|') {
+            Some((_, sub)) => sub,
+            None => self.name,
+        }
+    }
+
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        if self.arity >= 0 {
+            argc == self.arity as usize
+        } else {
+            argc >= (-self.arity) as usize
+        }
+    }
+
+    pub fn is_write(&self) -> bool {
+        self.flags.contains(&"write")
+    }
+}
+
+/// Shorthand for a table entry with no subcommands.
+#[allow(clippy::too_many_arguments)]
+pub const fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    handler: Handler,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys,
+        group,
+        summary,
+        since,
+        handler: Some(handler),
+        subcommands: &[],
+    }
+}
+
+/// One command being executed.
+pub struct Call<'a> {
+    pub conn: ConnId,
+    /// The arguments, the command name first.
+    pub args: &'a [Bytes],
+    pub now: Micros,
+    /// `now` in milliseconds, the unit of expiry.
+    pub now_ms: u64,
+    pub out: ReplyWriter<'a>,
+    /// First word of the first error replied (for INFO errorstats), if any.
+    pub(crate) error_code: Option<String>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(conn: ConnId, args: &'a [Bytes], now: Micros, out: ReplyWriter<'a>) -> Call<'a> {
+        Call {
+            conn,
+            args,
+            now,
+            now_ms: now.as_millis(),
+            out,
+            error_code: None,
+        }
+    }
+
+    pub fn arg(&self, i: usize) -> &'a [u8] {
+        &self.args[i]
+    }
+
+    pub fn argc(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Replies with an error. `message` includes its code: `ERR ...`, `WRONGTYPE ...`.
+    pub fn error(&mut self, message: &str) {
+        if self.error_code.is_none() {
+            let code = message.split(' ').next().unwrap_or("ERR");
+            self.error_code = Some(code.to_string());
+        }
+        self.out.error(message.as_bytes());
+    }
+
+    pub fn wrong_type(&mut self) {
+        self.error(crate::args::WRONGTYPE);
+    }
+
+    pub fn syntax_error(&mut self) {
+        self.error(crate::args::SYNTAX);
+    }
+
+    pub fn ok(&mut self) {
+        self.out.ok();
+    }
+
+    /// Whether this call replied with an error.
+    pub fn failed(&self) -> bool {
+        self.error_code.is_some()
+    }
+}
+
+/// Case-insensitive lookup over all command tables, by binary search on lowercase names.
+pub struct CommandTable {
+    sorted: Vec<&'static CommandSpec>,
+}
+
+impl CommandTable {
+    pub fn new(families: &[&'static [CommandSpec]]) -> CommandTable {
+        let mut sorted: Vec<&'static CommandSpec> =
+            families.iter().flat_map(|f| f.iter()).collect();
+        sorted.sort_by(|a, b| a.name.cmp(b.name));
+        for w in sorted.windows(2) {
+            assert_ne!(w[0].name, w[1].name, "command defined twice");
+        }
+        CommandTable { sorted }
+    }
+
+    /// Finds a top-level command by the name a client sent, in any case.
+    pub fn find(&self, name: &[u8]) -> Option<&'static CommandSpec> {
+        find_in(&self.sorted, name, |s| s.name)
+    }
+
+    pub fn all(&self) -> &[&'static CommandSpec] {
+        &self.sorted
+    }
+}
+
+/// Finds the subcommand `sub` of `container`, in any case.
+pub fn find_subcommand(container: &'static CommandSpec, sub: &[u8]) -> Option<&'static CommandSpec> {
+    container
+        .subcommands
+        .iter()
+        .find(|s| s.short_name().as_bytes().eq_ignore_ascii_case(sub))
+}
+
+fn find_in(
+    sorted: &[&'static CommandSpec],
+    name: &[u8],
+    key: impl Fn(&CommandSpec) -> &'static str,
+) -> Option<&'static CommandSpec> {
+    // Command names are short; lowercase into a stack buffer to avoid allocating.
+    let mut buf = [0u8; 32];
+    if name.len() > buf.len() {
+        return None;
+    }
+    for (d, s) in buf.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    let lower = &buf[..name.len()];
+    sorted
+        .binary_search_by(|s| key(s).as_bytes().cmp(lower))
+        .ok()
+        .map(|i| sorted[i])
+}

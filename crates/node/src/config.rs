@@ -1,0 +1,247 @@
+//! Runtime configuration: what CONFIG GET/SET see.
+//!
+//! Every parameter has a kind that validates CONFIG SET. Parameters that change behaviour are
+//! mirrored into typed fields when set. Parameters that Redis has but that mean nothing for
+//! Lattice (listpack thresholds, lazyfree switches, ...) are accepted and stored so that tools
+//! and Redis's own test suite can set them; `docs/ARCHITECTURE.md` lists which ones act.
+
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Int { min: i64, max: i64 },
+    Memory,
+    Bool,
+    Enum(&'static [&'static str]),
+    Str,
+    /// Set at start-up only.
+    Immutable,
+}
+
+const POLICIES: &[&str] = &[
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "noeviction",
+];
+
+/// (name, default, kind). Names are lowercase, as Redis reports them.
+const PARAMS: &[(&str, &str, Kind)] = &[
+    ("activedefrag", "no", Kind::Bool),
+    ("active-expire-effort", "1", Kind::Int { min: 1, max: 10 }),
+    ("appendfsync", "everysec", Kind::Enum(&["always", "everysec", "no"])),
+    ("appendonly", "no", Kind::Bool),
+    ("bind", "127.0.0.1", Kind::Immutable),
+    ("client-output-buffer-limit", "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", Kind::Str),
+    ("close-on-replica-write", "yes", Kind::Bool),
+    ("databases", "1", Kind::Immutable),
+    ("dir", ".", Kind::Immutable),
+    ("hash-max-listpack-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
+    ("hash-max-listpack-value", "64", Kind::Int { min: 0, max: i64::MAX }),
+    ("hash-max-ziplist-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
+    ("hash-max-ziplist-value", "64", Kind::Int { min: 0, max: i64::MAX }),
+    ("hz", "10", Kind::Int { min: 1, max: 500 }),
+    ("latency-monitor-threshold", "0", Kind::Int { min: 0, max: i64::MAX }),
+    ("lazyfree-lazy-eviction", "no", Kind::Bool),
+    ("lazyfree-lazy-expire", "no", Kind::Bool),
+    ("lazyfree-lazy-server-del", "no", Kind::Bool),
+    ("lazyfree-lazy-user-del", "no", Kind::Bool),
+    ("lazyfree-lazy-user-flush", "no", Kind::Bool),
+    ("lfu-decay-time", "1", Kind::Int { min: 0, max: i64::MAX }),
+    ("lfu-log-factor", "10", Kind::Int { min: 0, max: i64::MAX }),
+    ("list-compress-depth", "0", Kind::Int { min: 0, max: i64::MAX }),
+    ("list-max-listpack-size", "-2", Kind::Int { min: i64::MIN, max: i64::MAX }),
+    ("list-max-ziplist-size", "-2", Kind::Int { min: i64::MIN, max: i64::MAX }),
+    ("loglevel", "notice", Kind::Enum(&["debug", "verbose", "notice", "warning"])),
+    ("maxclients", "10000", Kind::Int { min: 1, max: i64::MAX }),
+    ("maxmemory", "0", Kind::Memory),
+    ("maxmemory-policy", "noeviction", Kind::Enum(POLICIES)),
+    ("maxmemory-samples", "5", Kind::Int { min: 1, max: 64 }),
+    ("notify-keyspace-events", "", Kind::Str),
+    ("port", "6379", Kind::Immutable),
+    ("proto-max-bulk-len", "536870912", Kind::Memory),
+    ("requirepass", "", Kind::Str),
+    ("save", "", Kind::Str),
+    ("set-max-intset-entries", "512", Kind::Int { min: 0, max: i64::MAX }),
+    ("set-max-listpack-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
+    ("slowlog-log-slower-than", "10000", Kind::Int { min: -1, max: i64::MAX }),
+    ("slowlog-max-len", "128", Kind::Int { min: 0, max: i64::MAX }),
+    ("stream-node-max-entries", "100", Kind::Int { min: 0, max: i64::MAX }),
+    ("timeout", "0", Kind::Int { min: 0, max: i64::MAX }),
+    ("zset-max-listpack-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
+    ("zset-max-listpack-value", "64", Kind::Int { min: 0, max: i64::MAX }),
+    ("zset-max-ziplist-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
+    ("zset-max-ziplist-value", "64", Kind::Int { min: 0, max: i64::MAX }),
+];
+
+/// The node's configuration. Construct with [`Config::default`] and [`Config::set`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    values: BTreeMap<&'static str, String>,
+    pub maxclients: u64,
+    pub hz: u64,
+    pub proto_max_bulk_len: u64,
+    /// Close clients idle for this long; 0 never.
+    pub timeout_s: u64,
+    pub maxmemory_bytes: u64,
+    pub maxmemory_policy: String,
+    pub requirepass: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut c = Config {
+            values: PARAMS.iter().map(|(n, d, _)| (*n, d.to_string())).collect(),
+            maxclients: 0,
+            hz: 0,
+            proto_max_bulk_len: 0,
+            timeout_s: 0,
+            maxmemory_bytes: 0,
+            maxmemory_policy: String::new(),
+            requirepass: None,
+        };
+        c.refresh();
+        c
+    }
+}
+
+impl Config {
+    /// Sets a parameter at start-up (immutable ones included), validating it.
+    pub fn set_initial(&mut self, name: &str, value: &str) -> Result<(), String> {
+        self.set_inner(name, value, true)
+    }
+
+    /// CONFIG SET of one parameter.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        self.set_inner(name, value, false)
+    }
+
+    fn set_inner(&mut self, name: &str, value: &str, initial: bool) -> Result<(), String> {
+        let lower = name.to_ascii_lowercase();
+        let Some((pname, _, kind)) = PARAMS.iter().find(|(n, _, _)| *n == lower) else {
+            return Err(format!("Unknown option or number of arguments for CONFIG SET - '{name}'"));
+        };
+        let normalized = match *kind {
+            Kind::Immutable if !initial => {
+                return Err(format!(
+                    "CONFIG SET failed (possibly related to argument '{pname}') - can't set immutable config"
+                ))
+            }
+            Kind::Immutable | Kind::Str => value.to_string(),
+            Kind::Int { min, max } => match value.parse::<i64>() {
+                Ok(v) if v >= min && v <= max => v.to_string(),
+                Ok(_) => {
+                    return Err(format!(
+                        "CONFIG SET failed (possibly related to argument '{pname}') - argument must be between {min} and {max} inclusive"
+                    ))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "CONFIG SET failed (possibly related to argument '{pname}') - argument couldn't be parsed into an integer"
+                    ))
+                }
+            },
+            Kind::Memory => match parse_memory(value) {
+                Some(v) => v.to_string(),
+                None => {
+                    return Err(format!(
+                        "CONFIG SET failed (possibly related to argument '{pname}') - argument must be a memory value"
+                    ))
+                }
+            },
+            Kind::Bool => match value.to_ascii_lowercase().as_str() {
+                "yes" => "yes".to_string(),
+                "no" => "no".to_string(),
+                _ => {
+                    return Err(format!(
+                        "CONFIG SET failed (possibly related to argument '{pname}') - argument must be 'yes' or 'no'"
+                    ))
+                }
+            },
+            Kind::Enum(options) => {
+                let v = value.to_ascii_lowercase();
+                if options.contains(&v.as_str()) {
+                    v
+                } else {
+                    return Err(format!(
+                        "CONFIG SET failed (possibly related to argument '{pname}') - argument(s) must be one of the following: {}",
+                        options.join(", ")
+                    ));
+                }
+            }
+        };
+        self.values.insert(pname, normalized);
+        self.refresh();
+        Ok(())
+    }
+
+    /// Parameters whose name matches the glob `pattern`, in name order.
+    pub fn matching(&self, pattern: &[u8]) -> Vec<(&'static str, &str)> {
+        self.values
+            .iter()
+            .filter(|(n, _)| lattice_store::glob_match(pattern, n.as_bytes(), true))
+            .map(|(n, v)| (*n, v.as_str()))
+            .collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(|s| s.as_str())
+    }
+
+    fn refresh(&mut self) {
+        let int = |c: &Config, n: &str| c.values[n].parse::<i64>().unwrap_or(0).max(0) as u64;
+        self.maxclients = int(self, "maxclients");
+        self.hz = int(self, "hz").max(1);
+        self.proto_max_bulk_len = int(self, "proto-max-bulk-len");
+        self.timeout_s = int(self, "timeout");
+        self.maxmemory_bytes = int(self, "maxmemory");
+        self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        let pass = &self.values["requirepass"];
+        self.requirepass = (!pass.is_empty()).then(|| pass.clone());
+    }
+}
+
+/// Parses `100`, `1k`, `1kb`, `2mb`, `3gb` (k = 1000, kb = 1024, as in redis.conf).
+pub fn parse_memory(value: &str) -> Option<u64> {
+    let v = value.to_ascii_lowercase();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let mult = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_validates_and_mirrors() {
+        let mut c = Config::default();
+        assert_eq!(c.hz, 10);
+        c.set("HZ", "100").unwrap();
+        assert_eq!(c.hz, 100);
+        assert!(c.set("hz", "0").is_err());
+        assert!(c.set("hz", "x").is_err());
+        assert!(c.set("nope", "1").is_err());
+        assert!(c.set("port", "1").is_err());
+        c.set("maxmemory", "2mb").unwrap();
+        assert_eq!(c.maxmemory_bytes, 2 * 1024 * 1024);
+        c.set("appendonly", "YES").unwrap();
+        assert_eq!(c.get("appendonly"), Some("yes"));
+        assert_eq!(c.matching(b"max*").len(), 4);
+    }
+}

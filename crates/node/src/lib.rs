@@ -1,0 +1,21 @@
+//! The Lattice node: a pure state machine that executes Redis commands.
+//!
+//! Inputs go in with the time ([`Node::handle`], [`Node::handle_timeout`]); effects come out
+//! ([`Node::poll_output`]); the node says when it next wants to be woken
+//! ([`Node::poll_timeout`]). It never reads a clock, touches a socket or file, draws OS
+//! randomness or spawns a thread, so the simulator, the server and the Maelstrom adapter all
+//! drive exactly this code, and a seed replays any run.
+
+pub mod args;
+pub mod buggify;
+pub mod client;
+pub mod cmd;
+pub mod command;
+pub mod config;
+pub mod node;
+pub mod stats;
+
+pub use buggify::Buggify;
+pub use client::ConnId;
+pub use config::Config;
+pub use node::{Input, Micros, Node, Output, ProcessStats};

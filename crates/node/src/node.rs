@@ -1,0 +1,479 @@
+//! The state machine: inputs in, outputs out, timers asked for.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use lattice_resp::ReplyWriter;
+use lattice_store::{Db, Entry};
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::buggify::Buggify;
+use crate::client::{Client, ConnId, ReplyMode};
+use crate::command::{find_subcommand, Call, CommandSpec, CommandTable};
+use crate::config::Config;
+use crate::stats::Stats;
+
+/// Microseconds since the Unix epoch on this node's clock. There is no `now()`: the driver
+/// passes the time in with every input and keeps it from going backwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Micros(pub u64);
+
+impl Micros {
+    pub fn from_millis(ms: u64) -> Micros {
+        Micros(ms.saturating_mul(1000))
+    }
+
+    pub fn as_millis(self) -> u64 {
+        self.0 / 1000
+    }
+}
+
+/// Figures about the hosting process that only the driver can measure (INFO memory, cpu).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessStats {
+    pub used_memory_bytes: u64,
+    pub rss_bytes: u64,
+    pub cpu_user_us: u64,
+    pub cpu_sys_us: u64,
+    pub process_id: u64,
+    pub tcp_port: u64,
+}
+
+pub enum Input {
+    /// A client connected. The node may refuse it (maxclients) by closing it at once.
+    Connected {
+        conn: ConnId,
+        peer_addr: String,
+        local_addr: String,
+    },
+    /// One parsed request; a pipeline arrives as many of these in order.
+    Request { conn: ConnId, args: Vec<Bytes> },
+    /// The driver's parser rejected the connection's input: reply and close.
+    ProtocolError { conn: ConnId, message: String },
+    /// The connection is gone (peer closed, I/O error, or after an `Output::Close`).
+    Closed { conn: ConnId },
+    /// Fresh process figures for INFO.
+    ProcessStats(ProcessStats),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Bytes to write to a connection, in order: a whole pipeline's replies in one piece.
+    Write { conn: ConnId, data: Bytes },
+    /// Close the connection after everything written before.
+    Close { conn: ConnId },
+}
+
+/// Keys removed by one active-expiry pass at most; bounds the work of a single timer tick.
+const EXPIRE_KEYS_PER_TICK: usize = 200;
+
+/// Everything commands may touch. Split from [`Node`] so a handler can borrow it mutably while
+/// the connection's output buffer is borrowed by the call.
+pub struct Core {
+    pub db: Db,
+    pub config: Config,
+    pub stats: Stats,
+    pub clients: BTreeMap<ConnId, Client>,
+    pub rng: ChaCha8Rng,
+    pub buggify: Buggify,
+    pub process: ProcessStats,
+    pub table: CommandTable,
+    /// When the node started (ms), for INFO uptime.
+    pub start_ms: u64,
+    /// The latest time the node was given.
+    pub now: Micros,
+    /// 40 hex characters, drawn from the node's seed (INFO run_id).
+    pub run_id: String,
+    /// Connections with output or a close pending, in the order they became pending.
+    pending: VecDeque<ConnId>,
+    next_cron_ms: u64,
+}
+
+impl Core {
+    pub fn random_u64(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+
+    /// Looks a key up for reading: lazy expiry, hit/miss counting, access time.
+    pub fn lookup_read(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let entry = self.db.get_live(key, now_ms, |_| {});
+        match entry {
+            Some(e) => {
+                self.stats.keyspace_hits += 1;
+                e.access_ms = now_ms;
+                Some(e)
+            }
+            None => {
+                self.stats.keyspace_misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Looks a key up for writing: lazy expiry and access time, no hit/miss counting.
+    pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let e = self.db.get_live(key, now_ms, |_| {})?;
+        e.access_ms = now_ms;
+        Some(e)
+    }
+
+    /// True when `key` exists and has not expired (applies lazy expiry, counts nothing).
+    pub fn exists(&mut self, key: &[u8], now_ms: u64) -> bool {
+        self.db.get_live(key, now_ms, |_| {}).is_some()
+    }
+
+    /// Appends to another connection's output (pub/sub messages, unblocked clients).
+    pub fn write_to(&mut self, conn: ConnId, f: impl FnOnce(&mut ReplyWriter)) {
+        if let Some(c) = self.clients.get_mut(&conn) {
+            if c.closing {
+                return;
+            }
+            let mut w = ReplyWriter::new(&mut c.out, c.proto);
+            f(&mut w);
+            if !c.pending {
+                c.pending = true;
+                self.pending.push_back(conn);
+            }
+        }
+    }
+
+    /// Closes a connection once its pending output is written.
+    pub fn close_client(&mut self, conn: ConnId) {
+        if let Some(c) = self.clients.get_mut(&conn) {
+            c.closing = true;
+            if !c.pending {
+                c.pending = true;
+                self.pending.push_back(conn);
+            }
+        }
+    }
+
+    /// Milliseconds since the node started.
+    pub fn uptime_ms(&self) -> u64 {
+        self.now.as_millis().saturating_sub(self.start_ms)
+    }
+}
+
+/// A Lattice node.
+pub struct Node {
+    core: Core,
+}
+
+impl Node {
+    /// A node with `config`, drawing all its randomness from `seed`, started at `now`.
+    pub fn new(config: Config, seed: u64, buggify: Buggify, now: Micros) -> Node {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let run_id = (0..20)
+            .map(|_| format!("{:02x}", rng.next_u64() as u8))
+            .collect();
+        let now_ms = now.as_millis();
+        let core = Core {
+            db: Db::new(),
+            config,
+            stats: Stats::default(),
+            clients: BTreeMap::new(),
+            rng,
+            buggify,
+            process: ProcessStats::default(),
+            table: CommandTable::new(crate::cmd::FAMILIES),
+            start_ms: now_ms,
+            now,
+            run_id,
+            pending: VecDeque::new(),
+            next_cron_ms: now_ms,
+        };
+        Node { core }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// Read access for drivers and checkers (state digests, INFO-like figures).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn advance(&mut self, now: Micros) {
+        // Drivers keep time monotonic; clamping makes a misbehaving one harmless.
+        if now > self.core.now {
+            self.core.now = now;
+        }
+    }
+
+    pub fn handle(&mut self, now: Micros, input: Input) {
+        self.advance(now);
+        match input {
+            Input::Connected {
+                conn,
+                peer_addr,
+                local_addr,
+            } => self.connected(conn, peer_addr, local_addr),
+            Input::Request { conn, args } => self.request(conn, &args),
+            Input::ProtocolError { conn, message } => {
+                let core = &mut self.core;
+                core.stats.total_error_replies += 1;
+                core.write_to(conn, |w| w.error(format!("ERR {message}").as_bytes()));
+                core.close_client(conn);
+            }
+            Input::Closed { conn } => {
+                self.core.clients.remove(&conn);
+            }
+            Input::ProcessStats(p) => self.core.process = p,
+        }
+    }
+
+    fn connected(&mut self, conn: ConnId, peer_addr: String, local_addr: String) {
+        let core = &mut self.core;
+        let now_ms = core.now.as_millis();
+        core.stats.total_connections_received += 1;
+        let full = core.clients.len() as u64 >= core.config.maxclients;
+        core.clients
+            .insert(conn, Client::new(conn, peer_addr, local_addr, now_ms));
+        if full {
+            core.stats.rejected_connections += 1;
+            core.write_to(conn, |w| w.error(b"ERR max number of clients reached"));
+            core.close_client(conn);
+        }
+    }
+
+    /// Executes one request from `conn`.
+    fn request(&mut self, conn: ConnId, args: &[Bytes]) {
+        let core = &mut self.core;
+        let now = core.now;
+        let now_ms = now.as_millis();
+        let Some(client) = core.clients.get_mut(&conn) else {
+            // A request for a connection we do not know (closed, or refused): ignore it.
+            return;
+        };
+        if client.closing || args.is_empty() {
+            return;
+        }
+        client.last_interaction_ms = now_ms;
+        let start_mode = client.reply_mode;
+        if start_mode == ReplyMode::SkipNext {
+            client.reply_mode = ReplyMode::On;
+        }
+        let proto = client.proto;
+        let mut out = std::mem::take(&mut client.out);
+        let start_len = out.len();
+
+        let spec = resolve(core, args);
+        let mut call = Call::new(conn, args, now, ReplyWriter::new(&mut out, proto));
+        match spec {
+            Err(message) => {
+                call.error(&message);
+            }
+            Ok(spec) => {
+                let authorized = core.config.requirepass.is_none()
+                    || core.clients[&conn].authenticated
+                    || spec.flags.contains(&"no-auth");
+                if !authorized {
+                    call.error("NOAUTH Authentication required.");
+                    core.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
+                } else {
+                    let handler = spec.handler.expect("resolve returns runnable commands");
+                    handler(core, &mut call);
+                    core.stats.total_commands_processed += 1;
+                    let s = core.stats.commands.entry(spec.name).or_default();
+                    s.calls += 1;
+                    if call.failed() {
+                        s.failed_calls += 1;
+                    }
+                    if let Some(c) = core.clients.get_mut(&conn) {
+                        c.last_command = spec.name;
+                    }
+                }
+            }
+        }
+        if let Some(code) = call.error_code.take() {
+            core.stats.total_error_replies += 1;
+            *core.stats.errors.entry(code).or_insert(0) += 1;
+        }
+        drop(call);
+
+        let Some(client) = core.clients.get_mut(&conn) else {
+            return;
+        };
+        if client.reply_mode == ReplyMode::Off || start_mode == ReplyMode::SkipNext {
+            out.truncate(start_len);
+        }
+        // Anything written to this connection by the command itself (a RESP3 push to its own
+        // subscription) went to the placeholder buffer; keep it after the reply.
+        let pushed = std::mem::replace(&mut client.out, out);
+        if !pushed.is_empty() {
+            client.out.extend_from_slice(&pushed);
+        }
+        if !client.out.is_empty() && !client.pending {
+            client.pending = true;
+            core.pending.push_back(conn);
+        }
+    }
+
+    /// Runs due timers: active expiry, statistics sampling, idle-client timeouts.
+    pub fn handle_timeout(&mut self, now: Micros) {
+        self.advance(now);
+        let now_ms = self.core.now.as_millis();
+        if now_ms < self.core.next_cron_ms {
+            return;
+        }
+        let core = &mut self.core;
+        let budget = if core.buggify.fire("expire_tiny_batch") {
+            1
+        } else {
+            EXPIRE_KEYS_PER_TICK
+        };
+        let (_, more) = core.db.expire_due(now_ms, budget, |_| {});
+        core.stats.sample(now_ms);
+        if core.config.timeout_s > 0 {
+            let limit_ms = core.config.timeout_s * 1000;
+            let idle: Vec<ConnId> = core
+                .clients
+                .values()
+                .filter(|c| now_ms.saturating_sub(c.last_interaction_ms) > limit_ms)
+                .map(|c| c.id)
+                .collect();
+            for conn in idle {
+                core.close_client(conn);
+            }
+        }
+        let period_ms = 1000 / core.config.hz.max(1);
+        core.next_cron_ms = if more { now_ms + 1 } else { now_ms + period_ms };
+        if core.buggify.fire("delay_timer") {
+            core.next_cron_ms += period_ms * 3;
+        }
+    }
+
+    /// The earliest time the node wants [`Node::handle_timeout`] called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Micros> {
+        Some(Micros::from_millis(self.core.next_cron_ms))
+    }
+
+    /// The next effect for the driver to carry out, or `None` when there is nothing to do.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        let core = &mut self.core;
+        while let Some(conn) = core.pending.pop_front() {
+            let Some(client) = core.clients.get_mut(&conn) else {
+                continue;
+            };
+            if !client.out.is_empty() {
+                let mut data = client.out.split().freeze();
+                if core.buggify.fire("split_write") && data.len() > 1 {
+                    // Hand the driver half now and half later: exercises partial writes.
+                    let rest = data.split_off(data.len() / 2);
+                    client.out.extend_from_slice(&rest);
+                    core.pending.push_front(conn);
+                    return Some(Output::Write { conn, data });
+                }
+                core.stats.net_output_bytes += data.len() as u64;
+                if client.closing {
+                    core.pending.push_front(conn);
+                } else {
+                    client.pending = false;
+                }
+                return Some(Output::Write { conn, data });
+            }
+            client.pending = false;
+            if client.closing {
+                core.clients.remove(&conn);
+                return Some(Output::Close { conn });
+            }
+        }
+        None
+    }
+
+    /// Charges `usec` of measured execution time to the command named `name` (the driver
+    /// measures, the node only counts, so INFO commandstats has real figures without the node
+    /// reading a clock).
+    pub fn charge_command_time(&mut self, name: &'static str, usec: u64) {
+        if let Some(s) = self.core.stats.commands.get_mut(name) {
+            s.usec += usec;
+        }
+    }
+
+    /// Name of the last command `conn` ran, for [`Node::charge_command_time`].
+    pub fn last_command(&self, conn: ConnId) -> Option<&'static str> {
+        self.core.clients.get(&conn).map(|c| c.last_command)
+    }
+
+    /// Panics if any internal invariant is broken. Cheap enough to run after every simulated
+    /// step for the keyspace sizes the simulator uses.
+    pub fn check_invariants(&self) {
+        let core = &self.core;
+        core.db.check_invariants();
+        for conn in &core.pending {
+            if let Some(c) = core.clients.get(conn) {
+                assert!(c.pending, "queued connection not flagged pending");
+            }
+        }
+        for (id, c) in &core.clients {
+            assert_eq!(*id, c.id, "client stored under another id");
+            if c.pending {
+                assert!(
+                    core.pending.contains(id),
+                    "pending connection missing from the queue"
+                );
+            }
+        }
+    }
+}
+
+/// Finds the runnable command for `args`, or the exact Redis error.
+fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, String> {
+    let Some(spec) = core.table.find(&args[0]) else {
+        return Err(unknown_command(args));
+    };
+    let spec = if spec.handler.is_none() {
+        if args.len() < 2 {
+            return Err(format!(
+                "ERR wrong number of arguments for '{}' command",
+                spec.name
+            ));
+        }
+        match find_subcommand(spec, &args[1]) {
+            Some(sub) => sub,
+            None => {
+                return Err(format!(
+                    "ERR unknown subcommand '{}'. Try {} HELP.",
+                    truncate_lossy(&args[1], 128),
+                    spec.name.to_ascii_uppercase()
+                ))
+            }
+        }
+    } else {
+        spec
+    };
+    if !spec.arity_ok(args.len()) {
+        return Err(format!(
+            "ERR wrong number of arguments for '{}' command",
+            spec.name
+        ));
+    }
+    Ok(spec)
+}
+
+fn truncate_lossy(b: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
+}
+
+/// Redis 7's wording: the name, then up to 128 characters of quoted arguments.
+fn unknown_command(args: &[Bytes]) -> String {
+    let mut rest = String::new();
+    for a in &args[1..] {
+        if rest.len() >= 128 {
+            break;
+        }
+        let room = 128 - rest.len();
+        rest.push('\'');
+        rest.push_str(&truncate_lossy(a, room));
+        rest.push_str("' ");
+    }
+    format!(
+        "ERR unknown command '{}', with args beginning with: {}",
+        truncate_lossy(&args[0], 128),
+        rest
+    )
+}

@@ -1,0 +1,14 @@
+//! The keyspace of one node: what is stored and how it is found, nothing about commands.
+//!
+//! Pure by construction: no IO, no clocks (callers pass `now_ms`), no randomness (callers pass
+//! random numbers they drew from their own seeded generator).
+
+pub mod db;
+pub mod glob;
+pub mod hash;
+pub mod value;
+
+pub use db::{Db, DbStats, Entry, SLOT_COUNT};
+pub use glob::glob_match;
+pub use hash::key_hash;
+pub use value::{Str, Value};
