@@ -19,7 +19,7 @@ use clap::Parser;
 
 use conn::Conn;
 use gen::{Cmd, Cmp, Generator};
-use reply::{equivalent, render_args, Reply};
+use reply::{equivalent_with, render_args, Reply};
 use server::ServerGuard;
 
 const HISTORY: usize = 20;
@@ -54,6 +54,9 @@ struct Opts {
     /// Stop after this many mismatches (later ones may be consequences of the first).
     #[arg(long, default_value_t = 1)]
     max_mismatches: u64,
+    /// Compare whole error messages instead of their first word only.
+    #[arg(long)]
+    exact_errors: bool,
     /// Print every command and both replies.
     #[arg(long)]
     verbose: bool,
@@ -117,13 +120,12 @@ fn open_side(
     })
 }
 
-/// Runs a whole SCAN iteration and returns the sorted set of keys (or the first error).
+/// Runs a whole SCAN iteration, starting from the cursor in `args[1]`, and returns the sorted
+/// set of keys (or the first error).
 fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
     let mut args = args.to_vec();
     let mut keys = BTreeSet::new();
-    let mut cursor = b"0".to_vec();
     for _ in 0..100_000 {
-        args[1] = cursor.clone();
         match conn.call(&args) {
             Reply::Array(parts) if parts.len() == 2 => {
                 let next = match &parts[0] {
@@ -148,7 +150,7 @@ fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
                 if next == b"0" {
                     return Reply::Array(keys.into_iter().map(Reply::Bulk).collect());
                 }
-                cursor = next;
+                args[1] = next;
             }
             Reply::Error(e) => return Reply::Error(e),
             Reply::Io(e) => return Reply::Io(e),
@@ -206,6 +208,9 @@ fn repro_line(opts: &Opts, commands: u64) -> String {
         parts.push("--redis-addr".into());
         parts.push(shell_quote(a));
     }
+    if opts.exact_errors {
+        parts.push("--exact-errors".into());
+    }
     parts.push("--verbose".into());
     parts.join(" ")
 }
@@ -248,7 +253,7 @@ fn run(opts: &Opts) -> Result<u64, String> {
         if cmd.cmp != Cmp::Skip {
             compared += 1;
         }
-        let same = equivalent(cmd.cmp, &a, &b);
+        let same = equivalent_with(cmd.cmp, &a, &b, opts.exact_errors);
         if !same {
             mismatches += 1;
             println!("=== MISMATCH #{mismatches} ===");

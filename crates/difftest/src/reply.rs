@@ -87,8 +87,14 @@ pub fn error_code(msg: &[u8]) -> &[u8] {
 
 /// Rewrites a reply into the form that is compared: errors reduced to their first word (at
 /// any depth), and for [`Cmp::Sorted`] / [`Cmp::ScanAll`] the top-level array sorted.
+#[cfg(test)]
 pub fn normalize(cmp: Cmp, r: &Reply) -> Reply {
-    let mut n = strip_errors(r);
+    normalize_with(cmp, r, false)
+}
+
+/// [`normalize`], keeping whole error messages when `full_errors` is set.
+pub fn normalize_with(cmp: Cmp, r: &Reply, full_errors: bool) -> Reply {
+    let mut n = if full_errors { r.clone() } else { strip_errors(r) };
     if matches!(cmp, Cmp::Sorted | Cmp::ScanAll) {
         if let Reply::Array(items) = &mut n {
             items.sort_by_cached_key(Reply::sort_key);
@@ -105,8 +111,15 @@ fn strip_errors(r: &Reply) -> Reply {
     }
 }
 
-/// Whether two replies to the same command count as the same.
+/// Whether two replies to the same command count as the same (errors by first word).
+#[cfg(test)]
 pub fn equivalent(cmp: Cmp, a: &Reply, b: &Reply) -> bool {
+    equivalent_with(cmp, a, b, false)
+}
+
+/// [`equivalent`], comparing whole error messages when `full_errors` is set.
+pub fn equivalent_with(cmp: Cmp, a: &Reply, b: &Reply, full_errors: bool) -> bool {
+    let normalize = |cmp, r| normalize_with(cmp, r, full_errors);
     if matches!(a, Reply::Io(_)) || matches!(b, Reply::Io(_)) {
         return false;
     }
@@ -207,6 +220,8 @@ mod tests {
         assert!(!equivalent(Cmp::Exact, &a, &bulk("ERR")));
         assert_eq!(error_code(b"ERR"), b"ERR");
         assert_eq!(error_code(b""), b"");
+        assert!(!equivalent_with(Cmp::Exact, &a, &b, true));
+        assert!(equivalent_with(Cmp::Exact, &a, &a.clone(), true));
     }
 
     #[test]

@@ -273,6 +273,9 @@ impl Node {
                     call.error("NOAUTH Authentication required.");
                     core.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
                 } else {
+                    if let Some(c) = core.clients.get_mut(&conn) {
+                        c.last_command = spec.name;
+                    }
                     let handler = spec.handler.expect("resolve returns runnable commands");
                     handler(core, &mut call);
                     core.stats.total_commands_processed += 1;
@@ -280,9 +283,6 @@ impl Node {
                     s.calls += 1;
                     if call.failed() {
                         s.failed_calls += 1;
-                    }
-                    if let Some(c) = core.clients.get_mut(&conn) {
-                        c.last_command = spec.name;
                     }
                 }
             }

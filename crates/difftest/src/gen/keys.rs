@@ -19,7 +19,8 @@ fn pattern(c: &mut Ctx) -> Vec<u8> {
 
 fn scan(c: &mut Ctx) -> Cmd {
     if c.pct(8) {
-        // Bad cursors and bad options, compared reply by reply.
+        // Bad cursors and bad options. Still a full iteration (which stops at the first
+        // error), so a reply that is not an error is never compared cursor by cursor.
         let cmd = match c.below(5) {
             0 => Cmd::new("SCAN").a("abc"),
             1 => Cmd::new("SCAN").a("1x"),
@@ -27,7 +28,7 @@ fn scan(c: &mut Ctx) -> Cmd {
             3 => Cmd::new("SCAN").a("0").a("MATCH"),
             _ => Cmd::new("SCAN").a("0").a("FOO").a("bar"),
         };
-        return cmd;
+        return cmd.cmp(Cmp::ScanAll);
     }
     let mut cmd = Cmd::new("SCAN").a("0").cmp(Cmp::ScanAll);
     let mut opts: Vec<Vec<Vec<u8>>> = Vec::new();

@@ -8,8 +8,13 @@ pub const FAMILY: Family = Family {
 };
 
 /// An expiry option as used by SET and GETEX: `EX s`, `PX ms`, `EXAT t`, `PXAT t`, mostly
-/// valid and far in the future; sometimes zero, negative, junk, overflowing or in the past.
-pub fn expiry_option(c: &mut Ctx) -> Vec<Arg> {
+/// valid and far in the future; sometimes zero, negative, junk, overflowing or (when
+/// `allow_past`) an absolute time in the past.
+///
+/// SET must not get a past EXAT/PXAT: Redis 7.0 then stores an already expired key that stays
+/// in the keyspace until the active expiry cycle or a lookup removes it, so DBSIZE would
+/// depend on timing. GETEX deletes the key at once, which is deterministic.
+pub fn expiry_option(c: &mut Ctx, allow_past: bool) -> Vec<Arg> {
     let lit = |s: &str| Arg::Lit(s.as_bytes().to_vec());
     let which = c.below(4);
     let name = ["EX", "PX", "EXAT", "PXAT"][which as usize];
@@ -29,7 +34,7 @@ pub fn expiry_option(c: &mut Ctx) -> Vec<Arg> {
             2 => Arg::Lit(c.not_an_int()),
             3 => lit("9223372036854775807"),
             // Absolute times in the past: the key is gone at once (no timing race).
-            4 if which >= 2 => {
+            4 if which >= 2 && allow_past => {
                 if which == 2 {
                     Arg::SecsFromNow(-c.range(10, 100_000))
                 } else {
@@ -39,11 +44,10 @@ pub fn expiry_option(c: &mut Ctx) -> Vec<Arg> {
             _ => lit("1"),
         }
     };
-    // A relative 1 s / 1 ms would race with the next command: make it long instead.
+    // A relative 1 s / 1 ms would race with the next command: make it long instead. An
+    // absolute 1 is 1970, already expired: only where that is allowed.
     let value = match (&value, which) {
-        (Arg::Lit(v), 0 | 1) if v == b"1" => lit("100000"),
-        (Arg::Lit(v), 2) if v == b"1" => lit("1"), // EXAT 1: 1970, already expired
-        (Arg::Lit(v), 3) if v == b"1" => lit("1"),
+        (Arg::Lit(v), _) if v == b"1" && (which < 2 || !allow_past) => lit("100000000000000"),
         _ => value,
     };
     vec![Arg::Lit(name.into_bytes()), value]
@@ -55,7 +59,7 @@ fn set(c: &mut Ctx) -> Cmd {
     let mut groups: Vec<Vec<Arg>> = Vec::new();
     let lit = |s: &str| Arg::Lit(s.as_bytes().to_vec());
     if c.pct(40) {
-        groups.push(expiry_option(c));
+        groups.push(expiry_option(c, false));
     } else if c.pct(10) {
         groups.push(vec![lit("KEEPTTL")]);
     }
@@ -68,7 +72,7 @@ fn set(c: &mut Ctx) -> Cmd {
     // Invalid combinations and unknown options.
     if c.pct(8) {
         let bad = match c.below(7) {
-            0 => expiry_option(c),
+            0 => expiry_option(c, false),
             1 => vec![lit("KEEPTTL")],
             2 => vec![lit("NX"), lit("XX")],
             3 => vec![lit("FOO")],
@@ -91,7 +95,7 @@ fn getex(c: &mut Ctx) -> Cmd {
     let mut cmd = Cmd::new("GETEX").a(c.key());
     match c.below(10) {
         0..=4 => {
-            for a in expiry_option(c) {
+            for a in expiry_option(c, true) {
                 cmd = cmd.arg(a);
             }
         }
@@ -99,7 +103,7 @@ fn getex(c: &mut Ctx) -> Cmd {
         7 => {}
         8 => {
             // Two options: always a syntax error.
-            for a in expiry_option(c) {
+            for a in expiry_option(c, true) {
                 cmd = cmd.arg(a);
             }
             cmd = cmd.a("PERSIST");

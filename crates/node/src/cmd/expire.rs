@@ -89,6 +89,14 @@ fn expire_generic(core: &mut Core, call: &mut Call, unit: Unit, relative: bool, 
     let Some(when) = to_deadline_ms(value, unit, relative, now_ms) else {
         return invalid_expire(call, name);
     };
+    // The canary: a deliberately wrong deadline (a second early for some PEXPIRE values) that
+    // the simulator's reference model must catch. Only built with `--features planted-bug`.
+    #[cfg(feature = "planted-bug")]
+    let when = if unit == Unit::Millis && relative && value.rem_euclid(7) == 3 {
+        when - 1000
+    } else {
+        when
+    };
     let key = call.arg(1);
     let Some(entry) = core.lookup_write(key, now_ms) else {
         return call.out.integer(0);

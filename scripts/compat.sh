@@ -1,0 +1,344 @@
+#!/usr/bin/env bash
+# Runs suites of Redis 7.0.15's own Tcl test suite (from Debian's source package) against
+# lattice-server and/or redis-server, in external-server mode, and tabulates [ok]/[err] counts.
+#
+#   scripts/compat.sh [--server lattice|redis|both] [--suites "unit/type/string unit/expire ..."]
+#                     [--quick] [--strict] [--timeout SECS] [--lattice-bin PATH]
+#                     [--redis-bin PATH] [--build] [--no-durable]
+#
+# Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
+# Output of each run: target/compat/<server>/<suite>.log, the [err] lines in
+# target/compat/<server>/<suite>.failed, the server's own output in
+# target/compat/<server>/<suite>.server.log, and the table in target/compat/summary.txt.
+#
+# Options:
+#   --server S      lattice, redis or both (default both)
+#   --suites LIST   space-separated suite names (default: the four below)
+#   --quick         also skip tests tagged "slow" and use a 180 s per-suite timeout
+#   --strict        exit non-zero if lattice has any [err], not only on aborted suites
+#   --timeout SECS  per-suite wall-clock limit (default 600); a suite killed by it is aborted
+#   --build         run `cargo build --release -p lattice-server` first
+#   --no-durable    do not pass --durable to runtest (then an exception inside a test aborts
+#                   the suite instead of being counted as [err])
+#
+# Aborted column: "-" (completed) or why not: exception (the test client died on an
+# uncaught error), timeout, crash (server process gone), io-error (a connection to the
+# server failed), incomplete (no final summary), nostart (server did not answer PING).
+#
+# Exit status: 1 if a lattice suite aborted (or, with --strict, had an [err]); 2 on setup
+# problems (no source, no binary); 0 otherwise.
+
+set -u -o pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC_CACHE="$ROOT/target/redis-src"
+SRC_DIR="$SRC_CACHE/redis"
+OUT_DIR="$ROOT/target/compat"
+
+SERVER=both
+SUITES="unit/type/string unit/type/incr unit/expire unit/keyspace"
+QUICK=0
+STRICT=0
+TIMEOUT=600
+TIMEOUT_SET=0
+BUILD=0
+DURABLE=1
+LATTICE_BIN="$ROOT/target/release/lattice-server"
+REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
+
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --server) SERVER="$2"; shift 2 ;;
+        --suites) SUITES="$2"; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --strict) STRICT=1; shift ;;
+        --timeout) TIMEOUT="$2"; TIMEOUT_SET=1; shift 2 ;;
+        --build) BUILD=1; shift ;;
+        --no-durable) DURABLE=0; shift ;;
+        --lattice-bin) LATTICE_BIN="$2"; shift 2 ;;
+        --redis-bin) REDIS_BIN="$2"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "compat.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+case "$SERVER" in
+    lattice) SERVERS="lattice" ;;
+    redis) SERVERS="redis" ;;
+    both) SERVERS="lattice redis" ;;
+    *) echo "compat.sh: --server must be lattice, redis or both" >&2; exit 2 ;;
+esac
+if [ "$QUICK" = 1 ] && [ "$TIMEOUT_SET" = 0 ]; then
+    TIMEOUT=180
+fi
+
+TAGS="-needs:debug -needs:repl -needs:config-maxmemory -needs:reset -needs:save"
+if [ "$QUICK" = 1 ]; then
+    TAGS="$TAGS -slow"
+fi
+
+log() { echo "compat.sh: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------
+# Redis 7.0.15 source (with tests/) from Debian, cached in target/redis-src/.
+# ---------------------------------------------------------------------------------------
+ensure_tools() {
+    local missing=""
+    command -v tclsh8.6 >/dev/null 2>&1 || command -v tclsh >/dev/null 2>&1 || missing="$missing tcl"
+    command -v dpkg-source >/dev/null 2>&1 || missing="$missing dpkg-dev"
+    if [ -n "$missing" ]; then
+        log "installing:$missing"
+        apt-get install -y $missing >/dev/null || { log "cannot install$missing"; exit 2; }
+    fi
+}
+
+ensure_deb_src() {
+    if grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        return 0
+    fi
+    local src=/etc/apt/sources.list.d/debian.sources dst=/etc/apt/sources.list.d/lattice-src.sources
+    log "adding deb-src entries in $dst"
+    if [ -f "$src" ]; then
+        # Same URIs/Suites/Components/Signed-By as the binary entries.
+        sed -e 's/^Types:[[:space:]]*deb[[:space:]]*$/Types: deb-src/' "$src" > "$dst"
+    else
+        cat > "$dst" <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    fi
+    apt-get update >/dev/null || { log "apt-get update failed"; exit 2; }
+}
+
+ensure_source() {
+    if [ -x "$SRC_DIR/runtest" ] && [ -f "$SRC_DIR/tests/test_helper.tcl" ]; then
+        return 0
+    fi
+    ensure_tools
+    ensure_deb_src
+    mkdir -p "$SRC_CACHE"
+    local ver
+    ver="$(dpkg-query -W -f='${source:Version}' redis-server 2>/dev/null || true)"
+    (
+        cd "$SRC_CACHE" || exit 1
+        rm -rf redis redis_*.dsc redis_*.tar.* 2>/dev/null
+        if [ -n "$ver" ] && apt-get source --download-only "redis=$ver" >/dev/null 2>&1; then
+            :
+        else
+            apt-get source --download-only redis >/dev/null 2>&1 || exit 1
+        fi
+        dpkg-source -x redis_*.dsc redis >/dev/null 2>&1 || exit 1
+    ) || { log "could not fetch the redis source package"; rm -rf "$SRC_DIR"; exit 2; }
+    local v
+    v="$(sed -n 's/.*REDIS_VERSION "\(.*\)"/\1/p' "$SRC_DIR/src/version.h")"
+    log "redis source $v ready in $SRC_DIR"
+    case "$v" in 7.0.*) ;; *) log "warning: expected 7.0.x, got $v" ;; esac
+}
+
+# ---------------------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------------------
+SERVER_PID=""
+SERVER_TMP=""
+
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then
+        kill -9 "$SERVER_PID" 2>/dev/null
+        wait "$SERVER_PID" 2>/dev/null
+        SERVER_PID=""
+    fi
+    if [ -n "$SERVER_TMP" ]; then
+        rm -rf "$SERVER_TMP"
+        SERVER_TMP=""
+    fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+
+port_in_use() {
+    ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+}
+
+free_port() {
+    local p i
+    for i in $(seq 1 200); do
+        p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+        if ! port_in_use "$p"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# PING over RESP with bash's /dev/tcp (no client binary needed).
+ping_port() {
+    local port=$1 line=""
+    { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 1
+    printf '*1\r\n$4\r\nPING\r\n' >&3
+    IFS= read -r -t 2 line <&3
+    exec 3<&- 3>&-
+    [ "${line%$'\r'}" = "+PONG" ]
+}
+
+# start_server KIND PORT LOGFILE -> sets SERVER_PID/SERVER_TMP; returns 1 if no PONG in 20 s.
+start_server() {
+    local kind=$1 port=$2 logfile=$3 i
+    SERVER_TMP="$(mktemp -d /tmp/lattice-compat.XXXXXX)"
+    if [ "$kind" = lattice ]; then
+        "$LATTICE_BIN" --port "$port" --bind 127.0.0.1 --dir "$SERVER_TMP" >"$logfile" 2>&1 &
+    else
+        "$REDIS_BIN" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+            --daemonize no --dir "$SERVER_TMP" >"$logfile" 2>&1 &
+    fi
+    SERVER_PID=$!
+    for i in $(seq 1 200); do
+        if ping_port "$port"; then
+            return 0
+        fi
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            return 1
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------------------------------
+# One suite against one server
+# ---------------------------------------------------------------------------------------
+declare -A OK ERR ABORT
+
+run_suite() {
+    local kind=$1 suite=$2
+    local base="$OUT_DIR/$kind/$suite"
+    mkdir -p "$(dirname "$base")"
+    local logf="$base.log" failf="$base.failed" srvlog="$base.server.log"
+    rm -f "$logf" "$failf" "$srvlog"
+
+    local port
+    port="$(free_port)" || { log "no free port"; exit 2; }
+    if ! start_server "$kind" "$port" "$srvlog"; then
+        log "$kind did not start for $suite (see $srvlog)"
+        echo "server did not answer PING on port $port" > "$logf"
+        OK[$kind,$suite]=0; ERR[$kind,$suite]=0; ABORT[$kind,$suite]=nostart
+        cleanup
+        return
+    fi
+
+    local durable=()
+    [ "$DURABLE" = 1 ] && durable=(--durable)
+    log "$kind: $suite (port $port, timeout ${TIMEOUT}s)"
+    local rc=0
+    (
+        cd "$SRC_DIR" || exit 2
+        TERM=dumb exec timeout -k 10 "$TIMEOUT" ./runtest --host 127.0.0.1 --port "$port" \
+            --singledb --ignore-encoding --ignore-digest --single "$suite" --clients 1 \
+            --timeout "$TIMEOUT" "${durable[@]}" --tags "$TAGS"
+    ) >"$logf" 2>&1 </dev/null || rc=$?
+
+    local alive=1
+    kill -0 "$SERVER_PID" 2>/dev/null || alive=0
+    cleanup
+
+    local ok err why="-"
+    ok=$(grep -c '^\[ok\]:' "$logf")
+    err=$(grep -c '^\[err\]:' "$logf")
+    grep '^\[err\]:' "$logf" > "$failf" || true
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        why=timeout
+    elif [ "$alive" = 0 ]; then
+        why=crash
+    elif grep -q '^\[exception\]:' "$logf"; then
+        why=exception
+    elif grep -q '^\[TIMEOUT\]:' "$logf"; then
+        why=timeout
+    elif grep -qE 'I/O error|connection reset|connection refused|broken pipe' "$logf"; then
+        why=io-error
+    elif ! grep -qE 'All tests passed without errors|^\[[0-9]+/[0-9]+ done\]' "$logf"; then
+        why=incomplete
+    fi
+    OK[$kind,$suite]=$ok; ERR[$kind,$suite]=$err; ABORT[$kind,$suite]=$why
+    echo "rc=$rc server_alive=$alive ok=$ok err=$err aborted=$why" >> "$logf"
+}
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+ensure_source
+
+if [[ " $SERVERS " == *" lattice "* ]]; then
+    if [ "$BUILD" = 1 ]; then
+        (cd "$ROOT" && cargo build --release -p lattice-server) || { log "build failed"; exit 2; }
+    fi
+    if [ ! -x "$LATTICE_BIN" ]; then
+        log "lattice-server not found at $LATTICE_BIN (build it, pass --build, or --server redis)"
+        exit 2
+    fi
+fi
+if [[ " $SERVERS " == *" redis "* ]] && [ ! -x "$REDIS_BIN" ]; then
+    log "redis-server not found at $REDIS_BIN"
+    exit 2
+fi
+
+mkdir -p "$OUT_DIR"
+for suite in $SUITES; do
+    if [ ! -f "$SRC_DIR/tests/$suite.tcl" ]; then
+        log "unknown suite $suite (no tests/$suite.tcl)"
+        exit 2
+    fi
+    for kind in $SERVERS; do
+        run_suite "$kind" "$suite"
+    done
+done
+
+cell() { # kind suite field
+    local k="$1,$2"
+    case "$3" in
+        ok) echo "${OK[$k]:--}" ;;
+        err) echo "${ERR[$k]:--}" ;;
+    esac
+}
+
+status=0
+{
+    printf '%-22s | %10s | %11s | %8s | %9s | %s\n' suite "lattice ok" "lattice err" "redis ok" "redis err" "aborted?"
+    printf '%s\n' "-----------------------+------------+-------------+----------+-----------+---------------------"
+    for suite in $SUITES; do
+        ab=""
+        for kind in $SERVERS; do
+            a="${ABORT[$kind,$suite]}"
+            if [ "$a" != "-" ]; then
+                ab="$ab $kind:$a"
+            fi
+        done
+        [ -z "$ab" ] && ab=" no"
+        printf '%-22s | %10s | %11s | %8s | %9s |%s\n' "$suite" \
+            "$(cell lattice "$suite" ok)" "$(cell lattice "$suite" err)" \
+            "$(cell redis "$suite" ok)" "$(cell redis "$suite" err)" "$ab"
+    done
+} | tee "$OUT_DIR/summary.txt"
+
+for suite in $SUITES; do
+    if [[ " $SERVERS " == *" lattice "* ]]; then
+        if [ "${ABORT[lattice,$suite]}" != "-" ]; then
+            status=1
+        fi
+        if [ "$STRICT" = 1 ] && [ "${ERR[lattice,$suite]}" != 0 ]; then
+            status=1
+        fi
+    fi
+done
+echo "logs: $OUT_DIR/<server>/<suite>.log, failed tests: <suite>.failed"
+exit $status
