@@ -10,7 +10,7 @@ mod gen;
 mod reply;
 mod server;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -196,7 +196,7 @@ fn repro_line(opts: &Opts, commands: u64) -> String {
         parts.push("--lattice-bin".into());
         parts.push(shell_quote(&b.display().to_string()));
     }
-    if opts.redis_bin != PathBuf::from("redis-server") {
+    if opts.redis_bin.as_os_str() != "redis-server" {
         parts.push("--redis-bin".into());
         parts.push(shell_quote(&opts.redis_bin.display().to_string()));
     }
@@ -233,6 +233,7 @@ fn run(opts: &Opts) -> Result<u64, String> {
     let mut compared = 0u64;
     let mut mismatches = 0u64;
     let mut executed = 0u64;
+    let mut by_command: BTreeMap<String, u64> = BTreeMap::new();
     let started = Instant::now();
 
     for idx in 0..opts.commands {
@@ -256,6 +257,8 @@ fn run(opts: &Opts) -> Result<u64, String> {
         let same = equivalent_with(cmd.cmp, &a, &b, opts.exact_errors);
         if !same {
             mismatches += 1;
+            let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+            *by_command.entry(name).or_default() += 1;
             println!("=== MISMATCH #{mismatches} ===");
             println!("seed:      {}", opts.seed);
             println!("command #: {idx} (0-based)");
@@ -283,6 +286,12 @@ fn run(opts: &Opts) -> Result<u64, String> {
         }
     }
 
+    if by_command.len() > 1 || mismatches > 1 {
+        let mut v: Vec<(String, u64)> = by_command.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let list: Vec<String> = v.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        println!("difftest: mismatches by command: {}", list.join(" "));
+    }
     println!("difftest: elapsed {:.1}s", started.elapsed().as_secs_f64());
     println!(
         "difftest: seed={} commands={} mismatches={}",

@@ -142,8 +142,12 @@ pub fn equivalent_with(cmp: Cmp, a: &Reply, b: &Reply, full_errors: bool) -> boo
 
 /// Writes bytes the way redis-cli quotes them: printable ASCII as is, the rest escaped.
 pub fn quote(b: &[u8]) -> String {
-    let mut s = String::with_capacity(b.len() + 2);
-    s.push('"');
+    format!("\"{}\"", escape(b))
+}
+
+/// Printable ASCII as is, everything else escaped (no surrounding quotes).
+pub fn escape(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
     for &c in b {
         match c {
             b'"' => s.push_str("\\\""),
@@ -155,7 +159,6 @@ pub fn quote(b: &[u8]) -> String {
             _ => s.push_str(&format!("\\x{c:02x}")),
         }
     }
-    s.push('"');
     s
 }
 
@@ -177,8 +180,8 @@ pub fn render_args(args: &[Vec<u8>]) -> String {
 impl fmt::Display for Reply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reply::Simple(b) => write!(f, "+{}", String::from_utf8_lossy(b)),
-            Reply::Error(b) => write!(f, "(error) {}", String::from_utf8_lossy(b)),
+            Reply::Simple(b) => write!(f, "+{}", escape(b)),
+            Reply::Error(b) => write!(f, "(error) {}", escape(b)),
             Reply::Int(i) => write!(f, "(integer) {i}"),
             Reply::Bulk(b) => write!(f, "{}", quote(b)),
             Reply::Nil => write!(f, "(nil)"),

@@ -101,7 +101,7 @@ fn gen(c: &mut Ctx) -> Cmd {
         11 => Cmd::new("DBSIZE"),
         12 => {
             let names = ["DEL", "EXISTS", "TYPE", "KEYS", "RENAME", "TOUCH", "COPY", "UNLINK"];
-            let name: &str = *c.pick(&names);
+            let name = c.pick(&names[..]);
             Cmd::new(name)
         }
         _ => Cmd::new("SET").a(c.key()).a(c.value()),

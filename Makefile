@@ -1,0 +1,80 @@
+# Lattice: the two commands a user needs are `make run` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+PORT ?= 6379
+SEEDS ?= 1000
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: run build test deps lint gate unit difftest sim soak determinism compat compat-quick bench clean
+
+## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
+run:
+	$(CARGO) build --release -p lattice-server
+	./target/release/lattice-server --port $(PORT) --bind 127.0.0.1 --dir ./data
+
+build:
+	$(CARGO) build --release --workspace
+
+## Install what the tests need (only what is missing), then run every test layer.
+test: deps lint gate unit difftest sim compat-quick
+	@echo "make test: all layers passed"
+
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	command -v tclsh >/dev/null || missing="$$missing tcl"; \
+	command -v dpkg-source >/dev/null || missing="$$missing dpkg-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy || true
+
+## Formatting and lints; clippy.toml in each pure crate bans clocks, OS randomness, threads
+## and unordered std maps.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## The pure crates may not depend on tokio, mio, socket2 or getrandom.
+gate:
+	./scripts/check-pure-deps.sh
+
+unit:
+	$(CARGO) build --release -p lattice-server
+	$(CARGO) test --workspace
+
+## Random command sequences against lattice-server and redis-server, every reply compared.
+difftest:
+	$(CARGO) build --release -p lattice-server -p lattice-difftest
+	for seed in 1 2 3 4; do \
+	  ./target/release/lattice-difftest --seed $$seed --commands 5000 \
+	    --lattice-bin ./target/release/lattice-server || exit 1; \
+	done
+
+## Simulation swarm: 200 seeds with every fault class.
+sim:
+	$(CARGO) build --release -p lattice-sim
+	./target/release/lattice-sim --seeds 0..200
+
+soak:
+	$(CARGO) build --release -p lattice-sim
+	./target/release/lattice-sim --seeds 0..$(SEEDS)
+
+determinism:
+	$(CARGO) build --release -p lattice-sim
+	./target/release/lattice-sim --seeds 0..100 --determinism
+
+## Redis 7.0.15's own Tcl suites against lattice-server and redis-server.
+compat: deps
+	$(CARGO) build --release -p lattice-server
+	./scripts/compat.sh --server both
+
+compat-quick: deps
+	$(CARGO) build --release -p lattice-server
+	./scripts/compat.sh --server lattice --quick
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,113 @@
+//! Starts a real `lattice-server` on a free port for a test and stops it afterwards.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub port: u16,
+    pub child: Child,
+    _dir: TempDir,
+}
+
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts the server with extra flags and waits until it accepts connections.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("lattice-test-{}-{port}", std::process::id()));
+        let child = Command::new(env!("CARGO_BIN_EXE_lattice-server"))
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn lattice-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            port,
+            child,
+            _dir: TempDir(dir),
+        }
+    }
+
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    pub fn raw(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `bytes` and reads until `expected_len` bytes arrived or the peer closed.
+pub fn roundtrip(s: &mut TcpStream, bytes: &[u8], expected_len: usize) -> Vec<u8> {
+    s.write_all(bytes).unwrap();
+    read_n(s, expected_len)
+}
+
+pub fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while out.len() < n {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => out.extend_from_slice(&buf[..k]),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// True when the server closed the connection (reads EOF or a reset within the timeout).
+pub fn is_closed(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
