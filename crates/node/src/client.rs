@@ -1,7 +1,12 @@
 //! Per-connection state the node keeps.
 
+use std::collections::{BTreeSet, VecDeque};
+
 use bytes::{Bytes, BytesMut};
 use lattice_resp::Protocol;
+
+use crate::blocking::Blocked;
+use crate::command::CommandSpec;
 
 /// A connection's identity, chosen by the driver and unique for the node's lifetime. It is also
 /// the id `CLIENT ID` reports.
@@ -40,6 +45,38 @@ pub struct Client {
     pub(crate) pending: bool,
     /// The driver should close this connection once `out` is written.
     pub closing: bool,
+    /// Inside MULTI: the queued commands, and whether one was rejected (EXECABORT).
+    pub multi: Option<MultiState>,
+    /// Keys this client WATCHes, and whether one of them changed since.
+    pub watched: Vec<Bytes>,
+    pub dirty_cas: bool,
+    /// Parked in a blocking command.
+    pub blocked: Option<Blocked>,
+    /// Requests that arrived while parked, run in order once released.
+    pub queued_requests: VecDeque<Vec<Bytes>>,
+    /// Pub/sub subscriptions.
+    pub channels: BTreeSet<Bytes>,
+    pub patterns: BTreeSet<Bytes>,
+}
+
+/// The state of a transaction being queued.
+#[derive(Debug, Default)]
+pub struct MultiState {
+    pub queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    pub errored: bool,
+}
+
+impl std::fmt::Debug for CommandSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl Client {
+    /// Subscribed to anything (RESP2 clients are then restricted to pub/sub commands).
+    pub fn subscriptions(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
 }
 
 impl Client {
@@ -59,6 +96,13 @@ impl Client {
             out: BytesMut::new(),
             pending: false,
             closing: false,
+            multi: None,
+            watched: Vec::new(),
+            dirty_cas: false,
+            blocked: None,
+            queued_requests: VecDeque::new(),
+            channels: BTreeSet::new(),
+            patterns: BTreeSet::new(),
         }
     }
 
@@ -72,13 +116,29 @@ impl Client {
             .as_ref()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        let flags = if self.no_evict { "e" } else { "N" };
+        let mut flags = String::new();
+        if self.multi.is_some() {
+            flags.push('x');
+        }
+        if self.blocked.is_some() {
+            flags.push('b');
+        }
+        if self.subscriptions() > 0 {
+            flags.push('P');
+        }
+        if self.no_evict {
+            flags.push('e');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        let multi = self.multi.as_ref().map_or(-1, |m| m.queued.len() as i64);
         let resp = match self.proto {
             Protocol::Resp2 => 2,
             Protocol::Resp3 => 3,
         };
         format!(
-            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
             self.id.0,
             self.peer_addr,
             self.local_addr,
@@ -86,6 +146,9 @@ impl Client {
             age,
             idle,
             flags,
+            self.channels.len(),
+            self.patterns.len(),
+            multi,
             self.out.len(),
             self.last_command,
             resp

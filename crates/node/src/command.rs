@@ -88,6 +88,8 @@ pub struct Call<'a> {
     pub out: ReplyWriter<'a>,
     /// First word of the first error replied (for INFO errorstats), if any.
     pub(crate) error_code: Option<String>,
+    /// Running inside EXEC: blocking commands must not block.
+    pub in_exec: bool,
 }
 
 impl<'a> Call<'a> {
@@ -99,6 +101,7 @@ impl<'a> Call<'a> {
             now_ms: now.as_millis(),
             out,
             error_code: None,
+            in_exec: false,
         }
     }
 

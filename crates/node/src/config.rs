@@ -90,6 +90,8 @@ pub struct Config {
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
     pub requirepass: Option<String>,
+    /// `notify-keyspace-events` as event-class bits (see `cmd::pubsub`).
+    pub notify_keyspace_events: u32,
 }
 
 impl Default for Config {
@@ -103,6 +105,7 @@ impl Default for Config {
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
             requirepass: None,
+            notify_keyspace_events: 0,
         };
         c.refresh();
         c
@@ -130,6 +133,14 @@ impl Config {
                 return Err(format!(
                     "CONFIG SET failed (possibly related to argument '{pname}') - can't set immutable config"
                 ))
+            }
+            Kind::Str if lower == "notify-keyspace-events" => {
+                if crate::cmd::pubsub::parse_event_classes(value).is_none() {
+                    return Err(format!(
+                        "CONFIG SET failed (possibly related to argument '{pname}') - Invalid event class character. Use 'Ag$lshzxeKEtmd'."
+                    ));
+                }
+                value.to_string()
             }
             Kind::Immutable | Kind::Str => value.to_string(),
             Kind::Int { min, max } => match value.parse::<i64>() {
@@ -200,6 +211,9 @@ impl Config {
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.notify_keyspace_events =
+            crate::cmd::pubsub::parse_event_classes(&self.values["notify-keyspace-events"])
+                .unwrap_or(0);
         let pass = &self.values["requirepass"];
         self.requirepass = (!pass.is_empty()).then(|| pass.clone());
     }

@@ -7,6 +7,7 @@
 //! drive exactly this code, and a seed replays any run.
 
 pub mod args;
+pub mod blocking;
 pub mod buggify;
 pub mod client;
 pub mod cmd;

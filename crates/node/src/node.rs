@@ -1,13 +1,14 @@
 //! The state machine: inputs in, outputs out, timers asked for.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use bytes::Bytes;
-use lattice_resp::ReplyWriter;
+use bytes::{Bytes, BytesMut};
+use lattice_resp::{Protocol, ReplyWriter};
 use lattice_store::{Db, Entry};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::blocking::BlockRequest;
 use crate::buggify::Buggify;
 use crate::client::{Client, ConnId, ReplyMode};
 use crate::command::{find_subcommand, Call, CommandSpec, CommandTable};
@@ -67,6 +68,22 @@ pub enum Output {
 
 /// Keys removed by one active-expiry pass at most; bounds the work of a single timer tick.
 const EXPIRE_KEYS_PER_TICK: usize = 200;
+/// Requests a parked (blocked) client may pipeline behind its blocking command; beyond this the
+/// connection is closed rather than buffering without bound.
+const MAX_QUEUED_WHILE_BLOCKED: usize = 100_000;
+
+/// Commands a RESP2 client may send while subscribed.
+const ALLOWED_WHILE_SUBSCRIBED: &[&str] = &[
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "ping",
+    "quit",
+    "reset",
+];
+/// Commands executed at once inside MULTI instead of being queued.
+const RUN_INSIDE_MULTI: &[&str] = &["exec", "discard", "multi", "watch", "quit", "reset"];
 
 /// Everything commands may touch. Split from [`Node`] so a handler can borrow it mutably while
 /// the connection's output buffer is borrowed by the call.
@@ -85,6 +102,17 @@ pub struct Core {
     pub now: Micros,
     /// 40 hex characters, drawn from the node's seed (INFO run_id).
     pub run_id: String,
+    /// Pub/sub: channel or pattern -> subscribers, in connection order.
+    pub channels: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    pub patterns: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    /// WATCHed key -> watching clients.
+    pub(crate) watched_keys: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    /// Key -> clients parked on it, first come first served.
+    pub(crate) blocked_on: BTreeMap<Bytes, VecDeque<ConnId>>,
+    pub(crate) block_deadlines: BTreeSet<(u64, ConnId)>,
+    /// Keys changed since parked clients were last offered them.
+    ready_keys: Vec<Bytes>,
+    pub(crate) block_request: Option<BlockRequest>,
     /// Connections with output or a close pending, in the order they became pending.
     pending: VecDeque<ConnId>,
     next_cron_ms: u64,
@@ -97,8 +125,8 @@ impl Core {
 
     /// Looks a key up for reading: lazy expiry, hit/miss counting, access time.
     pub fn lookup_read(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
-        let entry = self.db.get_live(key, now_ms, |_| {});
-        match entry {
+        self.expire_if_due(key, now_ms);
+        match self.db.get_live(key, now_ms, |_| {}) {
             Some(e) => {
                 self.stats.keyspace_hits += 1;
                 e.access_ms = now_ms;
@@ -113,6 +141,7 @@ impl Core {
 
     /// Looks a key up for writing: lazy expiry and access time, no hit/miss counting.
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        self.expire_if_due(key, now_ms);
         let e = self.db.get_live(key, now_ms, |_| {})?;
         e.access_ms = now_ms;
         Some(e)
@@ -120,7 +149,56 @@ impl Core {
 
     /// True when `key` exists and has not expired (applies lazy expiry, counts nothing).
     pub fn exists(&mut self, key: &[u8], now_ms: u64) -> bool {
-        self.db.get_live(key, now_ms, |_| {}).is_some()
+        self.expire_if_due(key, now_ms);
+        self.db.get_raw(key).is_some()
+    }
+
+    /// Lazy expiry: deletes `key` if its deadline has passed, reporting the deletion like any
+    /// other change (WATCH sees it; keyspace notifications say `expired`).
+    fn expire_if_due(&mut self, key: &[u8], now_ms: u64) {
+        let mut expired = false;
+        let _ = self.db.get_live(key, now_ms, |_| expired = true);
+        if expired {
+            self.after_expiry(key);
+        }
+    }
+
+    fn after_expiry(&mut self, key: &[u8]) {
+        self.modified(key);
+        self.notify(crate::cmd::pubsub::EVENT_EXPIRED, "expired", key);
+    }
+
+    /// Every command that changes a key — its value, its deadline or its existence — calls this
+    /// once per changed key after the change, like Redis's `signalModifiedKey`. WATCH,
+    /// parked blocking clients and (with replication) delta capture hang off this one hook.
+    pub fn modified(&mut self, key: &[u8]) {
+        if !self.watched_keys.is_empty() {
+            if let Some(watchers) = self.watched_keys.get(key) {
+                for conn in watchers {
+                    if let Some(c) = self.clients.get_mut(conn) {
+                        c.dirty_cas = true;
+                    }
+                }
+            }
+        }
+        if !self.blocked_on.is_empty()
+            && self.blocked_on.contains_key(key)
+            && !self.ready_keys.iter().any(|k| k == key)
+        {
+            self.ready_keys.push(Bytes::copy_from_slice(key));
+        }
+    }
+
+    /// Marks every watcher of a key that exists now as dirty (FLUSHALL/FLUSHDB, before the
+    /// keys go).
+    pub fn touch_all_watched(&mut self) {
+        let now_ms = self.now.as_millis();
+        let keys: Vec<Bytes> = self.watched_keys.keys().cloned().collect();
+        for k in keys {
+            if self.db.get_raw(&k).is_some_and(|e| !e.is_expired(now_ms)) {
+                self.modified(&k);
+            }
+        }
     }
 
     /// Appends to another connection's output (pub/sub messages, unblocked clients).
@@ -149,9 +227,85 @@ impl Core {
         }
     }
 
+    /// Forgets everything a connection had registered (watches, parking, subscriptions).
+    fn forget_client(&mut self, conn: ConnId) {
+        self.unpark(conn);
+        crate::cmd::tx::unwatch_all(self, conn);
+        crate::cmd::pubsub::unsubscribe_all(self, conn);
+        self.clients.remove(&conn);
+    }
+
     /// Milliseconds since the node started.
     pub fn uptime_ms(&self) -> u64 {
         self.now.as_millis().saturating_sub(self.start_ms)
+    }
+
+    /// Runs one command for `conn`, writing its reply into `out`. Applies the rules that sit
+    /// between parsing and the handler: unknown commands and arity, authentication, the RESP2
+    /// subscribed-mode restriction, and MULTI queueing.
+    fn dispatch(&mut self, conn: ConnId, args: &[Bytes], out: &mut BytesMut, proto: Protocol) {
+        let now = self.now;
+        let mut call = Call::new(conn, args, now, ReplyWriter::new(out, proto));
+        let in_multi = self.clients.get(&conn).is_some_and(|c| c.multi.is_some());
+        match resolve(self, args) {
+            Err(message) => {
+                if in_multi {
+                    if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                        m.errored = true;
+                    }
+                }
+                call.error(&message);
+            }
+            Ok(spec) => {
+                let client = &self.clients[&conn];
+                let authorized = self.config.requirepass.is_none()
+                    || client.authenticated
+                    || spec.flags.contains(&"no-auth");
+                if !authorized {
+                    call.error("NOAUTH Authentication required.");
+                    self.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
+                    if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                        m.errored = true;
+                    }
+                } else if client.proto == Protocol::Resp2
+                    && client.subscriptions() > 0
+                    && !ALLOWED_WHILE_SUBSCRIBED.contains(&spec.name)
+                {
+                    call.error(&format!(
+                        "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                        spec.name
+                    ));
+                    self.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
+                } else if in_multi && !RUN_INSIDE_MULTI.contains(&spec.name) {
+                    if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                        m.queued.push((spec, args.to_vec()));
+                    }
+                    call.out.simple(b"QUEUED");
+                } else {
+                    self.run_handler(spec, &mut call);
+                }
+            }
+        }
+        if let Some(code) = call.error_code.take() {
+            self.stats.total_error_replies += 1;
+            *self.stats.errors.entry(code).or_insert(0) += 1;
+        }
+    }
+
+    /// Calls the handler of `spec` and accounts for it.
+    pub(crate) fn run_handler(&mut self, spec: &'static CommandSpec, call: &mut Call) {
+        if let Some(c) = self.clients.get_mut(&call.conn) {
+            c.last_command = spec.name;
+        }
+        let handler = spec.handler.expect("resolve returns runnable commands");
+        let errors_before = call.error_code.is_some();
+        handler(self, call);
+        self.stats.total_commands_processed += 1;
+        let s = self.stats.commands.entry(spec.name).or_default();
+        s.calls += 1;
+        if call.failed() && !errors_before {
+            s.failed_calls += 1;
+        }
     }
 }
 
@@ -180,6 +334,13 @@ impl Node {
             start_ms: now_ms,
             now,
             run_id,
+            channels: BTreeMap::new(),
+            patterns: BTreeMap::new(),
+            watched_keys: BTreeMap::new(),
+            blocked_on: BTreeMap::new(),
+            block_deadlines: BTreeSet::new(),
+            ready_keys: Vec::new(),
+            block_request: None,
             pending: VecDeque::new(),
             next_cron_ms: now_ms,
         };
@@ -210,16 +371,17 @@ impl Node {
                 peer_addr,
                 local_addr,
             } => self.connected(conn, peer_addr, local_addr),
-            Input::Request { conn, args } => self.request(conn, &args),
+            Input::Request { conn, args } => {
+                self.request(conn, args);
+                self.serve_ready_keys();
+            }
             Input::ProtocolError { conn, message } => {
                 let core = &mut self.core;
                 core.stats.total_error_replies += 1;
                 core.write_to(conn, |w| w.error(format!("ERR {message}").as_bytes()));
                 core.close_client(conn);
             }
-            Input::Closed { conn } => {
-                self.core.clients.remove(&conn);
-            }
+            Input::Closed { conn } => self.core.forget_client(conn),
             Input::ProcessStats(p) => self.core.process = p,
         }
     }
@@ -238,11 +400,9 @@ impl Node {
         }
     }
 
-    /// Executes one request from `conn`.
-    fn request(&mut self, conn: ConnId, args: &[Bytes]) {
+    /// Executes one request from `conn`, or queues it behind a blocking command.
+    fn request(&mut self, conn: ConnId, args: Vec<Bytes>) {
         let core = &mut self.core;
-        let now = core.now;
-        let now_ms = now.as_millis();
         let Some(client) = core.clients.get_mut(&conn) else {
             // A request for a connection we do not know (closed, or refused): ignore it.
             return;
@@ -250,6 +410,26 @@ impl Node {
         if client.closing || args.is_empty() {
             return;
         }
+        if client.blocked.is_some() {
+            if client.queued_requests.len() >= MAX_QUEUED_WHILE_BLOCKED {
+                core.close_client(conn);
+            } else {
+                client.queued_requests.push_back(args);
+            }
+            return;
+        }
+        self.execute(conn, &args);
+    }
+
+    /// Runs `args` for `conn` into its output buffer, honouring CLIENT REPLY, and parks the
+    /// client if the command asked to block.
+    /// Returns true when the command asked to block.
+    fn execute(&mut self, conn: ConnId, args: &[Bytes]) -> bool {
+        let core = &mut self.core;
+        let now_ms = core.now.as_millis();
+        let Some(client) = core.clients.get_mut(&conn) else {
+            return false;
+        };
         client.last_interaction_ms = now_ms;
         let start_mode = client.reply_mode;
         if start_mode == ReplyMode::SkipNext {
@@ -259,62 +439,90 @@ impl Node {
         let mut out = std::mem::take(&mut client.out);
         let start_len = out.len();
 
-        let spec = resolve(core, args);
-        let mut call = Call::new(conn, args, now, ReplyWriter::new(&mut out, proto));
-        match spec {
-            Err(message) => {
-                call.error(&message);
+        core.block_request = None;
+        core.dispatch(conn, args, &mut out, proto);
+        let blocked = match core.block_request.take() {
+            Some(req) => {
+                core.park(conn, args, req);
+                true
             }
-            Ok(spec) => {
-                let authorized = core.config.requirepass.is_none()
-                    || core.clients[&conn].authenticated
-                    || spec.flags.contains(&"no-auth");
-                if !authorized {
-                    call.error("NOAUTH Authentication required.");
-                    core.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
-                } else {
-                    if let Some(c) = core.clients.get_mut(&conn) {
-                        c.last_command = spec.name;
-                    }
-                    let handler = spec.handler.expect("resolve returns runnable commands");
-                    handler(core, &mut call);
-                    core.stats.total_commands_processed += 1;
-                    let s = core.stats.commands.entry(spec.name).or_default();
-                    s.calls += 1;
-                    if call.failed() {
-                        s.failed_calls += 1;
-                    }
-                }
-            }
-        }
-        if let Some(code) = call.error_code.take() {
-            core.stats.total_error_replies += 1;
-            *core.stats.errors.entry(code).or_insert(0) += 1;
-        }
-        drop(call);
+            None => false,
+        };
 
         let Some(client) = core.clients.get_mut(&conn) else {
-            return;
+            return blocked;
         };
         if client.reply_mode == ReplyMode::Off || start_mode == ReplyMode::SkipNext {
             out.truncate(start_len);
         }
-        // Anything written to this connection by the command itself (a RESP3 push to its own
-        // subscription) went to the placeholder buffer; keep it after the reply.
+        // Anything written to this connection by the command itself (a RESP3 push for its own
+        // subscription) went to the placeholder buffer; like Redis, it precedes the reply.
         let pushed = std::mem::replace(&mut client.out, out);
         if !pushed.is_empty() {
+            let reply = client.out.split_off(start_len);
             client.out.extend_from_slice(&pushed);
+            client.out.extend_from_slice(&reply);
         }
         if !client.out.is_empty() && !client.pending {
             client.pending = true;
             core.pending.push_back(conn);
         }
+        blocked
     }
 
-    /// Runs due timers: active expiry, statistics sampling, idle-client timeouts.
+    /// Offers changed keys to parked clients, first come first served, until nothing changes.
+    fn serve_ready_keys(&mut self) {
+        // Each retry that succeeds consumes data; a retry can also make other keys ready
+        // (BLMOVE pushes), so loop until quiet. Bounded: every successful retry releases a
+        // client, and a key is only re-offered after a further change.
+        while !self.core.ready_keys.is_empty() {
+            let keys = std::mem::take(&mut self.core.ready_keys);
+            for key in keys {
+                let waiting: Vec<ConnId> = match self.core.blocked_on.get(&key) {
+                    Some(q) => q.iter().copied().collect(),
+                    None => continue,
+                };
+                for conn in waiting {
+                    let Some(args) = self
+                        .core
+                        .clients
+                        .get(&conn)
+                        .and_then(|c| c.blocked.as_ref())
+                        .map(|b| b.args.clone())
+                    else {
+                        continue;
+                    };
+                    let parked_again = self.execute(conn, &args);
+                    if !parked_again {
+                        self.core.unpark(conn);
+                        self.run_queued(conn);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs requests a released client pipelined while parked, until it parks again.
+    fn run_queued(&mut self, conn: ConnId) {
+        loop {
+            let Some(client) = self.core.clients.get_mut(&conn) else {
+                return;
+            };
+            if client.blocked.is_some() || client.closing {
+                return;
+            }
+            let Some(args) = client.queued_requests.pop_front() else {
+                return;
+            };
+            self.execute(conn, &args);
+        }
+    }
+
+    /// Runs due timers: blocking timeouts, active expiry, statistics, idle-client timeouts.
     pub fn handle_timeout(&mut self, now: Micros) {
         self.advance(now);
         let now_ms = self.core.now.as_millis();
+        self.expire_blocked(now_ms);
         if now_ms < self.core.next_cron_ms {
             return;
         }
@@ -324,13 +532,20 @@ impl Node {
         } else {
             EXPIRE_KEYS_PER_TICK
         };
-        let (_, more) = core.db.expire_due(now_ms, budget, |_| {});
+        let mut expired: Vec<Vec<u8>> = Vec::new();
+        let (_, more) = core
+            .db
+            .expire_due(now_ms, budget, |e| expired.push(e.key().to_vec()));
+        for key in &expired {
+            core.after_expiry(key);
+        }
         core.stats.sample(now_ms);
         if core.config.timeout_s > 0 {
             let limit_ms = core.config.timeout_s * 1000;
             let idle: Vec<ConnId> = core
                 .clients
                 .values()
+                .filter(|c| c.blocked.is_none() && c.subscriptions() == 0)
                 .filter(|c| now_ms.saturating_sub(c.last_interaction_ms) > limit_ms)
                 .map(|c| c.id)
                 .collect();
@@ -343,12 +558,33 @@ impl Node {
         if core.buggify.fire("delay_timer") {
             core.next_cron_ms += period_ms * 3;
         }
+        self.serve_ready_keys();
+    }
+
+    /// Sends the timeout reply to parked clients whose deadline has passed.
+    fn expire_blocked(&mut self, now_ms: u64) {
+        while let Some(&(deadline, conn)) = self.core.block_deadlines.first() {
+            if deadline > now_ms {
+                break;
+            }
+            if let Some(b) = self.core.unpark(conn) {
+                self.core.write_to(conn, |w| b.on_timeout.write(w));
+            } else {
+                self.core.block_deadlines.remove(&(deadline, conn));
+            }
+            self.run_queued(conn);
+        }
     }
 
     /// The earliest time the node wants [`Node::handle_timeout`] called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Micros> {
-        Some(Micros::from_millis(self.core.next_cron_ms))
+        let cron = self.core.next_cron_ms;
+        let next = match self.core.next_block_deadline_ms() {
+            Some(d) => cron.min(d),
+            None => cron,
+        };
+        Some(Micros::from_millis(next))
     }
 
     /// The next effect for the driver to carry out, or `None` when there is nothing to do.
@@ -366,6 +602,7 @@ impl Node {
                     let rest = data.split_off(data.len() / 2);
                     client.out.extend_from_slice(&rest);
                     core.pending.push_front(conn);
+                    core.stats.net_output_bytes += data.len() as u64;
                     return Some(Output::Write { conn, data });
                 }
                 core.stats.net_output_bytes += data.len() as u64;
@@ -378,7 +615,7 @@ impl Node {
             }
             client.pending = false;
             if client.closing {
-                core.clients.remove(&conn);
+                core.forget_client(conn);
                 return Some(Output::Close { conn });
             }
         }
@@ -415,6 +652,40 @@ impl Node {
                 assert!(
                     core.pending.contains(id),
                     "pending connection missing from the queue"
+                );
+            }
+            if let Some(b) = &c.blocked {
+                for k in &b.keys {
+                    assert!(
+                        core.blocked_on.get(k).is_some_and(|q| q.contains(id)),
+                        "parked client missing from its key's queue"
+                    );
+                }
+                if let Some(d) = b.deadline_ms {
+                    assert!(core.block_deadlines.contains(&(d, *id)), "deadline not indexed");
+                }
+            } else {
+                assert!(c.queued_requests.is_empty(), "requests queued behind no block");
+            }
+            for ch in &c.channels {
+                assert!(core.channels.get(ch).is_some_and(|s| s.contains(id)));
+            }
+            for p in &c.patterns {
+                assert!(core.patterns.get(p).is_some_and(|s| s.contains(id)));
+            }
+            for k in &c.watched {
+                assert!(core.watched_keys.get(k).is_some_and(|s| s.contains(id)));
+            }
+        }
+        for (key, q) in &core.blocked_on {
+            assert!(!q.is_empty(), "empty parking queue kept");
+            for conn in q {
+                assert!(
+                    core.clients
+                        .get(conn)
+                        .and_then(|c| c.blocked.as_ref())
+                        .is_some_and(|b| b.keys.contains(key)),
+                    "queue holds a client not parked on that key"
                 );
             }
         }

@@ -30,6 +30,14 @@ impl<'a> ReplyWriter<'a> {
         self.proto
     }
 
+    /// A second writer on the same buffer (for commands run inside EXEC).
+    pub fn reborrow(&mut self) -> ReplyWriter<'_> {
+        ReplyWriter {
+            buf: self.buf,
+            proto: self.proto,
+        }
+    }
+
     /// Switches the encoding for what follows (HELLO replies in the protocol it negotiated).
     pub fn set_protocol(&mut self, proto: Protocol) {
         self.proto = proto;

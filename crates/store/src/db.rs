@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use hashbrown::HashTable;
 
-use crate::hash::key_hash;
+use crate::keyhash::key_hash;
 use crate::value::Value;
 
 /// Number of hash slots; the top `SLOT_BITS` bits of a key's hash choose its slot.

@@ -6,9 +6,17 @@
 pub mod db;
 pub mod glob;
 pub mod hash;
+pub mod keyhash;
+pub mod list;
+pub mod set;
 pub mod value;
+pub mod zset;
 
 pub use db::{Db, DbStats, Entry, SLOT_COUNT};
 pub use glob::glob_match;
-pub use hash::key_hash;
+pub use keyhash::key_hash;
+pub use hash::Hash;
+pub use list::List;
+pub use set::Set;
 pub use value::{Str, Value};
+pub use zset::ZSet;

@@ -1,15 +1,20 @@
 //! Values stored under keys.
 //!
-//! Only strings exist so far; lists, hashes, sets and sorted sets join as variants of [`Value`]
-//! (each carrying the CRDT metadata replication needs), so every command matches on one enum and
-//! a type clash is always a `WRONGTYPE` decided in one place.
+//! One enum over every Redis type, so every command matches on it and a type clash is always a
+//! `WRONGTYPE` decided in one place.
 
 use std::borrow::Cow;
+
+use crate::{Hash, List, Set, ZSet};
 
 /// A value of any Redis type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(Str),
+    List(List),
+    Hash(Hash),
+    Set(Set),
+    ZSet(ZSet),
 }
 
 impl Value {
@@ -17,6 +22,10 @@ impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 
@@ -25,6 +34,10 @@ impl Value {
     pub fn encoding(&self) -> &'static str {
         match self {
             Value::Str(s) => s.encoding(),
+            Value::List(v) => v.encoding(),
+            Value::Hash(v) => v.encoding(),
+            Value::Set(v) => v.encoding(),
+            Value::ZSet(v) => v.encoding(),
         }
     }
 
@@ -33,6 +46,10 @@ impl Value {
         match self {
             Value::Str(Str::Int(_)) => 0,
             Value::Str(Str::Raw(v)) => v.capacity(),
+            Value::List(v) => v.heap_bytes(),
+            Value::Hash(v) => v.heap_bytes(),
+            Value::Set(v) => v.heap_bytes(),
+            Value::ZSet(v) => v.heap_bytes(),
         }
     }
 }

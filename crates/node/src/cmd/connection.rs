@@ -41,7 +41,18 @@ pub const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-fn ping(_core: &mut Core, call: &mut Call) {
+fn ping(core: &mut Core, call: &mut Call) {
+    let subscribed_resp2 = core
+        .clients
+        .get(&call.conn)
+        .is_some_and(|c| c.proto == Protocol::Resp2 && c.subscriptions() > 0);
+    if subscribed_resp2 && call.argc() <= 2 {
+        // In RESP2 subscribed mode PING answers in the shape of a message.
+        call.out.array_len(2);
+        call.out.bulk(b"pong");
+        call.out.bulk(if call.argc() == 2 { call.arg(1) } else { b"" });
+        return;
+    }
     match call.argc() {
         1 => call.out.simple(b"PONG"),
         2 => call.out.bulk(call.arg(1)),
@@ -163,6 +174,11 @@ fn quit(core: &mut Core, call: &mut Call) {
 }
 
 fn reset(core: &mut Core, call: &mut Call) {
+    crate::cmd::tx::unwatch_all(core, call.conn);
+    crate::cmd::pubsub::unsubscribe_all(core, call.conn);
+    if let Some(c) = core.clients.get_mut(&call.conn) {
+        c.multi = None;
+    }
     let needs_auth = core.config.requirepass.is_some();
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.proto = Protocol::Resp2;

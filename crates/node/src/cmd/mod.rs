@@ -5,9 +5,15 @@ use crate::command::CommandSpec;
 
 pub mod connection;
 pub mod expire;
+pub mod hash;
 pub mod keys;
+pub mod list;
+pub mod pubsub;
 pub mod server;
+pub mod set;
 pub mod string;
+pub mod tx;
+pub mod zset;
 
 pub const FAMILIES: &[&[CommandSpec]] = &[
     connection::COMMANDS,
@@ -15,4 +21,10 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     keys::COMMANDS,
     expire::COMMANDS,
     string::COMMANDS,
+    list::COMMANDS,
+    hash::COMMANDS,
+    set::COMMANDS,
+    zset::COMMANDS,
+    tx::COMMANDS,
+    pubsub::COMMANDS,
 ];

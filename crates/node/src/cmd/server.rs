@@ -64,6 +64,7 @@ fn flush(core: &mut Core, call: &mut Call) {
         2 if is(call.arg(1), "async") || is(call.arg(1), "sync") => {}
         _ => return call.syntax_error(),
     }
+    core.touch_all_watched();
     core.db.clear();
     call.ok();
 }
@@ -164,9 +165,10 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
         "clients" => {
             let _ = write!(
                 t,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\ntracking_clients:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\n",
                 core.clients.len(),
-                core.config.maxclients
+                core.config.maxclients,
+                core.blocked_clients()
             );
         }
         "memory" => {
@@ -194,7 +196,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntotal_error_replies:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -204,6 +206,8 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 core.db.stats().expired_keys,
                 s.keyspace_hits,
                 s.keyspace_misses,
+                core.channels.len(),
+                core.patterns.len(),
                 s.total_error_replies,
             );
         }

@@ -12,8 +12,8 @@ use lattice_resp::ReplyWriter;
 use lattice_store::{Str, Value};
 
 use crate::args::{is, parse_i64, NOT_INTEGER, OVERFLOW};
-use crate::command::{spec, Call, CommandSpec};
 use crate::cmd::expire::{invalid_expire, to_deadline_ms, Unit};
+use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
 const STRING: &str = "string";
@@ -24,6 +24,8 @@ const WF: &[&str] = &["write", "denyoom", "fast"];
 const R: &[&str] = &["readonly"];
 const RF: &[&str] = &["readonly", "fast"];
 
+// One line per command reads best as a table.
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     spec("get", 2, RF, (1, 1, 1), STRING, "1.0.0", "Get the value of a key", get),
     spec("set", -3, W, (1, 1, 1), STRING, "1.0.0", "Set the string value of a key", set),
@@ -68,7 +70,11 @@ fn as_str_mut(value: &mut Value) -> Option<&mut Str> {
 }
 
 /// The string at `key` for reading (counts a keyspace hit or miss).
-fn read_str<'c>(core: &'c mut Core, key: &[u8], now_ms: u64) -> Result<Option<&'c mut Str>, WrongType> {
+fn read_str<'c>(
+    core: &'c mut Core,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<Option<&'c mut Str>, WrongType> {
     match core.lookup_read(key, now_ms) {
         None => Ok(None),
         Some(e) => as_str_mut(&mut e.value).map(Some).ok_or(WrongType),
@@ -76,7 +82,11 @@ fn read_str<'c>(core: &'c mut Core, key: &[u8], now_ms: u64) -> Result<Option<&'
 }
 
 /// The string at `key` for writing (no hit/miss counting).
-fn write_str<'c>(core: &'c mut Core, key: &[u8], now_ms: u64) -> Result<Option<&'c mut Str>, WrongType> {
+fn write_str<'c>(
+    core: &'c mut Core,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<Option<&'c mut Str>, WrongType> {
     match core.lookup_write(key, now_ms) {
         None => Ok(None),
         Some(e) => as_str_mut(&mut e.value).map(Some).ok_or(WrongType),
@@ -234,7 +244,14 @@ fn get_generic(core: &mut Core, call: &mut Call, key: &[u8]) -> bool {
 }
 
 /// Redis's `setGenericCommand`: expiry validation, GET, the NX/XX condition, then the write.
-fn set_generic(core: &mut Core, call: &mut Call, opts: &ExtOpts, value: &[u8], name: &str, reply: SetReply) {
+fn set_generic(
+    core: &mut Core,
+    call: &mut Call,
+    opts: &ExtOpts,
+    value: &[u8],
+    name: &str,
+    reply: SetReply,
+) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
     let deadline = match opts.expire {
@@ -360,8 +377,12 @@ fn getset(core: &mut Core, call: &mut Call) {
     if !get_generic(core, call, key) {
         return;
     }
-    core.db
-        .insert(key, Value::Str(Str::from_bytes(call.arg(2))), None, call.now_ms);
+    core.db.insert(
+        key,
+        Value::Str(Str::from_bytes(call.arg(2))),
+        None,
+        call.now_ms,
+    );
 }
 
 fn mget(core: &mut Core, call: &mut Call) {
@@ -375,9 +396,11 @@ fn mget(core: &mut Core, call: &mut Call) {
 }
 
 fn mset_generic(core: &mut Core, call: &mut Call, nx: bool) {
-    if call.argc() % 2 == 0 {
+    if call.argc().is_multiple_of(2) {
         let name = if nx { "msetnx" } else { "mset" };
-        return call.error(&format!("ERR wrong number of arguments for '{name}' command"));
+        return call.error(&format!(
+            "ERR wrong number of arguments for '{name}' command"
+        ));
     }
     let now_ms = call.now_ms;
     if nx
@@ -583,7 +606,8 @@ fn incrbyfloat(core: &mut Core, call: &mut Call) {
     match write_str(core, key, now_ms) {
         Ok(Some(s)) => *s = Str::Raw(text),
         _ => {
-            core.db.insert(key, Value::Str(Str::Raw(text)), None, now_ms);
+            core.db
+                .insert(key, Value::Str(Str::Raw(text)), None, now_ms);
         }
     }
 }

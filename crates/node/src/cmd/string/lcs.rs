@@ -66,9 +66,8 @@ pub fn lcs(core: &mut Core, call: &mut Call) {
     // proto-max-bulk-len bytes, which also bounds the work here.
     let cells = (a.len() as u64 + 1) * (b.len() as u64 + 1);
     if cells.saturating_mul(4) > core.config.proto_max_bulk_len {
-        return call.error(
-            "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
-        );
+        return call
+            .error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len");
     }
 
     let table = Table::build(&a, &b);

@@ -1,0 +1,5 @@
+//! hash commands (being written).
+
+use crate::command::CommandSpec;
+
+pub const COMMANDS: &[CommandSpec] = &[];

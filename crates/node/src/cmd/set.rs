@@ -1,0 +1,5 @@
+//! set commands (being written).
+
+use crate::command::CommandSpec;
+
+pub const COMMANDS: &[CommandSpec] = &[];

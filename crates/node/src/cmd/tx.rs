@@ -1,0 +1,113 @@
+//! Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+//!
+//! EXEC runs the queued commands back to back inside one call of the node, which executes one
+//! request at a time, so no other client's command can interleave: atomic and isolated by
+//! construction. WATCH is optimistic: any change reported through `Core::modified` (writes,
+//! deletes, expiry, FLUSH) marks the watching clients, and their next EXEC fails.
+
+use crate::client::{ConnId, MultiState};
+use crate::command::{spec, Call, CommandSpec};
+use crate::node::Core;
+
+const TX: &str = "transactions";
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec("multi", 1, &["noscript", "loading", "stale", "fast", "allow-busy"], (0, 0, 0), TX, "1.2.0", "Starts a transaction.", multi),
+    spec("exec", 1, &["noscript", "loading", "stale", "skip-slowlog"], (0, 0, 0), TX, "1.2.0", "Executes all commands in a transaction.", exec),
+    spec("discard", 1, &["noscript", "loading", "stale", "fast", "allow-busy"], (0, 0, 0), TX, "2.0.0", "Discards a transaction.", discard),
+    spec("watch", -2, &["noscript", "loading", "stale", "fast", "allow-busy"], (1, -1, 1), TX, "2.2.0", "Monitors changes to keys to determine the execution of a transaction.", watch),
+    spec("unwatch", 1, &["noscript", "loading", "stale", "fast", "allow-busy"], (0, 0, 0), TX, "2.2.0", "Forgets about watched keys of a transaction.", unwatch),
+];
+
+fn multi(core: &mut Core, call: &mut Call) {
+    let Some(c) = core.clients.get_mut(&call.conn) else {
+        return;
+    };
+    if c.multi.is_some() {
+        return call.error("ERR MULTI calls can not be nested");
+    }
+    c.multi = Some(MultiState::default());
+    call.ok();
+}
+
+fn discard(core: &mut Core, call: &mut Call) {
+    let Some(c) = core.clients.get_mut(&call.conn) else {
+        return;
+    };
+    if c.multi.take().is_none() {
+        return call.error("ERR DISCARD without MULTI");
+    }
+    unwatch_all(core, call.conn);
+    call.ok();
+}
+
+fn exec(core: &mut Core, call: &mut Call) {
+    let Some(c) = core.clients.get_mut(&call.conn) else {
+        return;
+    };
+    let Some(multi) = c.multi.take() else {
+        return call.error("ERR EXEC without MULTI");
+    };
+    let dirty = c.dirty_cas;
+    unwatch_all(core, call.conn);
+    if multi.errored {
+        return call.error("EXECABORT Transaction discarded because of previous errors.");
+    }
+    if dirty {
+        return call.out.null_array();
+    }
+    call.out.array_len(multi.queued.len());
+    for (spec, args) in &multi.queued {
+        let mut sub = Call::new(call.conn, args, call.now, call.out.reborrow());
+        sub.in_exec = true;
+        core.run_handler(spec, &mut sub);
+        if let Some(code) = sub.error_code.take() {
+            core.stats.total_error_replies += 1;
+            *core.stats.errors.entry(code).or_insert(0) += 1;
+        }
+        // A queued command may change the protocol (HELLO) for what follows.
+        let proto = sub.out.protocol();
+        call.out.set_protocol(proto);
+    }
+}
+
+fn watch(core: &mut Core, call: &mut Call) {
+    let conn = call.conn;
+    let Some(c) = core.clients.get_mut(&conn) else {
+        return;
+    };
+    if c.multi.is_some() {
+        return call.error("ERR WATCH inside MULTI is not allowed");
+    }
+    for key in &call.args[1..] {
+        let c = core.clients.get_mut(&conn).expect("checked above");
+        if c.watched.iter().any(|k| k == key) {
+            continue;
+        }
+        c.watched.push(key.clone());
+        core.watched_keys.entry(key.clone()).or_default().insert(conn);
+    }
+    call.ok();
+}
+
+fn unwatch(core: &mut Core, call: &mut Call) {
+    unwatch_all(core, call.conn);
+    call.ok();
+}
+
+/// Forgets every key `conn` watches and clears its dirty flag.
+pub fn unwatch_all(core: &mut Core, conn: ConnId) {
+    let Some(c) = core.clients.get_mut(&conn) else {
+        return;
+    };
+    let keys = std::mem::take(&mut c.watched);
+    c.dirty_cas = false;
+    for key in keys {
+        if let Some(set) = core.watched_keys.get_mut(&key) {
+            set.remove(&conn);
+            if set.is_empty() {
+                core.watched_keys.remove(&key);
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The List value type (being written).
+
+/// A Redis list value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct List {}
+
+impl List {
+    pub fn new() -> List {
+        List {}
+    }
+
+    pub fn len(&self) -> usize {
+        0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What OBJECT ENCODING reports.
+    pub fn encoding(&self) -> &'static str {
+        "listpack"
+    }
+
+    /// Approximate heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        0
+    }
+}
