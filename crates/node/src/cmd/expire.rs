@@ -3,6 +3,7 @@
 //! will ship (a relative TTL would mean something different on every replica).
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
+use crate::cmd::pubsub::EVENT_GENERIC;
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -111,8 +112,12 @@ fn expire_generic(core: &mut Core, call: &mut Call, unit: Unit, relative: bool, 
     }
     if when <= now_ms as i64 {
         core.db.remove(key);
+        core.modified(key);
+        core.notify(EVENT_GENERIC, "del", key);
     } else {
         core.db.set_expire(key, Some(when as u64));
+        core.modified(key);
+        core.notify(EVENT_GENERIC, "expire", key);
     }
     call.out.integer(1);
 }
@@ -166,6 +171,8 @@ fn persist(core: &mut Core, call: &mut Call) {
     };
     if had {
         core.db.set_expire(key, None);
+        core.modified(key);
+        core.notify(EVENT_GENERIC, "persist", key);
     }
     call.out.integer(had as i64);
 }

@@ -2,6 +2,7 @@
 //! TOUCH, COPY, OBJECT.
 
 use crate::args::{is, parse_i64, NO_SUCH_KEY, SYNTAX};
+use crate::cmd::pubsub::EVENT_GENERIC;
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 use lattice_store::{glob_match, SLOT_COUNT};
@@ -45,6 +46,8 @@ fn del(core: &mut Core, call: &mut Call) {
         // An expired key is reclaimed by the lookup and does not count as deleted.
         if core.exists(key, call.now_ms) {
             core.db.remove(key);
+            core.modified(key);
+            core.notify(EVENT_GENERIC, "del", key);
             n += 1;
         }
     }
@@ -171,6 +174,10 @@ fn move_key(core: &mut Core, src: &[u8], dst: &[u8], now_ms: u64) -> bool {
     let entry = core.db.remove(src).expect("exists");
     let deadline = entry.expire_at_ms();
     core.db.insert(dst, entry.value, deadline, now_ms);
+    core.modified(src);
+    core.modified(dst);
+    core.notify(EVENT_GENERIC, "rename_from", src);
+    core.notify(EVENT_GENERIC, "rename_to", dst);
     true
 }
 
@@ -252,6 +259,8 @@ fn copy(core: &mut Core, call: &mut Call) {
         return call.out.integer(0);
     }
     core.db.insert(dst, value, deadline, now_ms);
+    core.modified(dst);
+    core.notify(EVENT_GENERIC, "copy_to", dst);
     call.out.integer(1);
 }
 

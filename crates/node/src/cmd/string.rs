@@ -13,6 +13,7 @@ use lattice_store::{Str, Value};
 
 use crate::args::{is, parse_i64, NOT_INTEGER, OVERFLOW};
 use crate::cmd::expire::{invalid_expire, to_deadline_ms, Unit};
+use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_STRING};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -56,6 +57,25 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+/// Reports a change a string command made to `key`, as Redis does: the `new` event when the
+/// key was created, the modification hook (WATCH, blocked clients), then the command's event.
+fn changed(core: &mut Core, key: &[u8], created: bool, event: &str) {
+    if created {
+        core.notify(EVENT_NEW, "new", key);
+    }
+    core.modified(key);
+    core.notify(EVENT_STRING, event, key);
+}
+
+/// Stores a string under `key` with `deadline`, replacing any value, and reports it as `event`.
+fn store(core: &mut Core, key: &[u8], s: Str, deadline: Option<u64>, now_ms: u64, event: &str) {
+    let created = core
+        .db
+        .insert(key, Value::Str(s), deadline, now_ms)
+        .is_none();
+    changed(core, key, created, event);
+}
 
 /// The key holds a value of another type.
 struct WrongType;
@@ -280,8 +300,10 @@ fn set_generic(
         None if opts.keepttl => existing.flatten(),
         None => None,
     };
-    core.db
-        .insert(key, Value::Str(Str::from_bytes(value)), deadline, now_ms);
+    store(core, key, Str::from_bytes(value), deadline, now_ms, "set");
+    if opts.expire.is_some() {
+        core.notify(EVENT_GENERIC, "expire", key);
+    }
     if !opts.get {
         match reply {
             SetReply::OkNil => call.ok(),
@@ -349,12 +371,24 @@ fn getex(core: &mut Core, call: &mut Call) {
     match deadline {
         Some((kind, t)) if !kind.relative() && t <= now_ms as i64 => {
             core.db.remove(key);
+            core.modified(key);
+            core.notify(EVENT_GENERIC, "del", key);
         }
         Some((_, t)) => {
             core.db.set_expire(key, Some(t as u64));
+            core.modified(key);
+            core.notify(EVENT_GENERIC, "expire", key);
         }
         None if opts.persist => {
-            core.db.set_expire(key, None);
+            let had = core
+                .db
+                .get_raw(key)
+                .is_some_and(|e| e.expire_at_ms().is_some());
+            if had {
+                core.db.set_expire(key, None);
+                core.modified(key);
+                core.notify(EVENT_GENERIC, "persist", key);
+            }
         }
         None => {}
     }
@@ -368,6 +402,8 @@ fn getdel(core: &mut Core, call: &mut Call) {
         Ok(Some(s)) => {
             reply_str(&mut call.out, s);
             core.db.remove(key);
+            core.modified(key);
+            core.notify(EVENT_GENERIC, "del", key);
         }
     }
 }
@@ -377,11 +413,13 @@ fn getset(core: &mut Core, call: &mut Call) {
     if !get_generic(core, call, key) {
         return;
     }
-    core.db.insert(
+    store(
+        core,
         key,
-        Value::Str(Str::from_bytes(call.arg(2))),
+        Str::from_bytes(call.arg(2)),
         None,
         call.now_ms,
+        "set",
     );
 }
 
@@ -411,8 +449,7 @@ fn mset_generic(core: &mut Core, call: &mut Call, nx: bool) {
         return call.out.integer(0);
     }
     for kv in call.args[1..].chunks(2) {
-        core.db
-            .insert(&kv[0], Value::Str(Str::from_bytes(&kv[1])), None, now_ms);
+        store(core, &kv[0], Str::from_bytes(&kv[1]), None, now_ms, "set");
     }
     if nx {
         call.out.integer(1);
@@ -439,8 +476,7 @@ fn append(core: &mut Core, call: &mut Call) {
     match write_str(core, key, now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(None) => {
-            core.db
-                .insert(key, Value::Str(Str::from_bytes(tail)), None, now_ms);
+            store(core, key, Str::from_bytes(tail), None, now_ms, "append");
             call.out.integer(tail.len() as i64);
         }
         Ok(Some(s)) => {
@@ -451,6 +487,7 @@ fn append(core: &mut Core, call: &mut Call) {
             let v = s.make_raw();
             v.extend_from_slice(tail);
             call.out.integer(v.len() as i64);
+            changed(core, key, false, "append");
         }
     }
 }
@@ -524,7 +561,7 @@ fn setrange(core: &mut Core, call: &mut Call) {
         Ok(None) => {
             let mut v = vec![0u8; needed as usize];
             v[offset as usize..].copy_from_slice(value);
-            core.db.insert(key, Value::Str(Str::Raw(v)), None, now_ms);
+            store(core, key, Str::Raw(v), None, now_ms, "setrange");
             call.out.integer(needed as i64);
         }
         Ok(Some(s)) => {
@@ -535,6 +572,7 @@ fn setrange(core: &mut Core, call: &mut Call) {
             }
             v[offset..needed].copy_from_slice(value);
             call.out.integer(v.len() as i64);
+            changed(core, key, false, "setrange");
         }
     }
 }
@@ -558,10 +596,11 @@ fn incr_decr(core: &mut Core, call: &mut Call, by: i64) {
     };
     match write_str(core, key, now_ms) {
         // An existing counter keeps its time to live.
-        Ok(Some(s)) => *s = Str::Int(new),
-        _ => {
-            core.db.insert(key, Value::Str(Str::Int(new)), None, now_ms);
+        Ok(Some(s)) => {
+            *s = Str::Int(new);
+            changed(core, key, false, "incrby");
         }
+        _ => store(core, key, Str::Int(new), None, now_ms, "incrby"),
     }
     call.out.integer(new);
 }
@@ -604,10 +643,10 @@ fn incrbyfloat(core: &mut Core, call: &mut Call) {
     call.out.bulk(&text);
     // Stored as the text (never integer-encoded), keeping any time to live.
     match write_str(core, key, now_ms) {
-        Ok(Some(s)) => *s = Str::Raw(text),
-        _ => {
-            core.db
-                .insert(key, Value::Str(Str::Raw(text)), None, now_ms);
+        Ok(Some(s)) => {
+            *s = Str::Raw(text);
+            changed(core, key, false, "incrbyfloat");
         }
+        _ => store(core, key, Str::Raw(text), None, now_ms, "incrbyfloat"),
     }
 }

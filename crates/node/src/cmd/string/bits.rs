@@ -1,9 +1,9 @@
 //! Bitmap commands on strings: SETBIT, GETBIT, BITCOUNT, BITPOS. Bit 0 is the most significant
 //! bit of the first byte.
 
-use lattice_store::{Str, Value};
+use lattice_store::Str;
 
-use super::{opt_is, read_str, write_str, WrongType};
+use super::{changed, opt_is, read_str, store, write_str, WrongType};
 use crate::args::{parse_i64, NOT_INTEGER};
 use crate::command::Call;
 use crate::node::Core;
@@ -44,12 +44,13 @@ pub fn setbit(core: &mut Core, call: &mut Call) {
             if on {
                 v[byte] |= mask;
             }
-            core.db.insert(key, Value::Str(Str::Raw(v)), None, now_ms);
+            store(core, key, Str::Raw(v), None, now_ms, "setbit");
             call.out.integer(0);
         }
         Ok(Some(s)) => {
             let v = s.make_raw();
-            if v.len() <= byte {
+            let grew = v.len() <= byte;
+            if grew {
                 v.resize(byte + 1, 0);
             }
             let old = v[byte] & mask != 0;
@@ -59,6 +60,10 @@ pub fn setbit(core: &mut Core, call: &mut Call) {
                 v[byte] &= !mask;
             }
             call.out.integer(old as i64);
+            // Redis reports the change only when the string grew or the bit flipped.
+            if grew || old != on {
+                changed(core, key, false, "setbit");
+            }
         }
     }
 }

@@ -1,0 +1,77 @@
+//! Drives a real `Node` through its public entry points and collects what it writes per
+//! connection.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, Output};
+
+pub struct Harness {
+    pub node: Node,
+    pub now_ms: u64,
+    written: BTreeMap<u64, Vec<u8>>,
+    closed: Vec<u64>,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        let now_ms = 1_700_000_000_000;
+        Harness {
+            node: Node::new(Config::default(), 1, Buggify::disabled(), Micros::from_millis(now_ms)),
+            now_ms,
+            written: BTreeMap::new(),
+            closed: Vec::new(),
+        }
+    }
+
+    pub fn connect(&mut self, id: u64) {
+        let now = Micros::from_millis(self.now_ms);
+        self.node.handle(
+            now,
+            Input::Connected {
+                conn: ConnId(id),
+                peer_addr: format!("127.0.0.1:{}", 40000 + id),
+                local_addr: "127.0.0.1:6379".into(),
+            },
+        );
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.node.poll_output() {
+            match out {
+                Output::Write { conn, data } => {
+                    self.written.entry(conn.0).or_default().extend_from_slice(&data)
+                }
+                Output::Close { conn } => self.closed.push(conn.0),
+            }
+        }
+        self.node.check_invariants();
+    }
+
+    /// Sends one command and returns (and forgets) everything written to `id` since.
+    pub fn cmd(&mut self, id: u64, args: &[&str]) -> String {
+        let now = Micros::from_millis(self.now_ms);
+        let args = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect();
+        self.node.handle(now, Input::Request { conn: ConnId(id), args });
+        self.drain();
+        self.take(id)
+    }
+
+    /// Everything written to `id` and not yet taken.
+    pub fn take(&mut self, id: u64) -> String {
+        String::from_utf8_lossy(&self.written.remove(&id).unwrap_or_default()).into_owned()
+    }
+
+    pub fn advance(&mut self, ms: u64) {
+        self.now_ms += ms;
+        self.node.handle_timeout(Micros::from_millis(self.now_ms));
+        self.drain();
+    }
+
+    pub fn is_closed(&self, id: u64) -> bool {
+        self.closed.contains(&id)
+    }
+}

@@ -1,0 +1,177 @@
+//! MULTI/EXEC/WATCH and pub/sub through the node's real entry points.
+
+mod harness;
+use harness::Harness;
+
+#[test]
+fn exec_runs_queued_commands_atomically() {
+    let mut h = Harness::new();
+    h.connect(1);
+    assert_eq!(h.cmd(1, &["MULTI"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["PING"]), "+QUEUED\r\n");
+    assert_eq!(h.cmd(1, &["ECHO", "x"]), "+QUEUED\r\n");
+    assert_eq!(h.cmd(1, &["EXEC"]), "*2\r\n+PONG\r\n$1\r\nx\r\n");
+    assert_eq!(h.cmd(1, &["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    assert_eq!(h.cmd(1, &["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+}
+
+#[test]
+fn queueing_errors_abort_the_transaction() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.cmd(1, &["MULTI"]);
+    assert!(h.cmd(1, &["NOSUCH"]).starts_with("-ERR unknown command"));
+    assert!(h.cmd(1, &["ECHO"]).starts_with("-ERR wrong number"));
+    assert_eq!(
+        h.cmd(1, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(h.cmd(1, &["MULTI"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["MULTI"]), "-ERR MULTI calls can not be nested\r\n");
+    assert_eq!(h.cmd(1, &["WATCH", "k"]), "-ERR WATCH inside MULTI is not allowed\r\n");
+    assert_eq!(h.cmd(1, &["DISCARD"]), "+OK\r\n");
+}
+
+#[test]
+fn watch_sees_writes_deletes_and_expiry_by_others() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    // A write by another client fails the EXEC.
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["EXPIRE", "k", "100"]); // no such key: not a change
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(h.cmd(1, &["EXEC"]), "*1\r\n+PONG\r\n", "a no-op must not fail EXEC");
+    h.cmd(2, &["COPY", "none", "k"]);
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["DEL", "nothing"]);
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(h.cmd(1, &["EXEC"]), "*1\r\n+PONG\r\n");
+    // UNWATCH forgets; FLUSHALL of an existing watched key fails the EXEC.
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(1, &["UNWATCH"]);
+    h.cmd(1, &["MULTI"]);
+    assert_eq!(h.cmd(1, &["EXEC"]), "*0\r\n");
+}
+
+#[test]
+fn rename_of_a_watched_key_fails_exec() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    h.cmd(2, &["COPY", "x", "y"]);
+    h.cmd(1, &["WATCH", "dst"]);
+    // Create a source with a key command only (strings may be absent in this test's scope).
+    h.cmd(2, &["RENAME", "missing", "dst"]);
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(h.cmd(1, &["EXEC"]), "*1\r\n+PONG\r\n", "a failed RENAME changes nothing");
+}
+
+#[test]
+fn pubsub_delivers_messages_and_patterns() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    assert_eq!(
+        h.cmd(1, &["SUBSCRIBE", "news", "sport"]),
+        "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n*3\r\n$9\r\nsubscribe\r\n$5\r\nsport\r\n:2\r\n"
+    );
+    assert_eq!(h.cmd(2, &["PUBLISH", "news", "hi"]), ":1\r\n");
+    assert_eq!(h.take(1), "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
+    // RESP2 subscribers may only run pub/sub commands.
+    assert!(h.cmd(1, &["ECHO", "x"]).starts_with("-ERR Can't execute 'echo'"));
+    assert_eq!(h.cmd(1, &["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    assert_eq!(
+        h.cmd(2, &["PSUBSCRIBE", "n*"]),
+        "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:1\r\n"
+    );
+    assert_eq!(h.cmd(1, &["PUBLISH", "news", "x"]), "-ERR Can't execute 'publish': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n");
+    h.connect(3);
+    assert_eq!(h.cmd(3, &["PUBLISH", "news", "x"]), ":2\r\n");
+    assert_eq!(h.take(2), "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$1\r\nx\r\n");
+    assert_eq!(h.cmd(3, &["PUBSUB", "NUMSUB", "news", "none"]), "*4\r\n$4\r\nnews\r\n:1\r\n$4\r\nnone\r\n:0\r\n");
+    assert_eq!(h.cmd(3, &["PUBSUB", "NUMPAT"]), ":1\r\n");
+    h.cmd(1, &["UNSUBSCRIBE"]);
+    assert_eq!(h.cmd(3, &["PUBLISH", "news", "y"]), ":1\r\n");
+    assert_eq!(h.cmd(1, &["ECHO", "ok"]), "$2\r\nok\r\n", "no subscriptions left: back to normal");
+}
+
+#[test]
+fn resp3_publish_to_own_subscription_pushes_before_the_reply() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.cmd(1, &["HELLO", "3"]);
+    h.cmd(1, &["SUBSCRIBE", "c"]);
+    assert_eq!(
+        h.cmd(1, &["PUBLISH", "c", "m"]),
+        ">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n:1\r\n"
+    );
+}
+
+#[test]
+fn keyspace_notifications_follow_the_config() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "KEg"]);
+    h.cmd(2, &["PSUBSCRIBE", "__key*__:*"]);
+    h.take(2);
+    h.cmd(1, &["COPY", "nothing", "k"]);
+    assert_eq!(h.take(2), "", "nothing happened, nothing notified");
+    assert!(h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "Q"]).starts_with("-ERR CONFIG SET failed"));
+}
+
+#[test]
+fn client_reply_off_and_skip() {
+    let mut h = Harness::new();
+    h.connect(1);
+    assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "OFF"]), "");
+    assert_eq!(h.cmd(1, &["PING"]), "");
+    assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "ON"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "SKIP"]), "");
+    assert_eq!(h.cmd(1, &["PING"]), "");
+    assert_eq!(h.cmd(1, &["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn quit_closes_after_the_reply_and_kill_closes_others() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    assert_eq!(h.cmd(2, &["CLIENT", "KILL", "ID", "1"]), ":1\r\n");
+    assert!(h.is_closed(1));
+    assert_eq!(h.cmd(2, &["QUIT"]), "+OK\r\n");
+    assert!(h.is_closed(2));
+}
+
+#[test]
+fn watch_fails_exec_after_a_write_a_delete_an_expiry_or_a_flush() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    let tx = |h: &mut Harness| {
+        h.cmd(1, &["MULTI"]);
+        h.cmd(1, &["PING"]);
+        h.cmd(1, &["EXEC"])
+    };
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["SET", "k", "1"]);
+    assert_eq!(tx(&mut h), "*-1\r\n", "write by another client");
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["DEL", "k"]);
+    assert_eq!(tx(&mut h), "*-1\r\n", "delete");
+    h.cmd(2, &["SET", "k", "1", "PX", "10"]);
+    h.cmd(1, &["WATCH", "k"]);
+    h.advance(200); // active expiry removes it
+    assert_eq!(tx(&mut h), "*-1\r\n", "expiry");
+    h.cmd(2, &["SET", "k", "1"]);
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["FLUSHALL"]);
+    assert_eq!(tx(&mut h), "*-1\r\n", "flush");
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["SET", "other", "1"]);
+    assert_eq!(tx(&mut h), "*1\r\n+PONG\r\n", "unrelated key");
+}
