@@ -30,8 +30,7 @@ pub fn u64_arg(arg: &[u8], message: &'static str) -> Result<u64, &'static str> {
 /// Parses a float the way Redis's `getDoubleFromObject` does: the whole argument must be a
 /// number (`inf`/`-inf` allowed, NaN and surrounding spaces rejected).
 pub fn parse_f64(arg: &[u8]) -> Option<f64> {
-    if arg.is_empty() || arg[0].is_ascii_whitespace() || arg[arg.len() - 1].is_ascii_whitespace()
-    {
+    if arg.is_empty() || arg[0].is_ascii_whitespace() || arg[arg.len() - 1].is_ascii_whitespace() {
         return None;
     }
     let s = std::str::from_utf8(arg).ok()?;

@@ -94,7 +94,10 @@ impl Core {
 
     /// Number of clients parked in a blocking command (INFO blocked_clients).
     pub fn blocked_clients(&self) -> usize {
-        self.clients.values().filter(|c| c.blocked.is_some()).count()
+        self.clients
+            .values()
+            .filter(|c| c.blocked.is_some())
+            .count()
     }
 
     /// Registers `conn` as parked with `args` (first time) — or keeps its place (a retry that

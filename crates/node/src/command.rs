@@ -167,7 +167,10 @@ impl CommandTable {
 }
 
 /// Finds the subcommand `sub` of `container`, in any case.
-pub fn find_subcommand(container: &'static CommandSpec, sub: &[u8]) -> Option<&'static CommandSpec> {
+pub fn find_subcommand(
+    container: &'static CommandSpec,
+    sub: &[u8],
+) -> Option<&'static CommandSpec> {
     container
         .subcommands
         .iter()

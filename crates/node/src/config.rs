@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     Memory,
     Bool,
     Enum(&'static [&'static str]),
@@ -33,31 +36,120 @@ const POLICIES: &[&str] = &[
 const PARAMS: &[(&str, &str, Kind)] = &[
     ("activedefrag", "no", Kind::Bool),
     ("active-expire-effort", "1", Kind::Int { min: 1, max: 10 }),
-    ("appendfsync", "everysec", Kind::Enum(&["always", "everysec", "no"])),
+    (
+        "appendfsync",
+        "everysec",
+        Kind::Enum(&["always", "everysec", "no"]),
+    ),
     ("appendonly", "no", Kind::Bool),
     ("bind", "127.0.0.1", Kind::Immutable),
-    ("client-output-buffer-limit", "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", Kind::Str),
+    (
+        "client-output-buffer-limit",
+        "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
+        Kind::Str,
+    ),
     ("close-on-replica-write", "yes", Kind::Bool),
     ("databases", "1", Kind::Immutable),
     ("dir", ".", Kind::Immutable),
-    ("hash-max-listpack-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
-    ("hash-max-listpack-value", "64", Kind::Int { min: 0, max: i64::MAX }),
-    ("hash-max-ziplist-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
-    ("hash-max-ziplist-value", "64", Kind::Int { min: 0, max: i64::MAX }),
+    (
+        "hash-max-listpack-entries",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "hash-max-listpack-value",
+        "64",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "hash-max-ziplist-entries",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "hash-max-ziplist-value",
+        "64",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("hz", "10", Kind::Int { min: 1, max: 500 }),
-    ("latency-monitor-threshold", "0", Kind::Int { min: 0, max: i64::MAX }),
+    (
+        "latency-monitor-threshold",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("lazyfree-lazy-eviction", "no", Kind::Bool),
     ("lazyfree-lazy-expire", "no", Kind::Bool),
     ("lazyfree-lazy-server-del", "no", Kind::Bool),
     ("lazyfree-lazy-user-del", "no", Kind::Bool),
     ("lazyfree-lazy-user-flush", "no", Kind::Bool),
-    ("lfu-decay-time", "1", Kind::Int { min: 0, max: i64::MAX }),
-    ("lfu-log-factor", "10", Kind::Int { min: 0, max: i64::MAX }),
-    ("list-compress-depth", "0", Kind::Int { min: 0, max: i64::MAX }),
-    ("list-max-listpack-size", "-2", Kind::Int { min: i64::MIN, max: i64::MAX }),
-    ("list-max-ziplist-size", "-2", Kind::Int { min: i64::MIN, max: i64::MAX }),
-    ("loglevel", "notice", Kind::Enum(&["debug", "verbose", "notice", "warning"])),
-    ("maxclients", "10000", Kind::Int { min: 1, max: i64::MAX }),
+    (
+        "lfu-decay-time",
+        "1",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "lfu-log-factor",
+        "10",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "list-compress-depth",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "list-max-listpack-size",
+        "-2",
+        Kind::Int {
+            min: i64::MIN,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "list-max-ziplist-size",
+        "-2",
+        Kind::Int {
+            min: i64::MIN,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "loglevel",
+        "notice",
+        Kind::Enum(&["debug", "verbose", "notice", "warning"]),
+    ),
+    (
+        "maxclients",
+        "10000",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
     ("maxmemory", "0", Kind::Memory),
     ("maxmemory-policy", "noeviction", Kind::Enum(POLICIES)),
     ("maxmemory-samples", "5", Kind::Int { min: 1, max: 64 }),
@@ -66,16 +158,86 @@ const PARAMS: &[(&str, &str, Kind)] = &[
     ("proto-max-bulk-len", "536870912", Kind::Memory),
     ("requirepass", "", Kind::Str),
     ("save", "", Kind::Str),
-    ("set-max-intset-entries", "512", Kind::Int { min: 0, max: i64::MAX }),
-    ("set-max-listpack-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
-    ("slowlog-log-slower-than", "10000", Kind::Int { min: -1, max: i64::MAX }),
-    ("slowlog-max-len", "128", Kind::Int { min: 0, max: i64::MAX }),
-    ("stream-node-max-entries", "100", Kind::Int { min: 0, max: i64::MAX }),
-    ("timeout", "0", Kind::Int { min: 0, max: i64::MAX }),
-    ("zset-max-listpack-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
-    ("zset-max-listpack-value", "64", Kind::Int { min: 0, max: i64::MAX }),
-    ("zset-max-ziplist-entries", "128", Kind::Int { min: 0, max: i64::MAX }),
-    ("zset-max-ziplist-value", "64", Kind::Int { min: 0, max: i64::MAX }),
+    (
+        "set-max-intset-entries",
+        "512",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "set-max-listpack-entries",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "slowlog-log-slower-than",
+        "10000",
+        Kind::Int {
+            min: -1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "slowlog-max-len",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "stream-node-max-entries",
+        "100",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "timeout",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "zset-max-listpack-entries",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "zset-max-listpack-value",
+        "64",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "zset-max-ziplist-entries",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "zset-max-ziplist-value",
+        "64",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
 ];
 
 /// The node's configuration. Construct with [`Config::default`] and [`Config::set`].
@@ -126,7 +288,9 @@ impl Config {
     fn set_inner(&mut self, name: &str, value: &str, initial: bool) -> Result<(), String> {
         let lower = name.to_ascii_lowercase();
         let Some((pname, _, kind)) = PARAMS.iter().find(|(n, _, _)| *n == lower) else {
-            return Err(format!("Unknown option or number of arguments for CONFIG SET - '{name}'"));
+            return Err(format!(
+                "Unknown option or number of arguments for CONFIG SET - '{name}'"
+            ));
         };
         let normalized = match *kind {
             Kind::Immutable if !initial => {

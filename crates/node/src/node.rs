@@ -263,7 +263,11 @@ impl Core {
                     || spec.flags.contains(&"no-auth");
                 if !authorized {
                     call.error("NOAUTH Authentication required.");
-                    self.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
+                    self.stats
+                        .commands
+                        .entry(spec.name)
+                        .or_default()
+                        .rejected_calls += 1;
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                         m.errored = true;
                     }
@@ -275,7 +279,11 @@ impl Core {
                         "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                         spec.name
                     ));
-                    self.stats.commands.entry(spec.name).or_default().rejected_calls += 1;
+                    self.stats
+                        .commands
+                        .entry(spec.name)
+                        .or_default()
+                        .rejected_calls += 1;
                 } else if in_multi && !RUN_INSIDE_MULTI.contains(&spec.name) {
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                         m.queued.push((spec, args.to_vec()));
@@ -662,10 +670,16 @@ impl Node {
                     );
                 }
                 if let Some(d) = b.deadline_ms {
-                    assert!(core.block_deadlines.contains(&(d, *id)), "deadline not indexed");
+                    assert!(
+                        core.block_deadlines.contains(&(d, *id)),
+                        "deadline not indexed"
+                    );
                 }
             } else {
-                assert!(c.queued_requests.is_empty(), "requests queued behind no block");
+                assert!(
+                    c.queued_requests.is_empty(),
+                    "requests queued behind no block"
+                );
             }
             for ch in &c.channels {
                 assert!(core.channels.get(ch).is_some_and(|s| s.contains(id)));

@@ -15,11 +15,22 @@ pub struct Harness {
     closed: Vec<u64>,
 }
 
+impl Default for Harness {
+    fn default() -> Self {
+        Harness::new()
+    }
+}
+
 impl Harness {
     pub fn new() -> Harness {
         let now_ms = 1_700_000_000_000;
         Harness {
-            node: Node::new(Config::default(), 1, Buggify::disabled(), Micros::from_millis(now_ms)),
+            node: Node::new(
+                Config::default(),
+                1,
+                Buggify::disabled(),
+                Micros::from_millis(now_ms),
+            ),
             now_ms,
             written: BTreeMap::new(),
             closed: Vec::new(),
@@ -42,9 +53,11 @@ impl Harness {
     fn drain(&mut self) {
         while let Some(out) = self.node.poll_output() {
             match out {
-                Output::Write { conn, data } => {
-                    self.written.entry(conn.0).or_default().extend_from_slice(&data)
-                }
+                Output::Write { conn, data } => self
+                    .written
+                    .entry(conn.0)
+                    .or_default()
+                    .extend_from_slice(&data),
                 Output::Close { conn } => self.closed.push(conn.0),
             }
         }
@@ -54,8 +67,17 @@ impl Harness {
     /// Sends one command and returns (and forgets) everything written to `id` since.
     pub fn cmd(&mut self, id: u64, args: &[&str]) -> String {
         let now = Micros::from_millis(self.now_ms);
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect();
-        self.node.handle(now, Input::Request { conn: ConnId(id), args });
+        let args = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        self.node.handle(
+            now,
+            Input::Request {
+                conn: ConnId(id),
+                args,
+            },
+        );
         self.drain();
         self.take(id)
     }

@@ -27,8 +27,14 @@ fn queueing_errors_abort_the_transaction() {
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
     );
     assert_eq!(h.cmd(1, &["MULTI"]), "+OK\r\n");
-    assert_eq!(h.cmd(1, &["MULTI"]), "-ERR MULTI calls can not be nested\r\n");
-    assert_eq!(h.cmd(1, &["WATCH", "k"]), "-ERR WATCH inside MULTI is not allowed\r\n");
+    assert_eq!(
+        h.cmd(1, &["MULTI"]),
+        "-ERR MULTI calls can not be nested\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["WATCH", "k"]),
+        "-ERR WATCH inside MULTI is not allowed\r\n"
+    );
     assert_eq!(h.cmd(1, &["DISCARD"]), "+OK\r\n");
 }
 
@@ -42,7 +48,11 @@ fn watch_sees_writes_deletes_and_expiry_by_others() {
     h.cmd(2, &["EXPIRE", "k", "100"]); // no such key: not a change
     h.cmd(1, &["MULTI"]);
     h.cmd(1, &["PING"]);
-    assert_eq!(h.cmd(1, &["EXEC"]), "*1\r\n+PONG\r\n", "a no-op must not fail EXEC");
+    assert_eq!(
+        h.cmd(1, &["EXEC"]),
+        "*1\r\n+PONG\r\n",
+        "a no-op must not fail EXEC"
+    );
     h.cmd(2, &["COPY", "none", "k"]);
     h.cmd(1, &["WATCH", "k"]);
     h.cmd(2, &["DEL", "nothing"]);
@@ -67,7 +77,11 @@ fn rename_of_a_watched_key_fails_exec() {
     h.cmd(2, &["RENAME", "missing", "dst"]);
     h.cmd(1, &["MULTI"]);
     h.cmd(1, &["PING"]);
-    assert_eq!(h.cmd(1, &["EXEC"]), "*1\r\n+PONG\r\n", "a failed RENAME changes nothing");
+    assert_eq!(
+        h.cmd(1, &["EXEC"]),
+        "*1\r\n+PONG\r\n",
+        "a failed RENAME changes nothing"
+    );
 }
 
 #[test]
@@ -80,9 +94,14 @@ fn pubsub_delivers_messages_and_patterns() {
         "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n*3\r\n$9\r\nsubscribe\r\n$5\r\nsport\r\n:2\r\n"
     );
     assert_eq!(h.cmd(2, &["PUBLISH", "news", "hi"]), ":1\r\n");
-    assert_eq!(h.take(1), "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
+    assert_eq!(
+        h.take(1),
+        "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
+    );
     // RESP2 subscribers may only run pub/sub commands.
-    assert!(h.cmd(1, &["ECHO", "x"]).starts_with("-ERR Can't execute 'echo'"));
+    assert!(h
+        .cmd(1, &["ECHO", "x"])
+        .starts_with("-ERR Can't execute 'echo'"));
     assert_eq!(h.cmd(1, &["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
     assert_eq!(
         h.cmd(2, &["PSUBSCRIBE", "n*"]),
@@ -91,12 +110,22 @@ fn pubsub_delivers_messages_and_patterns() {
     assert_eq!(h.cmd(1, &["PUBLISH", "news", "x"]), "-ERR Can't execute 'publish': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n");
     h.connect(3);
     assert_eq!(h.cmd(3, &["PUBLISH", "news", "x"]), ":2\r\n");
-    assert_eq!(h.take(2), "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$1\r\nx\r\n");
-    assert_eq!(h.cmd(3, &["PUBSUB", "NUMSUB", "news", "none"]), "*4\r\n$4\r\nnews\r\n:1\r\n$4\r\nnone\r\n:0\r\n");
+    assert_eq!(
+        h.take(2),
+        "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$1\r\nx\r\n"
+    );
+    assert_eq!(
+        h.cmd(3, &["PUBSUB", "NUMSUB", "news", "none"]),
+        "*4\r\n$4\r\nnews\r\n:1\r\n$4\r\nnone\r\n:0\r\n"
+    );
     assert_eq!(h.cmd(3, &["PUBSUB", "NUMPAT"]), ":1\r\n");
     h.cmd(1, &["UNSUBSCRIBE"]);
     assert_eq!(h.cmd(3, &["PUBLISH", "news", "y"]), ":1\r\n");
-    assert_eq!(h.cmd(1, &["ECHO", "ok"]), "$2\r\nok\r\n", "no subscriptions left: back to normal");
+    assert_eq!(
+        h.cmd(1, &["ECHO", "ok"]),
+        "$2\r\nok\r\n",
+        "no subscriptions left: back to normal"
+    );
 }
 
 #[test]
@@ -121,7 +150,9 @@ fn keyspace_notifications_follow_the_config() {
     h.take(2);
     h.cmd(1, &["COPY", "nothing", "k"]);
     assert_eq!(h.take(2), "", "nothing happened, nothing notified");
-    assert!(h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "Q"]).starts_with("-ERR CONFIG SET failed"));
+    assert!(h
+        .cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "Q"])
+        .starts_with("-ERR CONFIG SET failed"));
 }
 
 #[test]

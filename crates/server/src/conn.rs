@@ -47,10 +47,8 @@ pub async fn serve(shared: Arc<Shared>, mut socket: TcpStream) {
     let mut batch: Vec<Vec<Bytes>> = Vec::new();
 
     'conn: loop {
-        if !own_out.is_empty() {
-            if write_all(&mut socket, &mut own_out).await.is_err() {
-                break;
-            }
+        if !own_out.is_empty() && write_all(&mut socket, &mut own_out).await.is_err() {
+            break;
         }
         if closing {
             break;
@@ -131,7 +129,8 @@ fn execute(
         }
     }
     if let Some(message) = protocol_error {
-        host.node.handle(now, Input::ProtocolError { conn, message });
+        host.node
+            .handle(now, Input::ProtocolError { conn, message });
     }
     let close = host.drain(Some(conn), own_out);
     *limits = limits_of(&host.node);

@@ -11,7 +11,9 @@ fn pipeline_of_ten_thousand_pings_is_answered_in_order() {
     let mut s = server.raw();
     let mut req = Vec::new();
     for i in 0..10_000 {
-        req.extend_from_slice(format!("*2\r\n$4\r\nPING\r\n${}\r\n{}\r\n", i.to_string().len(), i).as_bytes());
+        req.extend_from_slice(
+            format!("*2\r\n$4\r\nPING\r\n${}\r\n{}\r\n", i.to_string().len(), i).as_bytes(),
+        );
     }
     let mut expected = Vec::new();
     for i in 0..10_000 {
@@ -26,8 +28,14 @@ fn hello_3_answers_a_map_and_switches_protocol() {
     let server = Server::start();
     let mut s = server.raw();
     let reply = roundtrip(&mut s, b"HELLO 3\r\n", 1);
-    assert_eq!(reply[0], b'%', "HELLO 3 must reply with a RESP3 map: {reply:?}");
-    assert!(reply.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), "{reply:?}");
+    assert_eq!(
+        reply[0], b'%',
+        "HELLO 3 must reply with a RESP3 map: {reply:?}"
+    );
+    assert!(
+        reply.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"),
+        "{reply:?}"
+    );
     let mut s2 = server.raw();
     // In RESP3 a missing key is `_`, not `$-1`.
     let got = roundtrip(&mut s2, b"HELLO 3\r\nGET nokey\r\n", 1);
@@ -54,7 +62,10 @@ fn assert_protocol_error_and_close(server: &Server, bytes: &[u8], message: &str)
         all.starts_with(&format!("-ERR Protocol error: {message}")),
         "for {bytes:?} got {all:?}"
     );
-    assert!(is_closed(&mut s), "connection must be closed after {bytes:?}");
+    assert!(
+        is_closed(&mut s),
+        "connection must be closed after {bytes:?}"
+    );
 }
 
 #[test]
@@ -66,12 +77,19 @@ fn malformed_input_gets_a_protocol_error_and_only_that_connection_closes() {
     assert_protocol_error_and_close(&server, b"*1\r\n$600000000\r\n", "invalid bulk length");
     assert_protocol_error_and_close(&server, b"*1\r\n$-5\r\n", "invalid bulk length");
     assert_protocol_error_and_close(&server, b"*2\r\nfoo\r\n", "expected '$', got 'f'");
-    assert_protocol_error_and_close(&server, b"SET \"unbalanced\r\n", "unbalanced quotes in request");
+    assert_protocol_error_and_close(
+        &server,
+        b"SET \"unbalanced\r\n",
+        "unbalanced quotes in request",
+    );
     assert_protocol_error_and_close(&server, &vec![b'x'; 70 * 1024], "too big inline request");
     // Binary garbage: either an error or a close, never a crash.
     let mut s = server.raw();
-    s.set_read_timeout(Some(std::time::Duration::from_millis(500))).unwrap();
-    let garbage: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    s.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let _ = s.write_all(&garbage);
     let _ = is_closed(&mut s);
     let pong: String = redis::cmd("PING").query(&mut bystander).unwrap();
@@ -87,7 +105,10 @@ fn unknown_commands_are_rejected_like_redis() {
     let expected = b"-ERR wrong number of arguments for 'echo' command\r\n";
     assert_eq!(roundtrip(&mut s, b"ECHO\r\n", expected.len()), expected);
     let expected = b"-ERR unknown subcommand 'nope'. Try CLIENT HELP.\r\n";
-    assert_eq!(roundtrip(&mut s, b"CLIENT nope\r\n", expected.len()), expected);
+    assert_eq!(
+        roundtrip(&mut s, b"CLIENT nope\r\n", expected.len()),
+        expected
+    );
 }
 
 #[test]
@@ -125,7 +146,10 @@ fn sigterm_shuts_down_gracefully() {
             assert!(exit.success(), "exit status {exit:?}");
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "server ignored SIGTERM");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server ignored SIGTERM"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

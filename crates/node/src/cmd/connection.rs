@@ -11,13 +11,76 @@ use crate::node::Core;
 const CONN: &str = "connection";
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("ping", -1, &["fast", "stale"], (0, 0, 0), CONN, "1.0.0", "Returns the server's liveliness response.", ping),
-    spec("echo", 2, &["fast"], (0, 0, 0), CONN, "1.0.0", "Returns the given string.", echo),
-    spec("hello", -1, &["no-auth", "fast"], (0, 0, 0), CONN, "6.0.0", "Handshakes with the Redis server.", hello),
-    spec("auth", -2, &["no-auth", "fast"], (0, 0, 0), CONN, "1.0.0", "Authenticates the connection.", auth),
-    spec("quit", -1, &["no-auth", "fast"], (0, 0, 0), CONN, "1.0.0", "Closes the connection.", quit),
-    spec("reset", 1, &["no-auth", "fast"], (0, 0, 0), CONN, "6.2.0", "Resets the connection.", reset),
-    spec("select", 2, &["fast", "loading"], (0, 0, 0), CONN, "1.0.0", "Changes the selected database.", select),
+    spec(
+        "ping",
+        -1,
+        &["fast", "stale"],
+        (0, 0, 0),
+        CONN,
+        "1.0.0",
+        "Returns the server's liveliness response.",
+        ping,
+    ),
+    spec(
+        "echo",
+        2,
+        &["fast"],
+        (0, 0, 0),
+        CONN,
+        "1.0.0",
+        "Returns the given string.",
+        echo,
+    ),
+    spec(
+        "hello",
+        -1,
+        &["no-auth", "fast"],
+        (0, 0, 0),
+        CONN,
+        "6.0.0",
+        "Handshakes with the Redis server.",
+        hello,
+    ),
+    spec(
+        "auth",
+        -2,
+        &["no-auth", "fast"],
+        (0, 0, 0),
+        CONN,
+        "1.0.0",
+        "Authenticates the connection.",
+        auth,
+    ),
+    spec(
+        "quit",
+        -1,
+        &["no-auth", "fast"],
+        (0, 0, 0),
+        CONN,
+        "1.0.0",
+        "Closes the connection.",
+        quit,
+    ),
+    spec(
+        "reset",
+        1,
+        &["no-auth", "fast"],
+        (0, 0, 0),
+        CONN,
+        "6.2.0",
+        "Resets the connection.",
+        reset,
+    ),
+    spec(
+        "select",
+        2,
+        &["fast", "loading"],
+        (0, 0, 0),
+        CONN,
+        "1.0.0",
+        "Changes the selected database.",
+        select,
+    ),
     CommandSpec {
         name: "client",
         arity: -2,
@@ -28,15 +91,96 @@ pub const COMMANDS: &[CommandSpec] = &[
         since: "2.4.0",
         handler: None,
         subcommands: &[
-            spec("client|id", 2, &["fast"], (0, 0, 0), CONN, "5.0.0", "Returns the unique client ID of the connection.", client_id),
-            spec("client|setname", 3, &["fast"], (0, 0, 0), CONN, "2.6.9", "Sets the connection name.", client_setname),
-            spec("client|getname", 2, &["fast"], (0, 0, 0), CONN, "2.6.9", "Returns the name of the connection.", client_getname),
-            spec("client|list", -2, &["admin"], (0, 0, 0), CONN, "2.4.0", "Lists open connections.", client_list),
-            spec("client|info", 2, &[], (0, 0, 0), CONN, "6.2.0", "Returns information about the connection.", client_info),
-            spec("client|kill", -3, &["admin"], (0, 0, 0), CONN, "2.4.0", "Terminates open connections.", client_kill),
-            spec("client|no-evict", 3, &["admin"], (0, 0, 0), CONN, "7.0.0", "Sets the client eviction mode of the connection.", client_no_evict),
-            spec("client|reply", 3, &[], (0, 0, 0), CONN, "3.2.0", "Instructs the server whether to reply to commands.", client_reply),
-            spec("client|help", 2, &[], (0, 0, 0), CONN, "5.0.0", "Returns helpful text about the different subcommands.", client_help),
+            spec(
+                "client|id",
+                2,
+                &["fast"],
+                (0, 0, 0),
+                CONN,
+                "5.0.0",
+                "Returns the unique client ID of the connection.",
+                client_id,
+            ),
+            spec(
+                "client|setname",
+                3,
+                &["fast"],
+                (0, 0, 0),
+                CONN,
+                "2.6.9",
+                "Sets the connection name.",
+                client_setname,
+            ),
+            spec(
+                "client|getname",
+                2,
+                &["fast"],
+                (0, 0, 0),
+                CONN,
+                "2.6.9",
+                "Returns the name of the connection.",
+                client_getname,
+            ),
+            spec(
+                "client|list",
+                -2,
+                &["admin"],
+                (0, 0, 0),
+                CONN,
+                "2.4.0",
+                "Lists open connections.",
+                client_list,
+            ),
+            spec(
+                "client|info",
+                2,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.2.0",
+                "Returns information about the connection.",
+                client_info,
+            ),
+            spec(
+                "client|kill",
+                -3,
+                &["admin"],
+                (0, 0, 0),
+                CONN,
+                "2.4.0",
+                "Terminates open connections.",
+                client_kill,
+            ),
+            spec(
+                "client|no-evict",
+                3,
+                &["admin"],
+                (0, 0, 0),
+                CONN,
+                "7.0.0",
+                "Sets the client eviction mode of the connection.",
+                client_no_evict,
+            ),
+            spec(
+                "client|reply",
+                3,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "3.2.0",
+                "Instructs the server whether to reply to commands.",
+                client_reply,
+            ),
+            spec(
+                "client|help",
+                2,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "5.0.0",
+                "Returns helpful text about the different subcommands.",
+                client_help,
+            ),
         ],
     },
 ];
@@ -50,7 +194,8 @@ fn ping(core: &mut Core, call: &mut Call) {
         // In RESP2 subscribed mode PING answers in the shape of a message.
         call.out.array_len(2);
         call.out.bulk(b"pong");
-        call.out.bulk(if call.argc() == 2 { call.arg(1) } else { b"" });
+        call.out
+            .bulk(if call.argc() == 2 { call.arg(1) } else { b"" });
         return;
     }
     match call.argc() {
@@ -134,7 +279,10 @@ fn hello(core: &mut Core, call: &mut Call) {
         }
     }
     let needs_auth = core.config.requirepass.is_some()
-        && !core.clients.get(&call.conn).is_some_and(|c| c.authenticated);
+        && !core
+            .clients
+            .get(&call.conn)
+            .is_some_and(|c| c.authenticated);
     if needs_auth {
         return call.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
     }
@@ -147,7 +295,11 @@ fn hello(core: &mut Core, call: &mut Call) {
     if let Some(n) = name {
         client.name = (!n.is_empty()).then_some(n);
     }
-    let proto_num = if client.proto == Protocol::Resp3 { 3 } else { 2 };
+    let proto_num = if client.proto == Protocol::Resp3 {
+        3
+    } else {
+        2
+    };
     let id = client.id.0 as i64;
     // The reply uses the protocol just negotiated.
     call.out.set_protocol(client.proto);
@@ -365,8 +517,15 @@ fn client_kill(core: &mut Core, call: &mut Call) {
         .values()
         .filter(|c| type_normal && !c.closing)
         .filter(|c| id.is_none_or(|id| c.id.0 == id))
-        .filter(|c| addr.as_ref().is_none_or(|a| c.peer_addr.as_bytes() == &a[..]))
-        .filter(|c| laddr.as_ref().is_none_or(|a| c.local_addr.as_bytes() == &a[..]))
+        .filter(|c| {
+            addr.as_ref()
+                .is_none_or(|a| c.peer_addr.as_bytes() == &a[..])
+        })
+        .filter(|c| {
+            laddr
+                .as_ref()
+                .is_none_or(|a| c.local_addr.as_bytes() == &a[..])
+        })
         .filter(|c| maxage.is_none_or(|m| now_ms.saturating_sub(c.created_ms) / 1000 >= m))
         .filter(|c| !(skipme && c.id == call.conn))
         .map(|c| c.id)

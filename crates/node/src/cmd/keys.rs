@@ -150,7 +150,8 @@ fn scan(core: &mut Core, call: &mut Call) {
             if pattern.is_some_and(|p| !glob_match(p, e.key(), false)) {
                 return;
             }
-            if type_filter.is_some_and(|t| !t.eq_ignore_ascii_case(e.value.type_name().as_bytes())) {
+            if type_filter.is_some_and(|t| !t.eq_ignore_ascii_case(e.value.type_name().as_bytes()))
+            {
                 return;
             }
             found.push(e.key().to_vec());
@@ -306,7 +307,8 @@ fn object_freq(core: &mut Core, call: &mut Call) {
     match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
         Some(e) => {
             let idle_min = call.now_ms.saturating_sub(e.access_ms) / 60_000;
-            call.out.integer(5i64.saturating_sub(idle_min as i64).max(0))
+            call.out
+                .integer(5i64.saturating_sub(idle_min as i64).max(0))
         }
         None => call.out.null(),
     }

@@ -15,11 +15,56 @@ use crate::node::Core;
 const PUBSUB: &str = "pubsub";
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("subscribe", -2, &["pubsub", "noscript", "loading", "stale"], (0, 0, 0), PUBSUB, "2.0.0", "Listens for messages published to channels.", subscribe),
-    spec("unsubscribe", -1, &["pubsub", "noscript", "loading", "stale"], (0, 0, 0), PUBSUB, "2.0.0", "Stops listening to messages posted to channels.", unsubscribe),
-    spec("psubscribe", -2, &["pubsub", "noscript", "loading", "stale"], (0, 0, 0), PUBSUB, "2.0.0", "Listens for messages published to channels that match one or more patterns.", psubscribe),
-    spec("punsubscribe", -1, &["pubsub", "noscript", "loading", "stale"], (0, 0, 0), PUBSUB, "2.0.0", "Stops listening to messages published to channels that match one or more patterns.", punsubscribe),
-    spec("publish", 3, &["pubsub", "loading", "stale", "fast"], (0, 0, 0), PUBSUB, "2.0.0", "Posts a message to a channel.", publish_cmd),
+    spec(
+        "subscribe",
+        -2,
+        &["pubsub", "noscript", "loading", "stale"],
+        (0, 0, 0),
+        PUBSUB,
+        "2.0.0",
+        "Listens for messages published to channels.",
+        subscribe,
+    ),
+    spec(
+        "unsubscribe",
+        -1,
+        &["pubsub", "noscript", "loading", "stale"],
+        (0, 0, 0),
+        PUBSUB,
+        "2.0.0",
+        "Stops listening to messages posted to channels.",
+        unsubscribe,
+    ),
+    spec(
+        "psubscribe",
+        -2,
+        &["pubsub", "noscript", "loading", "stale"],
+        (0, 0, 0),
+        PUBSUB,
+        "2.0.0",
+        "Listens for messages published to channels that match one or more patterns.",
+        psubscribe,
+    ),
+    spec(
+        "punsubscribe",
+        -1,
+        &["pubsub", "noscript", "loading", "stale"],
+        (0, 0, 0),
+        PUBSUB,
+        "2.0.0",
+        "Stops listening to messages published to channels that match one or more patterns.",
+        punsubscribe,
+    ),
+    spec(
+        "publish",
+        3,
+        &["pubsub", "loading", "stale", "fast"],
+        (0, 0, 0),
+        PUBSUB,
+        "2.0.0",
+        "Posts a message to a channel.",
+        publish_cmd,
+    ),
     CommandSpec {
         name: "pubsub",
         arity: -2,
@@ -30,10 +75,46 @@ pub const COMMANDS: &[CommandSpec] = &[
         since: "2.8.0",
         handler: None,
         subcommands: &[
-            spec("pubsub|channels", -2, &["pubsub", "loading", "stale"], (0, 0, 0), PUBSUB, "2.8.0", "Returns the active channels.", pubsub_channels),
-            spec("pubsub|numsub", -2, &["pubsub", "loading", "stale"], (0, 0, 0), PUBSUB, "2.8.0", "Returns a count of subscribers to channels.", pubsub_numsub),
-            spec("pubsub|numpat", 2, &["pubsub", "loading", "stale"], (0, 0, 0), PUBSUB, "2.8.0", "Returns a count of unique pattern subscriptions.", pubsub_numpat),
-            spec("pubsub|help", 2, &["loading", "stale"], (0, 0, 0), PUBSUB, "6.2.0", "Returns helpful text about the different subcommands.", pubsub_help),
+            spec(
+                "pubsub|channels",
+                -2,
+                &["pubsub", "loading", "stale"],
+                (0, 0, 0),
+                PUBSUB,
+                "2.8.0",
+                "Returns the active channels.",
+                pubsub_channels,
+            ),
+            spec(
+                "pubsub|numsub",
+                -2,
+                &["pubsub", "loading", "stale"],
+                (0, 0, 0),
+                PUBSUB,
+                "2.8.0",
+                "Returns a count of subscribers to channels.",
+                pubsub_numsub,
+            ),
+            spec(
+                "pubsub|numpat",
+                2,
+                &["pubsub", "loading", "stale"],
+                (0, 0, 0),
+                PUBSUB,
+                "2.8.0",
+                "Returns a count of unique pattern subscriptions.",
+                pubsub_numpat,
+            ),
+            spec(
+                "pubsub|help",
+                2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                PUBSUB,
+                "6.2.0",
+                "Returns helpful text about the different subcommands.",
+                pubsub_help,
+            ),
         ],
     },
 ];
@@ -164,7 +245,9 @@ impl Core {
 }
 
 fn subscription_count(core: &Core, conn: ConnId) -> i64 {
-    core.clients.get(&conn).map_or(0, |c| c.subscriptions() as i64)
+    core.clients
+        .get(&conn)
+        .map_or(0, |c| c.subscriptions() as i64)
 }
 
 fn subscribe_generic(core: &mut Core, call: &mut Call, pattern: bool) {

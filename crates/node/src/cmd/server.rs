@@ -14,11 +14,56 @@ pub const REDIS_VERSION: &str = "7.0.15";
 pub const LATTICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("info", -1, &["loading", "stale"], (0, 0, 0), SERVER, "1.0.0", "Returns information and statistics about the server.", info),
-    spec("dbsize", 1, &["readonly", "fast"], (0, 0, 0), SERVER, "1.0.0", "Returns the number of keys in the database.", dbsize),
-    spec("flushdb", -1, &["write"], (0, 0, 0), SERVER, "1.0.0", "Removes all keys from the current database.", flush),
-    spec("flushall", -1, &["write"], (0, 0, 0), SERVER, "1.0.0", "Removes all keys from all databases.", flush),
-    spec("time", 1, &["loading", "stale", "fast"], (0, 0, 0), SERVER, "2.6.0", "Returns the server time.", time),
+    spec(
+        "info",
+        -1,
+        &["loading", "stale"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Returns information and statistics about the server.",
+        info,
+    ),
+    spec(
+        "dbsize",
+        1,
+        &["readonly", "fast"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Returns the number of keys in the database.",
+        dbsize,
+    ),
+    spec(
+        "flushdb",
+        -1,
+        &["write"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Removes all keys from the current database.",
+        flush,
+    ),
+    spec(
+        "flushall",
+        -1,
+        &["write"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Removes all keys from all databases.",
+        flush,
+    ),
+    spec(
+        "time",
+        1,
+        &["loading", "stale", "fast"],
+        (0, 0, 0),
+        SERVER,
+        "2.6.0",
+        "Returns the server time.",
+        time,
+    ),
     CommandSpec {
         name: "command",
         arity: -1,
@@ -29,11 +74,56 @@ pub const COMMANDS: &[CommandSpec] = &[
         since: "2.8.13",
         handler: Some(command_all),
         subcommands: &[
-            spec("command|count", 2, &["loading", "stale"], (0, 0, 0), SERVER, "2.8.13", "Returns a count of commands.", command_count),
-            spec("command|info", -2, &["loading", "stale"], (0, 0, 0), SERVER, "2.8.13", "Returns information about one, multiple or all commands.", command_info),
-            spec("command|docs", -2, &["loading", "stale"], (0, 0, 0), SERVER, "7.0.0", "Returns documentary information about one, multiple or all commands.", command_docs),
-            spec("command|list", -2, &["loading", "stale"], (0, 0, 0), SERVER, "7.0.0", "Returns a list of command names.", command_list),
-            spec("command|help", 2, &["loading", "stale"], (0, 0, 0), SERVER, "5.0.0", "Returns helpful text about the different subcommands.", command_help),
+            spec(
+                "command|count",
+                2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "2.8.13",
+                "Returns a count of commands.",
+                command_count,
+            ),
+            spec(
+                "command|info",
+                -2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "2.8.13",
+                "Returns information about one, multiple or all commands.",
+                command_info,
+            ),
+            spec(
+                "command|docs",
+                -2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "7.0.0",
+                "Returns documentary information about one, multiple or all commands.",
+                command_docs,
+            ),
+            spec(
+                "command|list",
+                -2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "7.0.0",
+                "Returns a list of command names.",
+                command_list,
+            ),
+            spec(
+                "command|help",
+                2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "5.0.0",
+                "Returns helpful text about the different subcommands.",
+                command_help,
+            ),
         ],
     },
     CommandSpec {
@@ -46,10 +136,46 @@ pub const COMMANDS: &[CommandSpec] = &[
         since: "2.0.0",
         handler: None,
         subcommands: &[
-            spec("config|get", -3, &["admin", "loading", "stale"], (0, 0, 0), SERVER, "2.0.0", "Returns the effective values of configuration parameters.", config_get),
-            spec("config|set", -4, &["admin", "loading", "stale"], (0, 0, 0), SERVER, "2.0.0", "Sets configuration parameters in-flight.", config_set),
-            spec("config|resetstat", 2, &["admin", "loading", "stale"], (0, 0, 0), SERVER, "2.0.0", "Resets the server's statistics.", config_resetstat),
-            spec("config|help", 2, &["loading", "stale"], (0, 0, 0), SERVER, "5.0.0", "Returns helpful text about the different subcommands.", config_help),
+            spec(
+                "config|get",
+                -3,
+                &["admin", "loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "2.0.0",
+                "Returns the effective values of configuration parameters.",
+                config_get,
+            ),
+            spec(
+                "config|set",
+                -4,
+                &["admin", "loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "2.0.0",
+                "Sets configuration parameters in-flight.",
+                config_set,
+            ),
+            spec(
+                "config|resetstat",
+                2,
+                &["admin", "loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "2.0.0",
+                "Resets the server's statistics.",
+                config_resetstat,
+            ),
+            spec(
+                "config|help",
+                2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "5.0.0",
+                "Returns helpful text about the different subcommands.",
+                config_help,
+            ),
         ],
     },
 ];
@@ -312,7 +438,9 @@ fn command_all(core: &mut Core, call: &mut Call) {
     if call.argc() > 1 {
         // `COMMAND <unknown subcommand>` (known ones were dispatched to their handlers).
         let sub = String::from_utf8_lossy(call.arg(1)).into_owned();
-        return call.error(&format!("ERR unknown subcommand '{sub}'. Try COMMAND HELP."));
+        return call.error(&format!(
+            "ERR unknown subcommand '{sub}'. Try COMMAND HELP."
+        ));
     }
     let all: Vec<&'static CommandSpec> = core.table.all().to_vec();
     call.out.array_len(all.len());
@@ -463,7 +591,7 @@ fn config_get(core: &mut Core, call: &mut Call) {
 }
 
 fn config_set(core: &mut Core, call: &mut Call) {
-    if call.argc() % 2 != 0 {
+    if !call.argc().is_multiple_of(2) {
         return call.error("ERR wrong number of arguments for 'config|set' command");
     }
     // All or nothing, as Redis 7: apply to a copy, then swap it in.

@@ -12,11 +12,56 @@ use crate::node::Core;
 const TX: &str = "transactions";
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("multi", 1, &["noscript", "loading", "stale", "fast", "allow-busy"], (0, 0, 0), TX, "1.2.0", "Starts a transaction.", multi),
-    spec("exec", 1, &["noscript", "loading", "stale", "skip-slowlog"], (0, 0, 0), TX, "1.2.0", "Executes all commands in a transaction.", exec),
-    spec("discard", 1, &["noscript", "loading", "stale", "fast", "allow-busy"], (0, 0, 0), TX, "2.0.0", "Discards a transaction.", discard),
-    spec("watch", -2, &["noscript", "loading", "stale", "fast", "allow-busy"], (1, -1, 1), TX, "2.2.0", "Monitors changes to keys to determine the execution of a transaction.", watch),
-    spec("unwatch", 1, &["noscript", "loading", "stale", "fast", "allow-busy"], (0, 0, 0), TX, "2.2.0", "Forgets about watched keys of a transaction.", unwatch),
+    spec(
+        "multi",
+        1,
+        &["noscript", "loading", "stale", "fast", "allow-busy"],
+        (0, 0, 0),
+        TX,
+        "1.2.0",
+        "Starts a transaction.",
+        multi,
+    ),
+    spec(
+        "exec",
+        1,
+        &["noscript", "loading", "stale", "skip-slowlog"],
+        (0, 0, 0),
+        TX,
+        "1.2.0",
+        "Executes all commands in a transaction.",
+        exec,
+    ),
+    spec(
+        "discard",
+        1,
+        &["noscript", "loading", "stale", "fast", "allow-busy"],
+        (0, 0, 0),
+        TX,
+        "2.0.0",
+        "Discards a transaction.",
+        discard,
+    ),
+    spec(
+        "watch",
+        -2,
+        &["noscript", "loading", "stale", "fast", "allow-busy"],
+        (1, -1, 1),
+        TX,
+        "2.2.0",
+        "Monitors changes to keys to determine the execution of a transaction.",
+        watch,
+    ),
+    spec(
+        "unwatch",
+        1,
+        &["noscript", "loading", "stale", "fast", "allow-busy"],
+        (0, 0, 0),
+        TX,
+        "2.2.0",
+        "Forgets about watched keys of a transaction.",
+        unwatch,
+    ),
 ];
 
 fn multi(core: &mut Core, call: &mut Call) {
@@ -85,7 +130,10 @@ fn watch(core: &mut Core, call: &mut Call) {
             continue;
         }
         c.watched.push(key.clone());
-        core.watched_keys.entry(key.clone()).or_default().insert(conn);
+        core.watched_keys
+            .entry(key.clone())
+            .or_default()
+            .insert(conn);
     }
     call.ok();
 }

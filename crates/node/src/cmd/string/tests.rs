@@ -12,39 +12,60 @@ const T0: u64 = 1_700_000_000_000;
 struct Harness {
     node: Node,
     now_ms: u64,
+    /// Everything written to connections other than 1.
+    others: Vec<u8>,
 }
 
 impl Harness {
     fn new() -> Harness {
         let now = Micros::from_millis(T0);
-        let mut node = Node::new(Config::default(), 7, Buggify::disabled(), now);
-        node.handle(
-            now,
+        let node = Node::new(Config::default(), 7, Buggify::disabled(), now);
+        let mut h = Harness {
+            node,
+            now_ms: T0,
+            others: Vec::new(),
+        };
+        h.connect(1);
+        h
+    }
+
+    fn connect(&mut self, id: u64) {
+        self.node.handle(
+            Micros::from_millis(self.now_ms),
             Input::Connected {
-                conn: ConnId(1),
-                peer_addr: "127.0.0.1:1".into(),
+                conn: ConnId(id),
+                peer_addr: format!("127.0.0.1:{id}"),
                 local_addr: "127.0.0.1:6379".into(),
             },
         );
-        Harness { node, now_ms: T0 }
     }
 
-    fn send_raw(&mut self, args: &[&[u8]]) -> Vec<u8> {
+    /// Sends a request from `conn`; returns what was written to connection 1 (output for other
+    /// connections is kept in `others`).
+    fn send_from(&mut self, conn: u64, args: &[&[u8]]) -> Vec<u8> {
         let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
         self.node.handle(
             Micros::from_millis(self.now_ms),
             Input::Request {
-                conn: ConnId(1),
+                conn: ConnId(conn),
                 args,
             },
         );
         let mut out = Vec::new();
         while let Some(o) = self.node.poll_output() {
-            if let Output::Write { data, .. } = o {
-                out.extend_from_slice(&data);
+            if let Output::Write { conn, data } = o {
+                if conn == ConnId(1) {
+                    out.extend_from_slice(&data);
+                } else {
+                    self.others.extend_from_slice(&data);
+                }
             }
         }
         out
+    }
+
+    fn send_raw(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send_from(1, args)
     }
 
     /// Sends a command given as whitespace-separated words.
@@ -608,4 +629,59 @@ fn command_table_entries() {
     assert_eq!(find("setbit").group, "bitmap");
     assert_eq!(find("incrbyfloat").since, "2.6.0");
     assert_eq!(super::COMMANDS.len(), 26);
+}
+
+#[test]
+fn keyspace_events_and_watch() {
+    let mut h = Harness::new();
+    h.check("CONFIG SET notify-keyspace-events KEAn", OK);
+    h.connect(2);
+    h.send_from(2, &[b"PSUBSCRIBE", b"__keyevent*"]);
+    h.others.clear();
+    for line in [
+        "SET a 1",
+        "SET a 2 EX 100",
+        "SETEX b 10 x",
+        "INCR c",
+        "INCRBYFLOAT c 1.5",
+        "APPEND d x",
+        "APPEND d y",
+        "SETBIT e 3 1",
+        "SETBIT e 3 1",
+        "SETBIT e 3 0",
+        "SETRANGE f 1 x",
+        "GETEX a PERSIST",
+        "GETEX a PERSIST",
+        "GETEX a EX 10",
+        "GETEX a PXAT 1",
+        "GETDEL b",
+        "GETSET g 1",
+        "MSET h 1 i 2",
+        "MSETNX j 1",
+        "SETNX j 1",
+        "SET j 2 NX",
+        "GET j",
+    ] {
+        h.cmd(line);
+    }
+    // Setting nothing changes nothing.
+    h.send_raw(&[b"SETRANGE", b"f", b"1", b""]);
+    let text = String::from_utf8_lossy(&h.others).into_owned();
+    let events: Vec<&str> = text
+        .split("__keyevent@0__:")
+        .skip(1)
+        .map(|rest| rest.split('\r').next().unwrap())
+        .collect();
+    assert_eq!(
+        events.join(" "),
+        "new set set expire new set expire new incrby incrbyfloat new append append new setbit \
+         setbit new setrange persist expire del del new set new set new set new set"
+    );
+
+    // WATCH sees a string write and aborts the transaction.
+    h.check("WATCH k", OK);
+    h.check("INCR k", b":1\r\n");
+    h.check("MULTI", OK);
+    h.check("GET k", b"+QUEUED\r\n");
+    h.check("EXEC", b"*-1\r\n");
 }
