@@ -711,7 +711,8 @@ fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, String> 
     let Some(spec) = core.table.find(&args[0]) else {
         return Err(unknown_command(args));
     };
-    let spec = if spec.handler.is_none() {
+    // A container dispatches on its subcommand; COMMAND also runs alone (no subcommand).
+    let spec = if !spec.subcommands.is_empty() && (spec.handler.is_none() || args.len() >= 2) {
         if args.len() < 2 {
             return Err(format!(
                 "ERR wrong number of arguments for '{}' command",

@@ -206,3 +206,24 @@ fn watch_fails_exec_after_a_write_a_delete_an_expiry_or_a_flush() {
     h.cmd(2, &["SET", "other", "1"]);
     assert_eq!(tx(&mut h), "*1\r\n+PONG\r\n", "unrelated key");
 }
+
+#[test]
+fn command_introspection_answers_its_subcommands() {
+    let mut h = Harness::new();
+    h.connect(1);
+    let count = h.cmd(1, &["COMMAND", "COUNT"]);
+    assert!(count.starts_with(':'), "{count}");
+    let n: i64 = count[1..count.len() - 2].parse().unwrap();
+    assert!(n > 50, "COMMAND COUNT {n}");
+    let info = h.cmd(1, &["COMMAND", "INFO", "get", "nosuch"]);
+    assert!(info.starts_with("*2\r\n*10\r\n$3\r\nget\r\n:2\r\n"), "{info}");
+    assert!(info.ends_with("*-1\r\n"), "{info}");
+    let docs = h.cmd(1, &["COMMAND", "DOCS", "get"]);
+    assert!(docs.starts_with("*2\r\n$3\r\nget\r\n*6\r\n$7\r\nsummary\r\n"), "{docs}");
+    assert!(h.cmd(1, &["COMMAND", "LIST"]).contains("client|setname"));
+    assert!(h.cmd(1, &["COMMAND"]).starts_with(&format!("*{n}\r\n")));
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "NOPE"]),
+        "-ERR unknown subcommand 'NOPE'. Try COMMAND HELP.\r\n"
+    );
+}
