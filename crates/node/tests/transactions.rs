@@ -227,3 +227,16 @@ fn command_introspection_answers_its_subcommands() {
         "-ERR unknown subcommand 'NOPE'. Try COMMAND HELP.\r\n"
     );
 }
+
+#[test]
+fn punsubscribe_without_arguments_drops_every_pattern() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    h.cmd(1, &["PSUBSCRIBE", "chan1.*", "chan2.*"]);
+    assert_eq!(
+        h.cmd(1, &["PUNSUBSCRIBE"]),
+        "*3\r\n$12\r\npunsubscribe\r\n$7\r\nchan1.*\r\n:1\r\n*3\r\n$12\r\npunsubscribe\r\n$7\r\nchan2.*\r\n:0\r\n"
+    );
+    assert_eq!(h.cmd(2, &["PUBLISH", "chan1.hi", "hello"]), ":0\r\n");
+}

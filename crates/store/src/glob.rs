@@ -4,8 +4,15 @@
 //! Runs in O(pattern x subject) time: on a mismatch only the most recent `*` is retried, which
 //! is sufficient for globs and immune to the exponential blow-up of naive recursion.
 
+/// Redis refuses to match patterns that nest more than this many `*` (its matcher recurses
+/// once per star); we give the same answer, no match, so KEYS and SCAN agree with Redis.
+const MAX_STAR_GROUPS: usize = 1000;
+
 /// True when `subject` matches `pattern`. `nocase` folds ASCII case.
 pub fn glob_match(pattern: &[u8], subject: &[u8], nocase: bool) -> bool {
+    if star_groups(pattern) > MAX_STAR_GROUPS {
+        return false;
+    }
     let (mut p, mut s) = (0usize, 0usize);
     // Where to resume after the last `*`: (pattern index after the star, subject index).
     let mut star: Option<(usize, usize)> = None;
@@ -67,6 +74,25 @@ pub fn glob_match(pattern: &[u8], subject: &[u8], nocase: bool) -> bool {
         p += 1;
     }
     p == pattern.len()
+}
+
+/// Runs of consecutive unescaped `*` (a run counts once, as Redis collapses it).
+fn star_groups(pattern: &[u8]) -> usize {
+    let mut groups = 0;
+    let mut i = 0;
+    while i < pattern.len() {
+        match pattern[i] {
+            b'\\' => i += 2,
+            b'*' => {
+                groups += 1;
+                while i < pattern.len() && pattern[i] == b'*' {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    groups
 }
 
 fn eq(a: u8, b: u8, nocase: bool) -> bool {
@@ -159,6 +185,14 @@ mod tests {
         assert!(m("*a*b*c*", "xxaxxbxxcxx"));
         assert!(!m("a*", "ba"));
         assert!(glob_match(b"HELLO", b"hello", true));
+    }
+
+    #[test]
+    fn too_many_stars_never_match_like_redis() {
+        let subject = "a".repeat(50_000);
+        assert!(!m(&"*?".repeat(50_000), &subject));
+        assert!(m(&"*a".repeat(1000), &subject));
+        assert!(!m(&"*a".repeat(1001), &subject));
     }
 
     #[test]
