@@ -76,5 +76,10 @@ compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick
 
+## Lattice vs Redis 7.0: throughput, server CPU per request, latency, memory per key, ZADD growth.
+## Writes bench/results/<date>.md/.png/.json; see bench/README.md. BENCH_ARGS=--quick for a short trial.
+bench:
+	CARGO=$(CARGO) ./bench/run.sh $(BENCH_ARGS)
+
 clean:
 	$(CARGO) clean
