@@ -1,0 +1,365 @@
+//! Version vectors and causal contexts.
+//!
+//! A *causal context* is the set of dots a replica has seen. It is stored compactly as a
+//! [`VersionVector`] (for each node, every counter `1..=n` has been seen) plus a [`DotCloud`] of
+//! the dots seen out of order (above a gap). [`CausalContext`] keeps this representation
+//! canonical at all times: no cloud dot is covered by the vector and no cloud dot extends the
+//! vector contiguously. So two contexts holding the same set of dots are structurally equal, and
+//! derived equality on the CRDTs that embed them is semantic equality.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{Crdt, Dot, NodeId};
+
+/// For each node, the highest counter `n` such that all of its dots `1..=n` are included.
+/// Absent nodes mean 0. Never stores zero entries, so equality is structural.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct VersionVector {
+    entries: BTreeMap<NodeId, u64>,
+}
+
+impl VersionVector {
+    /// The empty vector (nothing seen).
+    #[must_use]
+    pub fn new() -> VersionVector {
+        VersionVector::default()
+    }
+
+    /// The contiguous counter for `node` (0 if nothing seen).
+    #[must_use]
+    pub fn get(&self, node: NodeId) -> u64 {
+        self.entries.get(&node).copied().unwrap_or(0)
+    }
+
+    /// Whether `dot` is covered (`1 <= dot.counter <= self[dot.node]`).
+    #[must_use]
+    pub fn contains(&self, dot: Dot) -> bool {
+        dot.counter >= 1 && dot.counter <= self.get(dot.node)
+    }
+
+    /// Raise `node`'s entry to at least `counter` (never lowers it).
+    pub fn raise(&mut self, node: NodeId, counter: u64) {
+        if counter > 0 {
+            let e = self.entries.entry(node).or_insert(0);
+            *e = (*e).max(counter);
+        }
+    }
+
+    /// Issue `node`'s next dot and include it: the way a node-wide event counter is advanced.
+    pub fn next_dot(&mut self, node: NodeId) -> Dot {
+        let e = self.entries.entry(node).or_insert(0);
+        *e += 1;
+        Dot::new(node, *e)
+    }
+
+    /// Pointwise maximum.
+    pub fn merge(&mut self, other: &VersionVector) {
+        for (&node, &c) in &other.entries {
+            self.raise(node, c);
+        }
+    }
+
+    /// Pointwise minimum (the dots both have seen): how a node folds acknowledgements from all
+    /// replicas into a stability frontier.
+    pub fn meet(&mut self, other: &VersionVector) {
+        self.entries.retain(|node, c| {
+            *c = (*c).min(other.get(*node));
+            *c > 0
+        });
+    }
+
+    /// Whether every dot covered by `other` is covered by `self` (`self >= other` pointwise).
+    #[must_use]
+    pub fn dominates(&self, other: &VersionVector) -> bool {
+        other.entries.iter().all(|(&node, &c)| self.get(node) >= c)
+    }
+
+    /// `(node, counter)` pairs in node order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.entries.iter().map(|(&n, &c)| (n, c))
+    }
+
+    /// Whether nothing is covered.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl Crdt for VersionVector {
+    fn merge(&mut self, other: &Self) {
+        VersionVector::merge(self, other);
+    }
+}
+
+impl FromIterator<(NodeId, u64)> for VersionVector {
+    fn from_iter<I: IntoIterator<Item = (NodeId, u64)>>(iter: I) -> Self {
+        let mut vv = VersionVector::new();
+        for (n, c) in iter {
+            vv.raise(n, c);
+        }
+        vv
+    }
+}
+
+/// A set of individual dots: the exceptions a version vector cannot express (dots seen above a
+/// gap, e.g. because an earlier delta was lost or the dot belongs to another key).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct DotCloud {
+    dots: BTreeSet<Dot>,
+}
+
+impl DotCloud {
+    /// The empty cloud.
+    #[must_use]
+    pub fn new() -> DotCloud {
+        DotCloud::default()
+    }
+
+    /// Adds `dot`; returns whether it was new.
+    pub fn insert(&mut self, dot: Dot) -> bool {
+        self.dots.insert(dot)
+    }
+
+    /// Whether `dot` is in the cloud.
+    #[must_use]
+    pub fn contains(&self, dot: Dot) -> bool {
+        self.dots.contains(&dot)
+    }
+
+    /// Dots in `(node, counter)` order.
+    pub fn iter(&self) -> impl Iterator<Item = Dot> + '_ {
+        self.dots.iter().copied()
+    }
+
+    /// Number of dots.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.dots.len()
+    }
+
+    /// Whether the cloud is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.dots.is_empty()
+    }
+
+    /// Set union.
+    pub fn merge(&mut self, other: &DotCloud) {
+        self.dots.extend(other.dots.iter().copied());
+    }
+
+    /// The highest counter held for `node`, if any.
+    fn max_for(&self, node: NodeId) -> Option<u64> {
+        self.dots
+            .range(Dot::new(node, 0)..=Dot::new(node, u64::MAX))
+            .next_back()
+            .map(|d| d.counter)
+    }
+
+    /// How many dots are held for `node`.
+    fn count_for(&self, node: NodeId) -> usize {
+        self.dots
+            .range(Dot::new(node, 0)..=Dot::new(node, u64::MAX))
+            .count()
+    }
+}
+
+/// The set of dots a replica has seen: compact vector plus dot cloud, kept canonical.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct CausalContext {
+    vv: VersionVector,
+    cloud: DotCloud,
+}
+
+impl CausalContext {
+    /// The empty context.
+    #[must_use]
+    pub fn new() -> CausalContext {
+        CausalContext::default()
+    }
+
+    /// A context holding exactly `dots`.
+    pub fn from_dots<I: IntoIterator<Item = Dot>>(dots: I) -> CausalContext {
+        let mut cc = CausalContext::new();
+        for d in dots {
+            debug_assert!(d.counter >= 1, "dot counters start at 1");
+            cc.cloud.insert(d);
+        }
+        cc.compact();
+        cc
+    }
+
+    /// The contiguous part.
+    #[must_use]
+    pub fn vv(&self) -> &VersionVector {
+        &self.vv
+    }
+
+    /// The non-contiguous part (its size is a useful metric: it is what GC bounds).
+    #[must_use]
+    pub fn cloud(&self) -> &DotCloud {
+        &self.cloud
+    }
+
+    /// Whether `dot` has been seen.
+    #[must_use]
+    pub fn contains(&self, dot: Dot) -> bool {
+        self.vv.contains(dot) || self.cloud.contains(dot)
+    }
+
+    /// Records `dot` as seen.
+    pub fn insert(&mut self, dot: Dot) {
+        debug_assert!(dot.counter >= 1, "dot counters start at 1");
+        if self.vv.contains(dot) {
+            return;
+        }
+        if dot.counter == self.vv.get(dot.node) + 1 {
+            self.vv.raise(dot.node, dot.counter);
+            self.compact();
+        } else {
+            self.cloud.insert(dot);
+        }
+    }
+
+    /// Set union.
+    pub fn merge(&mut self, other: &CausalContext) {
+        self.vv.merge(&other.vv);
+        self.cloud.merge(&other.cloud);
+        self.compact();
+    }
+
+    /// Re-establishes the canonical form: drops cloud dots covered by the vector and folds
+    /// cloud dots that extend the vector contiguously into it. Idempotent. Every mutating
+    /// method calls it, so callers only need it after building a context by hand.
+    pub fn compact(&mut self) {
+        let dots = std::mem::take(&mut self.cloud.dots);
+        // Sorted by (node, counter): a chain `n+1, n+2, ...` is absorbed in one pass.
+        for d in dots {
+            let have = self.vv.get(d.node);
+            if d.counter <= have {
+                continue;
+            }
+            if d.counter == have + 1 {
+                self.vv.raise(d.node, d.counter);
+            } else {
+                self.cloud.dots.insert(d);
+            }
+        }
+    }
+
+    /// Treat every dot covered by `frontier` as seen, then compact. Used by GC with the causally
+    /// stable frontier: dots below it that this context lacks belong to other keys (or were
+    /// delivered everywhere), so claiming them is harmless and turns the cloud into a vector.
+    pub fn raise_to(&mut self, frontier: &VersionVector) {
+        self.vv.merge(frontier);
+        self.compact();
+    }
+
+    /// A dot for `node` above every dot of `node` seen here. Useful when dots are numbered per
+    /// key; with a node-wide counter use [`VersionVector::next_dot`] on the node's own vector.
+    #[must_use]
+    pub fn next_dot(&self, node: NodeId) -> Dot {
+        let max = self.vv.get(node).max(self.cloud.max_for(node).unwrap_or(0));
+        Dot::new(node, max + 1)
+    }
+
+    /// Whether every dot of `other` is in `self`.
+    #[must_use]
+    pub fn dominates(&self, other: &CausalContext) -> bool {
+        let vector_covered = other.vv.iter().all(|(node, c)| {
+            let have = self.vv.get(node);
+            if have >= c {
+                return true;
+            }
+            // The gap (have, c] must be entirely in our cloud; cheap reject first.
+            let gap = c - have;
+            (self.cloud.count_for(node) as u64) >= gap
+                && (have + 1..=c).all(|k| self.cloud.contains(Dot::new(node, k)))
+        });
+        vector_covered && other.cloud.iter().all(|d| self.contains(d))
+    }
+
+    /// Whether no dot has been seen.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.vv.is_empty() && self.cloud.is_empty()
+    }
+}
+
+impl Crdt for CausalContext {
+    fn merge(&mut self, other: &Self) {
+        CausalContext::merge(self, other);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(n: u32, c: u64) -> Dot {
+        Dot::new(NodeId(n), c)
+    }
+
+    #[test]
+    fn vector_merge_meet_dominates() {
+        let a: VersionVector = [(NodeId(1), 3), (NodeId(2), 1)].into_iter().collect();
+        let b: VersionVector = [(NodeId(1), 1), (NodeId(3), 4)].into_iter().collect();
+        let mut j = a.clone();
+        j.merge(&b);
+        assert_eq!(j.get(NodeId(1)), 3);
+        assert_eq!(j.get(NodeId(3)), 4);
+        assert!(j.dominates(&a) && j.dominates(&b) && !a.dominates(&b));
+        let mut m = a.clone();
+        m.meet(&b);
+        assert_eq!(m, [(NodeId(1), 1)].into_iter().collect());
+        assert!(a.contains(d(1, 3)) && !a.contains(d(1, 4)) && !a.contains(d(1, 0)));
+    }
+
+    #[test]
+    fn context_compacts_out_of_order_dots() {
+        let mut cc = CausalContext::new();
+        cc.insert(d(1, 3));
+        cc.insert(d(1, 1));
+        assert_eq!(cc.vv().get(NodeId(1)), 1);
+        assert_eq!(cc.cloud().len(), 1);
+        cc.insert(d(1, 2));
+        assert_eq!(cc.vv().get(NodeId(1)), 3);
+        assert!(cc.cloud().is_empty());
+        assert_eq!(cc.next_dot(NodeId(1)), d(1, 4));
+        cc.insert(d(1, 7));
+        assert_eq!(cc.next_dot(NodeId(1)), d(1, 8));
+    }
+
+    #[test]
+    fn context_form_is_canonical() {
+        let a = CausalContext::from_dots([d(1, 1), d(1, 2), d(2, 5)]);
+        let mut b = CausalContext::from_dots([d(2, 5)]);
+        b.merge(&CausalContext::from_dots([d(1, 2)]));
+        b.merge(&CausalContext::from_dots([d(1, 1)]));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn context_dominates_with_gaps() {
+        let a = CausalContext::from_dots([d(1, 1), d(1, 3), d(1, 4)]);
+        let b = CausalContext::from_dots([d(1, 3)]);
+        let c = CausalContext::from_dots([d(1, 1), d(1, 2)]);
+        assert!(a.dominates(&b) && !b.dominates(&a) && !a.dominates(&c));
+        let mut ac = a.clone();
+        ac.merge(&c);
+        assert!(ac.dominates(&a) && ac.dominates(&c));
+        assert!(ac.cloud().is_empty());
+    }
+
+    #[test]
+    fn raise_to_frontier_empties_cloud_below_it() {
+        let mut cc = CausalContext::from_dots([d(1, 4), d(1, 9), d(2, 2)]);
+        cc.raise_to(&[(NodeId(1), 5), (NodeId(2), 2)].into_iter().collect());
+        assert_eq!(cc.cloud().iter().collect::<Vec<_>>(), vec![d(1, 9)]);
+        assert_eq!(cc.vv().get(NodeId(1)), 5);
+    }
+}
