@@ -240,3 +240,16 @@ fn punsubscribe_without_arguments_drops_every_pattern() {
     );
     assert_eq!(h.cmd(2, &["PUBLISH", "chan1.hi", "hello"]), ":0\r\n");
 }
+
+#[test]
+fn function_flush_and_list_answer_with_no_libraries() {
+    let mut h = Harness::new();
+    h.connect(1);
+    assert_eq!(h.cmd(1, &["FUNCTION", "FLUSH"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["FUNCTION", "FLUSH", "ASYNC"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["FUNCTION", "LIST"]), "*0\r\n");
+    assert_eq!(
+        h.cmd(1, &["FUNCTION", "LOAD", "x"]),
+        "-ERR unknown subcommand 'LOAD'. Try FUNCTION HELP.\r\n"
+    );
+}
