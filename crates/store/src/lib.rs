@@ -8,6 +8,7 @@ pub mod glob;
 pub mod hash;
 pub mod keyhash;
 pub mod list;
+pub mod ostree;
 pub mod set;
 pub mod value;
 pub mod zset;

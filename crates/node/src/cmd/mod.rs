@@ -11,6 +11,7 @@ pub mod list;
 pub mod pubsub;
 pub mod server;
 pub mod set;
+pub mod sort;
 pub mod string;
 pub mod tx;
 pub mod zset;
@@ -23,6 +24,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     string::COMMANDS,
     list::COMMANDS,
     hash::COMMANDS,
+    sort::COMMANDS,
     set::COMMANDS,
     zset::COMMANDS,
     tx::COMMANDS,

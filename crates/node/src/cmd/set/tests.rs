@@ -1,0 +1,493 @@
+//! Set command tests through the node's real entry point, replies compared byte for byte
+//! (expected replies checked against redis-server 7.0.15).
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+
+use crate::buggify::Buggify;
+use crate::client::ConnId;
+use crate::config::Config;
+use crate::node::{Input, Micros, Node, Output};
+
+pub(crate) const T0: u64 = 1_700_000_000_000;
+
+/// A node with connection 1 (and more on demand), replies collected per connection.
+pub(crate) struct Harness {
+    pub node: Node,
+    pub now_ms: u64,
+    pub out: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// Check the node's invariants after every request (turned off by bulk tests, which
+    /// check at the end: the check walks the whole keyspace).
+    pub check_each: bool,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        Harness::with_seed(7)
+    }
+
+    pub fn with_seed(seed: u64) -> Harness {
+        let now = Micros::from_millis(T0);
+        let node = Node::new(Config::default(), seed, Buggify::disabled(), now);
+        let mut h = Harness {
+            node,
+            now_ms: T0,
+            out: Default::default(),
+            check_each: true,
+        };
+        h.connect(1);
+        h
+    }
+
+    pub fn connect(&mut self, id: u64) {
+        self.node.handle(
+            Micros::from_millis(self.now_ms),
+            Input::Connected {
+                conn: ConnId(id),
+                peer_addr: format!("127.0.0.1:{}", 40000 + id),
+                local_addr: "127.0.0.1:6379".into(),
+            },
+        );
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        while let Some(o) = self.node.poll_output() {
+            if let Output::Write { conn, data } = o {
+                self.out.entry(conn.0).or_default().extend_from_slice(&data);
+            }
+        }
+        if self.check_each {
+            self.node.check_invariants();
+        }
+    }
+
+    /// Sends a request from `id` and returns everything written to `id` since the last call.
+    pub fn send_from(&mut self, id: u64, args: &[&[u8]]) -> String {
+        let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+        self.node.handle(
+            Micros::from_millis(self.now_ms),
+            Input::Request {
+                conn: ConnId(id),
+                args,
+            },
+        );
+        self.drain();
+        self.take(id)
+    }
+
+    /// What was written to `id` and not yet taken.
+    pub fn take(&mut self, id: u64) -> String {
+        String::from_utf8_lossy(&self.out.remove(&id).unwrap_or_default()).into_owned()
+    }
+
+    /// A command of whitespace-separated words from connection `id`.
+    pub fn cmd_from(&mut self, id: u64, line: &str) -> String {
+        let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
+        self.send_from(id, &words)
+    }
+
+    pub fn cmd(&mut self, line: &str) -> String {
+        self.cmd_from(1, line)
+    }
+
+    #[track_caller]
+    pub fn check(&mut self, line: &str, expected: &str) {
+        let got = self.cmd(line);
+        assert_eq!(got, expected, "reply to {line:?}");
+    }
+
+    /// Moves the clock and runs the node's timers.
+    pub fn advance(&mut self, ms: u64) {
+        self.now_ms += ms;
+        self.node.handle_timeout(Micros::from_millis(self.now_ms));
+        self.drain();
+    }
+
+    /// Event names published on `__keyevent@0__:*` to connection `id` (subscribed with
+    /// [`Harness::subscribe_events`]), in order, as "event:key".
+    pub fn events(&mut self, id: u64) -> Vec<String> {
+        let text = self.take(id);
+        text.split("__keyevent@0__:")
+            .skip(1)
+            .map(|rest| {
+                let mut parts = rest.split("\r\n");
+                let event = parts.next().unwrap_or("");
+                let _len = parts.next();
+                let key = parts.next().unwrap_or("");
+                format!("{event}:{key}")
+            })
+            .collect()
+    }
+
+    /// Checks the node's invariants and those of every set and sorted set stored.
+    pub fn check_all(&self) {
+        self.node.check_invariants();
+        for e in self.node.core().db.iter() {
+            match &e.value {
+                lattice_store::Value::Set(s) => s.check_invariants(),
+                lattice_store::Value::ZSet(z) => z.check_invariants(),
+                _ => {}
+            }
+        }
+    }
+
+    pub fn subscribe_events(&mut self, id: u64) {
+        self.check("CONFIG SET notify-keyspace-events KEAn", OK);
+        self.connect(id);
+        self.cmd_from(id, "PSUBSCRIBE __keyevent*");
+    }
+}
+
+pub(crate) const OK: &str = "+OK\r\n";
+pub(crate) const WRONGTYPE: &str =
+    "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+pub(crate) const SYNTAX: &str = "-ERR syntax error\r\n";
+
+pub(crate) fn bulk(s: &str) -> String {
+    format!("${}\r\n{}\r\n", s.len(), s)
+}
+
+/// An array of bulk strings.
+pub(crate) fn arr(items: &[&str]) -> String {
+    let mut s = format!("*{}\r\n", items.len());
+    for i in items {
+        s.push_str(&bulk(i));
+    }
+    s
+}
+
+/// The members of a flat array-of-bulk-strings reply, sorted.
+pub(crate) fn members(reply: &str) -> BTreeSet<String> {
+    let mut lines = reply.split("\r\n");
+    let head = lines.next().unwrap();
+    assert!(
+        head.starts_with('*') || head.starts_with('~'),
+        "not an array: {reply:?}"
+    );
+    let mut out = BTreeSet::new();
+    while let Some(l) = lines.next() {
+        if l.starts_with('$') {
+            out.insert(lines.next().unwrap().to_string());
+        }
+    }
+    out
+}
+
+fn set_of(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn add_remove_members() {
+    let mut h = Harness::new();
+    h.check("SADD s 3 1 2 2", ":3\r\n");
+    h.check("SADD s 3 4", ":1\r\n");
+    h.check("SCARD s", ":4\r\n");
+    // An intset iterates in ascending order, as in Redis.
+    h.check("SMEMBERS s", &arr(&["1", "2", "3", "4"]));
+    h.check("OBJECT ENCODING s", &bulk("intset"));
+    h.check("SISMEMBER s 2", ":1\r\n");
+    h.check("SISMEMBER s x", ":0\r\n");
+    h.check("SMISMEMBER s 1 x 3", "*3\r\n:1\r\n:0\r\n:1\r\n");
+    h.check("SMISMEMBER nokey a", "*1\r\n:0\r\n");
+    h.check("SADD s a", ":1\r\n");
+    h.check("OBJECT ENCODING s", &bulk("hashtable"));
+    h.check("SREM s a 1 zz", ":2\r\n");
+    h.check("OBJECT ENCODING s", &bulk("hashtable"));
+    assert_eq!(members(&h.cmd("SMEMBERS s")), set_of(&["2", "3", "4"]));
+    h.check("SREM s 2 3 4", ":3\r\n");
+    h.check("EXISTS s", ":0\r\n");
+    h.check("SREM s 2", ":0\r\n");
+    h.check("SMEMBERS nokey", "*0\r\n");
+    h.check("SCARD nokey", ":0\r\n");
+    h.check("SET str x", OK);
+    for c in [
+        "SADD str a",
+        "SREM str a",
+        "SMEMBERS str",
+        "SISMEMBER str a",
+        "SMISMEMBER str a",
+        "SCARD str",
+        "SPOP str",
+        "SPOP str 0",
+        "SRANDMEMBER str",
+        "SRANDMEMBER str 0",
+        "SSCAN str 0",
+    ] {
+        h.check(c, WRONGTYPE);
+    }
+    h.check(
+        "SADD s",
+        "-ERR wrong number of arguments for 'sadd' command\r\n",
+    );
+}
+
+#[test]
+fn intset_limit_follows_the_config() {
+    let mut h = Harness::new();
+    h.check("CONFIG SET set-max-intset-entries 3", OK);
+    h.check("SADD s 1 2 3", ":3\r\n");
+    h.check("OBJECT ENCODING s", &bulk("intset"));
+    h.check("SADD s 4", ":1\r\n");
+    h.check("OBJECT ENCODING s", &bulk("hashtable"));
+    h.check("SADD t 01", ":1\r\n");
+    h.check("OBJECT ENCODING t", &bulk("hashtable"));
+}
+
+#[test]
+fn algebra() {
+    let mut h = Harness::new();
+    h.cmd("SADD a 1 2 3 4");
+    h.cmd("SADD b 3 4 5 x");
+    h.cmd("SET str v");
+    h.check("SINTER a b", &arr(&["3", "4"]));
+    h.check("SINTER a nokey", "*0\r\n");
+    // Every key's type is checked before a missing key empties the result.
+    h.check("SINTER nokey str", WRONGTYPE);
+    h.check("SINTER str nokey", WRONGTYPE);
+    assert_eq!(
+        members(&h.cmd("SUNION a b nokey")),
+        set_of(&["1", "2", "3", "4", "5", "x"])
+    );
+    h.check("SUNION a str", WRONGTYPE);
+    h.check("SDIFF a b", &arr(&["1", "2"]));
+    h.check("SDIFF nokey a", "*0\r\n");
+    h.check("SINTERCARD 2 a b", ":2\r\n");
+    h.check("SINTERCARD 2 a b LIMIT 1", ":1\r\n");
+    h.check("SINTERCARD 2 a b LIMIT 0", ":2\r\n");
+    h.check("SINTERCARD 2 a nokey", ":0\r\n");
+    h.check(
+        "SINTERCARD 0 a",
+        "-ERR numkeys should be greater than 0\r\n",
+    );
+    h.check(
+        "SINTERCARD x a",
+        "-ERR numkeys should be greater than 0\r\n",
+    );
+    h.check(
+        "SINTERCARD 3 a b",
+        "-ERR Number of keys can't be greater than number of args\r\n",
+    );
+    h.check(
+        "SINTERCARD 2 a b LIMIT -1",
+        "-ERR LIMIT can't be negative\r\n",
+    );
+    h.check("SINTERCARD 2 a b LIMIT", SYNTAX);
+    h.check("SINTERCARD 2 a b FOO", SYNTAX);
+
+    h.check("SINTERSTORE d a b", ":2\r\n");
+    h.check("SMEMBERS d", &arr(&["3", "4"]));
+    h.check("OBJECT ENCODING d", &bulk("intset"));
+    h.check("SUNIONSTORE d a b", ":6\r\n");
+    h.check("OBJECT ENCODING d", &bulk("hashtable"));
+    h.check("SDIFFSTORE d a b", ":2\r\n");
+    h.check("SMEMBERS d", &arr(&["1", "2"]));
+    // A destination holding another type is simply replaced.
+    h.check("SUNIONSTORE str a", ":4\r\n");
+    h.check("TYPE str", "+set\r\n");
+    // An empty result deletes the destination.
+    h.check("EXPIRE d 100", ":1\r\n");
+    h.check("SINTERSTORE d a nokey", ":0\r\n");
+    h.check("EXISTS d", ":0\r\n");
+    h.check("SDIFFSTORE d a a", ":0\r\n");
+    h.check("EXISTS d", ":0\r\n");
+    // The source may be the destination.
+    h.check("SINTERSTORE a a b", ":2\r\n");
+    h.check("SMEMBERS a", &arr(&["3", "4"]));
+}
+
+#[test]
+fn smove() {
+    let mut h = Harness::new();
+    h.cmd("SADD a 1 2");
+    h.cmd("SADD b x");
+    h.cmd("SET str v");
+    h.check("SMOVE a b 1", ":1\r\n");
+    h.check("SMOVE a b 9", ":0\r\n");
+    h.check("SMOVE nokey b 1", ":0\r\n");
+    h.check("SMOVE nokey str 1", ":0\r\n");
+    h.check("SMOVE a str 2", WRONGTYPE);
+    h.check("SMOVE str a 2", WRONGTYPE);
+    h.check("SMOVE a a 2", ":1\r\n");
+    h.check("SMOVE a a 9", ":0\r\n");
+    h.check("SMOVE a c 2", ":1\r\n");
+    h.check("EXISTS a", ":0\r\n");
+    h.check("SMEMBERS c", &arr(&["2"]));
+    assert_eq!(members(&h.cmd("SMEMBERS b")), set_of(&["1", "x"]));
+}
+
+#[test]
+fn spop_and_srandmember() {
+    let mut h = Harness::new();
+    h.check("SPOP nokey", "$-1\r\n");
+    h.check("SPOP nokey 3", "*0\r\n");
+    h.check("SRANDMEMBER nokey", "$-1\r\n");
+    h.check("SRANDMEMBER nokey 3", "*0\r\n");
+    let must_be_positive = "-ERR value is out of range, must be positive\r\n";
+    h.check("SPOP s -1", must_be_positive);
+    h.check("SPOP s abc", must_be_positive);
+    h.check("SPOP s 1 2", SYNTAX);
+    h.check("SRANDMEMBER s 1 2", SYNTAX);
+    h.check(
+        "SRANDMEMBER s -9223372036854775808",
+        "-ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807\r\n",
+    );
+    let all: BTreeSet<String> = (0..50).map(|i| format!("m{i}")).collect();
+    let words: Vec<&str> = all.iter().map(String::as_str).collect();
+    h.cmd(&format!("SADD s {}", words.join(" ")));
+    h.check("SRANDMEMBER s 0", "*0\r\n");
+    // Distinct members, at most the set's size.
+    for n in [1, 5, 20, 40, 50, 100] {
+        let got = members(&h.cmd(&format!("SRANDMEMBER s {n}")));
+        assert_eq!(got.len(), n.min(50));
+        assert!(got.is_subset(&all));
+    }
+    // Negative counts repeat.
+    let reply = h.cmd("SRANDMEMBER s -200");
+    assert!(reply.starts_with("*200\r\n"));
+    assert!(members(&reply).is_subset(&all));
+    let one = h.cmd("SPOP s");
+    let popped = members(&h.cmd("SPOP s 10"));
+    assert_eq!(popped.len(), 10);
+    h.check("SCARD s", ":39\r\n");
+    let rest = members(&h.cmd("SMEMBERS s"));
+    let one = one.split("\r\n").nth(1).unwrap().to_string();
+    assert!(!rest.contains(&one) && popped.is_disjoint(&rest) && !popped.contains(&one));
+    assert_eq!(rest.len() + popped.len() + 1, 50);
+    h.check("SPOP s 0", "*0\r\n");
+    assert_eq!(members(&h.cmd("SPOP s 100")), rest);
+    h.check("EXISTS s", ":0\r\n");
+
+    // The same seed and history give the same picks.
+    let run = |seed| {
+        let mut h = Harness::with_seed(seed);
+        h.cmd("SADD s a b c d e f g h i j");
+        [
+            h.cmd("SRANDMEMBER s 3"),
+            h.cmd("SPOP s 2"),
+            h.cmd("SRANDMEMBER s -4"),
+        ]
+    };
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2));
+}
+
+#[test]
+fn sscan_returns_every_member() {
+    let mut h = Harness::new();
+    h.check("SSCAN nokey 0", "*2\r\n$1\r\n0\r\n*0\r\n");
+    h.check("SSCAN nokey 0 COUNT 0", "*2\r\n$1\r\n0\r\n*0\r\n");
+    h.check("SSCAN s x", "-ERR invalid cursor\r\n");
+    h.cmd("SADD small 1 2 3");
+    h.check(
+        "SSCAN small 0",
+        "*2\r\n$1\r\n0\r\n*3\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n",
+    );
+    h.check("SSCAN small 0 COUNT 0", SYNTAX);
+    h.check(
+        "SSCAN small 0 COUNT x",
+        "-ERR value is not an integer or out of range\r\n",
+    );
+    h.check("SSCAN small 0 MATCH", SYNTAX);
+    h.check("SSCAN small 0 TYPE set", SYNTAX);
+    h.check(
+        "SSCAN small 0 MATCH 2",
+        "*2\r\n$1\r\n0\r\n*1\r\n$1\r\n2\r\n",
+    );
+    for i in 0..300 {
+        h.cmd(&format!("SADD big k{i}"));
+    }
+    let mut seen = BTreeSet::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let reply = h.cmd(&format!("SSCAN big {cursor} COUNT 20"));
+        let mut lines = reply.split("\r\n");
+        lines.next();
+        lines.next();
+        cursor = lines.next().unwrap().to_string();
+        seen.extend(members(&lines.collect::<Vec<_>>().join("\r\n")));
+        calls += 1;
+        // Changes during the scan do not hide members present throughout.
+        h.cmd(&format!("SREM big k{}", 250 + calls));
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert!(calls > 10);
+    for i in 0..250 {
+        assert!(seen.contains(&format!("k{i}")), "k{i} missed");
+    }
+    h.check_all();
+}
+
+#[test]
+fn resp3_shapes() {
+    let mut h = Harness::new();
+    h.cmd("HELLO 3");
+    h.cmd("SADD s 1 2");
+    h.check("SMEMBERS s", "~2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    h.check("SMEMBERS nokey", "~0\r\n");
+    h.check("SINTER s nokey", "~0\r\n");
+    h.check("SPOP nokey 1", "~0\r\n");
+    h.check("SRANDMEMBER nokey 1", "*0\r\n");
+    h.check("SRANDMEMBER s 5", "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    h.check("SPOP s 5", "~2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    h.check("SPOP s", "_\r\n");
+}
+
+#[test]
+fn events_and_watch() {
+    let mut h = Harness::new();
+    h.subscribe_events(2);
+    h.take(2);
+    for line in [
+        "SADD s a b",
+        "SADD s a",
+        "SREM s x",
+        "SREM s a",
+        "SADD t b c",
+        "SMOVE s t b",
+        "SADD u 1 2 3",
+        "SPOP u",
+        "SPOP u 5",
+        "SINTERSTORE d t t",
+        "SUNIONSTORE d t",
+        "SDIFFSTORE d t t",
+        "SDIFFSTORE d t t",
+    ] {
+        h.cmd(line);
+    }
+    assert_eq!(
+        h.events(2).join(" "),
+        "new:s sadd:s srem:s new:t sadd:t srem:s del:s new:u sadd:u spop:u spop:u del:u \
+         new:d sinterstore:d sunionstore:d del:d"
+    );
+
+    // A watched set changed by another client aborts the transaction.
+    h.connect(3);
+    h.check("WATCH t", OK);
+    h.cmd_from(3, "SADD t z");
+    h.check("MULTI", OK);
+    h.check("SCARD t", "+QUEUED\r\n");
+    h.check("EXEC", "*-1\r\n");
+    // ... but a command that changes nothing does not.
+    h.check("WATCH t", OK);
+    h.cmd_from(3, "SADD t z");
+    h.cmd_from(3, "SREM t nothing");
+    h.check("MULTI", OK);
+    h.check("SCARD t", "+QUEUED\r\n");
+    h.check("EXEC", "*1\r\n:3\r\n");
+}
+
+#[test]
+fn command_table() {
+    let find = |name: &str| super::COMMANDS.iter().find(|c| c.name == name).unwrap();
+    assert_eq!(super::COMMANDS.len(), 17);
+    assert_eq!(find("sadd").flags, &["write", "denyoom", "fast"][..]);
+    assert_eq!(find("smove").keys, (1, 2, 1));
+    assert_eq!(find("sintercard").arity, -3);
+    assert_eq!(find("sunionstore").keys, (1, -1, 1));
+}
