@@ -19,9 +19,10 @@ use crate::node::Core;
 /// What a blocked client receives when its timeout passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeoutReply {
-    /// `*-1` (RESP2) / `_` (RESP3): BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP.
+    /// `*-1` (RESP2) / `_` (RESP3): what every blocking command answers on timeout in 7.0
+    /// (BRPOPLPUSH and BLMOVE included).
     NullArray,
-    /// `$-1` (RESP2) / `_` (RESP3): BRPOPLPUSH, BLMOVE.
+    /// `$-1` (RESP2) / `_` (RESP3): BRPOPLPUSH and BLMOVE inside MULTI.
     NullBulk,
 }
 
@@ -52,23 +53,26 @@ pub(crate) struct BlockRequest {
     pub on_timeout: TimeoutReply,
 }
 
-/// Parses a blocking timeout in seconds (a float, 0 = forever) into an absolute deadline.
+/// Parses a blocking timeout in seconds (a float, 0 = forever) into an absolute deadline, with
+/// Redis 7.0's errors: a value whose milliseconds do not fit a 64-bit integer (`inf`, `1e400`)
+/// is reported as negative, as Redis's conversion makes it; a deadline past the 64-bit range is
+/// "out of range".
 pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, &'static str> {
     let Some(secs) = parse_f64(arg) else {
         return Err("ERR timeout is not a float or out of range");
     };
-    if secs < 0.0 {
+    let ms = (secs * 1000.0).ceil();
+    if ms.is_nan() || ms < 0.0 || ms >= i64::MAX as f64 {
         return Err("ERR timeout is negative");
     }
-    if !secs.is_finite() || secs * 1000.0 > (i64::MAX / 2) as f64 {
-        return Err("ERR timeout is out of range");
-    }
-    if secs == 0.0 {
+    let ms = ms as i64;
+    if ms == 0 {
         return Ok(None);
     }
-    // Round up to whole milliseconds so a tiny timeout still waits a little.
-    let ms = (secs * 1000.0).ceil() as u64;
-    Ok(Some(now_ms.saturating_add(ms.max(1))))
+    if ms > i64::MAX - now_ms as i64 {
+        return Err("ERR timeout is out of range");
+    }
+    Ok(Some(now_ms + ms as u64))
 }
 
 impl Core {
@@ -146,5 +150,32 @@ impl Core {
     /// The earliest blocking deadline, for the node's timer.
     pub(crate) fn next_block_deadline_ms(&self) -> Option<u64> {
         self.block_deadlines.first().map(|(d, _)| *d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_timeout;
+
+    #[test]
+    fn timeouts_parse_with_redis_errors() {
+        assert_eq!(parse_timeout(b"0", 1000), Ok(None));
+        assert_eq!(parse_timeout(b"1.5", 1000), Ok(Some(2500)));
+        assert_eq!(parse_timeout(b"0.0001", 1000), Ok(Some(1001)));
+        assert_eq!(parse_timeout(b"-1", 1000), Err("ERR timeout is negative"));
+        assert_eq!(parse_timeout(b"inf", 1000), Err("ERR timeout is negative"));
+        assert_eq!(parse_timeout(b"1e400", 1000), Err("ERR timeout is negative"));
+        assert_eq!(
+            parse_timeout(b"9223372036854775807", 1000),
+            Err("ERR timeout is negative")
+        );
+        assert_eq!(
+            parse_timeout(b"9223371000000000", 1_700_000_000_000),
+            Err("ERR timeout is out of range")
+        );
+        assert_eq!(
+            parse_timeout(b"abc", 1000),
+            Err("ERR timeout is not a float or out of range")
+        );
     }
 }

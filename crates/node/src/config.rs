@@ -53,7 +53,7 @@ const PARAMS: &[(&str, &str, Kind)] = &[
     ("dir", ".", Kind::Immutable),
     (
         "hash-max-listpack-entries",
-        "128",
+        "512",
         Kind::Int {
             min: 0,
             max: i64::MAX,
@@ -61,22 +61,6 @@ const PARAMS: &[(&str, &str, Kind)] = &[
     ),
     (
         "hash-max-listpack-value",
-        "64",
-        Kind::Int {
-            min: 0,
-            max: i64::MAX,
-        },
-    ),
-    (
-        "hash-max-ziplist-entries",
-        "128",
-        Kind::Int {
-            min: 0,
-            max: i64::MAX,
-        },
-    ),
-    (
-        "hash-max-ziplist-value",
         "64",
         Kind::Int {
             min: 0,
@@ -129,14 +113,8 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
-    (
-        "list-max-ziplist-size",
-        "-2",
-        Kind::Int {
-            min: i64::MIN,
-            max: i64::MAX,
-        },
-    ),
+    // Accepted for Redis's test suite; Lattice runs no scripts.
+    ("lua-time-limit", "5000", Kind::Int { min: 0, max: i64::MAX }),
     (
         "loglevel",
         "notice",
@@ -222,22 +200,16 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
-    (
-        "zset-max-ziplist-entries",
-        "128",
-        Kind::Int {
-            min: 0,
-            max: i64::MAX,
-        },
-    ),
-    (
-        "zset-max-ziplist-value",
-        "64",
-        Kind::Int {
-            min: 0,
-            max: i64::MAX,
-        },
-    ),
+];
+
+/// Old names Redis 7.0 still accepts, as (alias, name). Both answer CONFIG GET; setting either
+/// sets the one value.
+const ALIASES: &[(&str, &str)] = &[
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
 ];
 
 /// The node's configuration. Construct with [`Config::default`] and [`Config::set`].
@@ -286,7 +258,10 @@ impl Config {
     }
 
     fn set_inner(&mut self, name: &str, value: &str, initial: bool) -> Result<(), String> {
-        let lower = name.to_ascii_lowercase();
+        let mut lower = name.to_ascii_lowercase();
+        if let Some((_, canonical)) = ALIASES.iter().find(|(alias, _)| *alias == lower) {
+            lower = canonical.to_string();
+        }
         let Some((pname, _, kind)) = PARAMS.iter().find(|(n, _, _)| *n == lower) else {
             return Err(format!(
                 "Unknown option or number of arguments for CONFIG SET - '{name}'"
@@ -356,14 +331,25 @@ impl Config {
 
     /// Parameters whose name matches the glob `pattern`, in name order.
     pub fn matching(&self, pattern: &[u8]) -> Vec<(&'static str, &str)> {
-        self.values
-            .iter()
-            .filter(|(n, _)| lattice_store::glob_match(pattern, n.as_bytes(), true))
-            .map(|(n, v)| (*n, v.as_str()))
-            .collect()
+        let names = self
+            .values
+            .keys()
+            .copied()
+            .chain(ALIASES.iter().map(|(alias, _)| *alias));
+        let mut found: Vec<(&'static str, &str)> = names
+            .filter(|n| lattice_store::glob_match(pattern, n.as_bytes(), true))
+            .filter_map(|n| Some((n, self.get(n)?)))
+            .collect();
+        found.sort();
+        found
     }
 
+    /// A parameter's value, by its name or an alias.
     pub fn get(&self, name: &str) -> Option<&str> {
+        let name = ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == name)
+            .map_or(name, |(_, canonical)| canonical);
         self.values.get(name).map(|s| s.as_str())
     }
 
@@ -421,5 +407,8 @@ mod tests {
         c.set("appendonly", "YES").unwrap();
         assert_eq!(c.get("appendonly"), Some("yes"));
         assert_eq!(c.matching(b"max*").len(), 4);
+        c.set("zset-max-ziplist-entries", "7").unwrap();
+        assert_eq!(c.get("zset-max-listpack-entries"), Some("7"));
+        assert_eq!(c.matching(b"zset-max-*-entries").len(), 2);
     }
 }

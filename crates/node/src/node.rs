@@ -113,6 +113,9 @@ pub struct Core {
     /// Keys changed since parked clients were last offered them.
     ready_keys: Vec<Bytes>,
     pub(crate) block_request: Option<BlockRequest>,
+    /// Clients released from blocking by a command (CLIENT UNBLOCK) whose pipelined requests
+    /// must now run.
+    pub(crate) released: Vec<ConnId>,
     /// Connections with output or a close pending, in the order they became pending.
     pending: VecDeque<ConnId>,
     next_cron_ms: u64,
@@ -254,7 +257,7 @@ impl Core {
                         m.errored = true;
                     }
                 }
-                call.error(&message);
+                call.error_bytes(&message);
             }
             Ok(spec) => {
                 let client = &self.clients[&conn];
@@ -349,6 +352,7 @@ impl Node {
             block_deadlines: BTreeSet::new(),
             ready_keys: Vec::new(),
             block_request: None,
+            released: Vec::new(),
             pending: VecDeque::new(),
             next_cron_ms: now_ms,
         };
@@ -382,6 +386,9 @@ impl Node {
             Input::Request { conn, args } => {
                 self.request(conn, args);
                 self.serve_ready_keys();
+                for conn in std::mem::take(&mut self.core.released) {
+                    self.run_queued(conn);
+                }
             }
             Input::ProtocolError { conn, message } => {
                 let core = &mut self.core;
@@ -707,17 +714,16 @@ impl Node {
 }
 
 /// Finds the runnable command for `args`, or the exact Redis error.
-fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, String> {
+fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, Vec<u8>> {
     let Some(spec) = core.table.find(&args[0]) else {
         return Err(unknown_command(args));
     };
     // A container dispatches on its subcommand; COMMAND also runs alone (no subcommand).
     let spec = if !spec.subcommands.is_empty() && (spec.handler.is_none() || args.len() >= 2) {
         if args.len() < 2 {
-            return Err(format!(
-                "ERR wrong number of arguments for '{}' command",
-                spec.name
-            ));
+            return Err(
+                format!("ERR wrong number of arguments for '{}' command", spec.name).into_bytes(),
+            );
         }
         match find_subcommand(spec, &args[1]) {
             Some(sub) => sub,
@@ -726,17 +732,17 @@ fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, String> 
                     "ERR unknown subcommand '{}'. Try {} HELP.",
                     truncate_lossy(&args[1], 128),
                     spec.name.to_ascii_uppercase()
-                ))
+                )
+                .into_bytes())
             }
         }
     } else {
         spec
     };
     if !spec.arity_ok(args.len()) {
-        return Err(format!(
-            "ERR wrong number of arguments for '{}' command",
-            spec.name
-        ));
+        return Err(
+            format!("ERR wrong number of arguments for '{}' command", spec.name).into_bytes(),
+        );
     }
     Ok(spec)
 }
@@ -745,21 +751,29 @@ fn truncate_lossy(b: &[u8], max: usize) -> String {
     String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
 }
 
-/// Redis 7's wording: the name, then up to 128 characters of quoted arguments.
-fn unknown_command(args: &[Bytes]) -> String {
-    let mut rest = String::new();
+/// Redis 7's wording: the name, then up to 128 bytes of quoted arguments. Like Redis's `%.*s`,
+/// each piece ends at its first NUL byte; other bytes are echoed as they are.
+fn unknown_command(args: &[Bytes]) -> Vec<u8> {
+    fn c_str(b: &[u8], max: usize) -> &[u8] {
+        let b = &b[..b.len().min(max)];
+        match b.iter().position(|&c| c == 0) {
+            Some(n) => &b[..n],
+            None => b,
+        }
+    }
+    let mut rest: Vec<u8> = Vec::new();
     for a in &args[1..] {
         if rest.len() >= 128 {
             break;
         }
         let room = 128 - rest.len();
-        rest.push('\'');
-        rest.push_str(&truncate_lossy(a, room));
-        rest.push_str("' ");
+        rest.push(b'\'');
+        rest.extend_from_slice(c_str(a, room));
+        rest.extend_from_slice(b"' ");
     }
-    format!(
-        "ERR unknown command '{}', with args beginning with: {}",
-        truncate_lossy(&args[0], 128),
-        rest
-    )
+    let mut msg = b"ERR unknown command '".to_vec();
+    msg.extend_from_slice(c_str(&args[0], 128));
+    msg.extend_from_slice(b"', with args beginning with: ");
+    msg.extend_from_slice(&rest);
+    msg
 }

@@ -253,3 +253,77 @@ fn function_flush_and_list_answer_with_no_libraries() {
         "-ERR unknown subcommand 'LOAD'. Try FUNCTION HELP.\r\n"
     );
 }
+
+#[test]
+fn resp3_pushes_arrive_under_client_reply_off() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    h.cmd(1, &["HELLO", "3"]);
+    assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "OFF"]), "");
+    assert_eq!(h.cmd(1, &["SUBSCRIBE", "ch"]), ">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
+    assert_eq!(h.cmd(2, &["PUBLISH", "ch", "hi"]), ":1\r\n");
+    assert_eq!(h.take(1), ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n");
+    assert_eq!(h.cmd(1, &["PING"]), "", "ordinary replies stay off");
+}
+
+#[test]
+fn unknown_command_echoes_bytes_like_redis() {
+    let mut h = Harness::new();
+    h.connect(1);
+    let node_reply = h.cmd(1, &["nosuch", "a\u{0}b", "x"]);
+    assert_eq!(
+        node_reply,
+        "-ERR unknown command 'nosuch', with args beginning with: 'a' 'x' \r\n"
+    );
+}
+
+#[test]
+fn client_unblock_releases_a_parked_client_and_its_pipeline() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    assert_eq!(h.cmd(1, &["BLPOP", "q", "0"]), "");
+    assert_eq!(h.cmd(1, &["PING"]), "", "queued behind the blocked BLPOP");
+    assert_eq!(h.cmd(2, &["CLIENT", "UNBLOCK", "1", "ERROR"]), ":1\r\n");
+    assert_eq!(
+        h.take(1),
+        "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n+PONG\r\n"
+    );
+    assert_eq!(h.cmd(2, &["CLIENT", "UNBLOCK", "1"]), ":0\r\n");
+    h.cmd(1, &["BLPOP", "q", "0"]);
+    assert_eq!(h.cmd(2, &["CLIENT", "UNBLOCK", "1", "TIMEOUT"]), ":1\r\n");
+    assert_eq!(h.take(1), "*-1\r\n");
+    assert_eq!(
+        h.cmd(2, &["CLIENT", "UNBLOCK", "1", "foo"]),
+        "-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"
+    );
+}
+
+#[test]
+fn command_getkeys_and_memory_usage() {
+    let mut h = Harness::new();
+    h.connect(1);
+    assert_eq!(h.cmd(1, &["COMMAND", "GETKEYS", "set", "a", "b"]), "*1\r\n$1\r\na\r\n");
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYS", "mset", "a", "1", "b", "2"]),
+        "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYS", "sort", "a", "store", "b"]),
+        "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYS", "zunionstore", "d", "2", "a", "b"]),
+        "*3\r\n$1\r\nd\r\n$1\r\na\r\n$1\r\nb\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYS", "ping", "x"]),
+        "-ERR The command has no key arguments\r\n"
+    );
+    assert_eq!(h.cmd(1, &["MEMORY", "USAGE", "nokey"]), "$-1\r\n");
+    h.cmd(1, &["SET", "k", "v"]);
+    let usage = h.cmd(1, &["MEMORY", "USAGE", "k"]);
+    let n: i64 = usage.trim_start_matches(':').trim().parse().unwrap();
+    assert!((40..1000).contains(&n), "{usage}");
+}

@@ -13,6 +13,11 @@ pub fn glob_match(pattern: &[u8], subject: &[u8], nocase: bool) -> bool {
     if star_groups(pattern) > MAX_STAR_GROUPS {
         return false;
     }
+    // Redis's matcher never enters its loop for an empty subject, so only an empty pattern
+    // matches it (`KEYS *` lists the empty key only because `*` skips matching entirely).
+    if subject.is_empty() {
+        return pattern.is_empty();
+    }
     let (mut p, mut s) = (0usize, 0usize);
     // Where to resume after the last `*`: (pattern index after the star, subject index).
     let mut star: Option<(usize, usize)> = None;
@@ -167,7 +172,8 @@ mod tests {
 
     #[test]
     fn basics() {
-        assert!(m("*", ""));
+        assert!(!m("*", ""), "an empty key matches only an empty pattern, as in Redis");
+        assert!(m("", ""));
         assert!(m("*", "anything"));
         assert!(m("h?llo", "hello"));
         assert!(!m("h?llo", "hllo"));

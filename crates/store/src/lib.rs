@@ -4,6 +4,7 @@
 //! random numbers they drew from their own seeded generator).
 
 pub mod db;
+pub mod dump;
 pub mod glob;
 pub mod hash;
 pub mod keyhash;

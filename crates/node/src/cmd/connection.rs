@@ -162,6 +162,16 @@ pub const COMMANDS: &[CommandSpec] = &[
                 client_no_evict,
             ),
             spec(
+                "client|unblock",
+                -3,
+                &["admin", "noscript", "loading", "stale"],
+                (0, 0, 0),
+                CONN,
+                "5.0.0",
+                "Unblocks a client blocked by a blocking command from a different connection.",
+                client_unblock,
+            ),
+            spec(
                 "client|reply",
                 3,
                 &[],
@@ -596,5 +606,35 @@ fn client_help(_core: &mut Core, call: &mut Call) {
     call.out.array_len(LINES.len());
     for l in LINES {
         call.out.simple(l.as_bytes());
+    }
+}
+
+fn client_unblock(core: &mut Core, call: &mut Call) {
+    let Some(id) = parse_i64(call.arg(2)) else {
+        return call.error(NOT_INTEGER);
+    };
+    let as_error = match call.args.get(3) {
+        None => false,
+        Some(r) if is(r, "timeout") => false,
+        Some(r) if is(r, "error") => true,
+        Some(_) => return call.error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+    };
+    if call.argc() > 4 {
+        return call.syntax_error();
+    }
+    let target = ConnId(id as u64);
+    match core.unpark(target) {
+        Some(blocked) => {
+            if as_error {
+                core.write_to(target, |w| {
+                    w.error(b"UNBLOCKED client unblocked via CLIENT UNBLOCK")
+                });
+            } else {
+                core.write_to(target, |w| blocked.on_timeout.write(w));
+            }
+            core.released.push(target);
+            call.out.integer(1);
+        }
+        None => call.out.integer(0),
     }
 }

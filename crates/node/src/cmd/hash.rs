@@ -12,6 +12,8 @@ use lattice_store::{glob_match, Value};
 
 use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER, OVERFLOW, SYNTAX};
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
+use crate::cmd::keys::parse_cursor;
+use crate::cmd::string::float::{long_double_add, FloatError};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -360,21 +362,21 @@ fn hincrby(core: &mut Core, call: &mut Call) {
 fn hincrbyfloat(core: &mut Core, call: &mut Call) {
     let incr = call.arg(3);
     // The increment alone first: a number, and a finite one.
-    match ld::incr_by_float(None, incr) {
+    match long_double_add(None, incr) {
         Ok(_) => {}
-        Err(ld::Error::NotAFloat) => return call.error(NOT_FLOAT),
-        Err(ld::Error::NanOrInf) => return call.error("ERR value is NaN or Infinity"),
+        Err(FloatError::NotAFloat) => return call.error(NOT_FLOAT),
+        Err(FloatError::NanOrInf) => return call.error("ERR value is NaN or Infinity"),
     }
     let (key, field) = (call.arg(1), call.arg(2));
     let now_ms = call.now_ms;
     let result = match write_hash(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
-        Ok(h) => ld::incr_by_float(h.and_then(|h| h.get(field)), incr),
+        Ok(h) => long_double_add(h.and_then(|h| h.get(field)), incr),
     };
     let value = match result {
         Ok(v) => v,
-        Err(ld::Error::NotAFloat) => return call.error("ERR hash value is not a float"),
-        Err(ld::Error::NanOrInf) => {
+        Err(FloatError::NotAFloat) => return call.error("ERR hash value is not a float"),
+        Err(FloatError::NanOrInf) => {
             return call.error("ERR increment would produce NaN or Infinity")
         }
     };
@@ -474,34 +476,8 @@ fn hrandfield_count(core: &mut Core, call: &mut Call, count: i64, withvalues: bo
     }
 }
 
-/// Parses a SCAN-family cursor as Redis 7.0 does (`strtoul`): no leading space, an optional
-/// sign (a negative number wraps around), decimal digits up to a NUL byte or the end, no
-/// overflow. An empty argument is cursor 0.
-fn parse_scan_cursor(arg: &[u8]) -> Option<u64> {
-    let arg = match arg.iter().position(|&b| b == 0) {
-        Some(n) => &arg[..n],
-        None => arg,
-    };
-    if arg.is_empty() {
-        return Some(0);
-    }
-    let (neg, digits) = match arg[0] {
-        b'-' => (true, &arg[1..]),
-        b'+' => (false, &arg[1..]),
-        _ => (false, arg),
-    };
-    if digits.is_empty() || !digits.iter().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &d in digits {
-        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
 fn hscan(core: &mut Core, call: &mut Call) {
-    let Some(cursor) = parse_scan_cursor(call.arg(2)) else {
+    let Some(cursor) = parse_cursor(call.arg(2)) else {
         return call.error("ERR invalid cursor");
     };
     let h = match read_hash(core, call.arg(1), call.now_ms) {
@@ -542,65 +518,6 @@ fn hscan(core: &mut Core, call: &mut Call) {
     for (k, v) in pairs {
         call.out.bulk(k);
         call.out.bulk(v);
-    }
-}
-
-/// HINCRBYFLOAT's arithmetic: C `long double`, through the node's C helper (the one
-/// INCRBYFLOAT uses; its Rust wrapper is private to the string module).
-mod ld {
-    /// Size of the text buffer (Redis's `MAX_LONG_DOUBLE_CHARS`).
-    const LD_CHARS: usize = 5 * 1024;
-
-    pub enum Error {
-        /// The current value or the increment is not a number.
-        NotAFloat,
-        /// The sum is NaN or infinite.
-        NanOrInf,
-    }
-
-    extern "C" {
-        fn lattice_incrbyfloat(
-            current: *const u8,
-            current_len: usize,
-            has_current: i32,
-            increment: *const u8,
-            increment_len: usize,
-            out: *mut u8,
-            out_cap: usize,
-            out_len: *mut usize,
-        ) -> i32;
-    }
-
-    /// `current + incr` computed and printed as Redis does (`None` counts as 0).
-    pub fn incr_by_float(current: Option<&[u8]>, incr: &[u8]) -> Result<Vec<u8>, Error> {
-        let mut out = vec![0u8; LD_CHARS];
-        let mut len = 0usize;
-        let (ptr, cur_len) = current.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
-        // SAFETY: every pointer is valid for the length passed with it (a null `current` is
-        // not read because `has_current` is then 0); the C function writes at most `out_cap`
-        // bytes into `out` and one usize into `len`, and keeps no pointer.
-        let code = unsafe {
-            lattice_incrbyfloat(
-                ptr,
-                cur_len,
-                current.is_some() as i32,
-                incr.as_ptr(),
-                incr.len(),
-                out.as_mut_ptr(),
-                out.len(),
-                &mut len,
-            )
-        };
-        match code {
-            0 => {
-                out.truncate(len);
-                Ok(out)
-            }
-            1 => Err(Error::NotAFloat),
-            2 => Err(Error::NanOrInf),
-            // No room for the text: cannot happen with this buffer size.
-            _ => Ok(Vec::new()),
-        }
     }
 }
 

@@ -99,12 +99,30 @@ fn keys(core: &mut Core, call: &mut Call) {
     }
 }
 
-/// Parses a SCAN-family cursor: any unsigned 64-bit decimal.
+/// Parses a SCAN-family cursor as Redis 7.0 does (`strtoul`): no leading space, an optional
+/// sign (a negative number wraps around), decimal digits up to a NUL byte or the end, no
+/// overflow. An empty argument is cursor 0.
 pub fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    if arg.is_empty() || arg.len() > 20 || !arg.iter().all(|b| b.is_ascii_digit()) {
+    let arg = match arg.iter().position(|&b| b == 0) {
+        Some(n) => &arg[..n],
+        None => arg,
+    };
+    if arg.is_empty() {
+        return Some(0);
+    }
+    let (neg, digits) = match arg[0] {
+        b'-' => (true, &arg[1..]),
+        b'+' => (false, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() || !digits.iter().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    let mut v: u64 = 0;
+    for &d in digits {
+        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
 }
 
 fn scan(core: &mut Core, call: &mut Call) {

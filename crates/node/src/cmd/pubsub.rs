@@ -270,11 +270,28 @@ fn subscribe_generic(core: &mut Core, call: &mut Call, pattern: bool) {
             map.entry(ch.clone()).or_default().insert(conn);
         }
         let count = subscription_count(core, conn);
-        call.out.push_len(3);
-        call.out
-            .bulk(if pattern { b"psubscribe" } else { b"subscribe" });
-        call.out.bulk(ch);
-        call.out.integer(count);
+        let kind: &[u8] = if pattern { b"psubscribe" } else { b"subscribe" };
+        confirm(core, call, kind, Some(ch), count);
+    }
+}
+
+/// Writes a (un)subscribe confirmation. In RESP3 it is a push, which Redis delivers even
+/// under CLIENT REPLY OFF, so it goes out through the connection's push path instead of the
+/// command's reply; in RESP2 it is an ordinary reply.
+fn confirm(core: &mut Core, call: &mut Call, kind: &[u8], name: Option<&[u8]>, count: i64) {
+    let write = |w: &mut ReplyWriter| {
+        w.push_len(3);
+        w.bulk(kind);
+        match name {
+            Some(n) => w.bulk(n),
+            None => w.null(),
+        }
+        w.integer(count);
+    };
+    if call.out.protocol() == lattice_resp::Protocol::Resp3 {
+        core.write_to(call.conn, write);
+    } else {
+        write(&mut call.out);
     }
 }
 
@@ -327,19 +344,14 @@ fn unsubscribe_generic(core: &mut Core, call: &mut Call, pattern: bool) {
         }
     };
     if names.is_empty() {
-        call.out.push_len(3);
-        call.out.bulk(kind);
-        call.out.null();
-        call.out.integer(subscription_count(core, conn));
+        let count = subscription_count(core, conn);
+        confirm(core, call, kind, None, count);
         return;
     }
     for name in names {
         remove_subscription(core, conn, &name, pattern);
         let count = subscription_count(core, conn);
-        call.out.push_len(3);
-        call.out.bulk(kind);
-        call.out.bulk(&name);
-        call.out.integer(count);
+        confirm(core, call, kind, Some(&name), count);
     }
 }
 

@@ -115,6 +115,16 @@ pub const COMMANDS: &[CommandSpec] = &[
                 command_list,
             ),
             spec(
+                "command|getkeys",
+                -3,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "2.8.13",
+                "Extracts the key names from an arbitrary command.",
+                command_getkeys,
+            ),
+            spec(
                 "command|help",
                 2,
                 &["loading", "stale"],
@@ -123,6 +133,38 @@ pub const COMMANDS: &[CommandSpec] = &[
                 "5.0.0",
                 "Returns helpful text about the different subcommands.",
                 command_help,
+            ),
+        ],
+    },
+    CommandSpec {
+        name: "memory",
+        arity: -2,
+        flags: &[],
+        keys: (0, 0, 0),
+        group: SERVER,
+        summary: "A container for memory diagnostics commands.",
+        since: "4.0.0",
+        handler: None,
+        subcommands: &[
+            spec(
+                "memory|usage",
+                -3,
+                &["readonly"],
+                (2, 2, 1),
+                SERVER,
+                "4.0.0",
+                "Estimates the memory usage of a key.",
+                memory_usage,
+            ),
+            spec(
+                "memory|help",
+                2,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "4.0.0",
+                "Returns helpful text about the different subcommands.",
+                memory_help,
             ),
         ],
     },
@@ -713,6 +755,136 @@ fn function_help(_core: &mut Core, call: &mut Call) {
         "    server-side code).",
         "FLUSH [ASYNC|SYNC]",
         "    Delete all the libraries (a no-op: there are none).",
+        "HELP",
+        "    Print this help.",
+    ];
+    call.out.array_len(LINES.len());
+    for l in LINES {
+        call.out.simple(l.as_bytes());
+    }
+}
+
+// ---- COMMAND GETKEYS ----
+
+/// Positions of the key arguments of `args` (a whole command line), or an error message.
+/// Most commands declare (first, last, step); the ones whose keys move with a count or an
+/// option are listed by name.
+pub fn key_positions(
+    spec: &CommandSpec,
+    args: &[bytes::Bytes],
+) -> Result<Vec<usize>, &'static str> {
+    let argc = args.len();
+    let numkeys_at = |pos: usize| -> Result<Vec<usize>, &'static str> {
+        let n = args
+            .get(pos)
+            .and_then(|a| crate::args::parse_i64(a))
+            .filter(|n| *n > 0)
+            .ok_or("ERR Invalid arguments specified for command")? as usize;
+        if pos + n >= argc {
+            return Err("ERR Invalid arguments specified for command");
+        }
+        Ok((pos + 1..=pos + n).collect())
+    };
+    match spec.name {
+        "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "lmpop" | "zmpop" => {
+            numkeys_at(1)
+        }
+        "zunionstore" | "zinterstore" | "zdiffstore" => {
+            let mut keys = vec![1];
+            keys.extend(numkeys_at(2)?);
+            Ok(keys)
+        }
+        "blmpop" | "bzmpop" => numkeys_at(2),
+        "sort" | "sort_ro" => {
+            let mut keys = vec![1];
+            let mut i = 2;
+            while i < argc {
+                if is(&args[i], "store") && i + 1 < argc {
+                    keys.push(i + 1);
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+            }
+            Ok(keys)
+        }
+        _ => {
+            let (first, last, step) = spec.keys;
+            if first <= 0 {
+                return Err("ERR The command has no key arguments");
+            }
+            let last = if last < 0 { argc as i32 + last } else { last };
+            let step = step.max(1);
+            Ok((first..=last)
+                .step_by(step as usize)
+                .map(|i| i as usize)
+                .filter(|i| *i < argc)
+                .collect())
+        }
+    }
+}
+
+fn command_getkeys(core: &mut Core, call: &mut Call) {
+    let cmd_args = &call.args[2..];
+    let Some(mut spec) = core.table.find(&cmd_args[0]) else {
+        return call.error("ERR Invalid command specified");
+    };
+    if !spec.subcommands.is_empty() && cmd_args.len() >= 2 {
+        match crate::command::find_subcommand(spec, &cmd_args[1]) {
+            Some(sub) => spec = sub,
+            None => return call.error("ERR Invalid command specified"),
+        }
+    }
+    if !spec.arity_ok(cmd_args.len()) {
+        return call.error("ERR Invalid number of arguments specified for command");
+    }
+    match key_positions(spec, cmd_args) {
+        Err(e) => call.error(e),
+        Ok(positions) if positions.is_empty() => call.error("ERR The command has no key arguments"),
+        Ok(positions) => {
+            call.out.array_len(positions.len());
+            for p in positions {
+                call.out.bulk(&cmd_args[p]);
+            }
+        }
+    }
+}
+
+// ---- MEMORY ----
+
+fn memory_usage(core: &mut Core, call: &mut Call) {
+    let mut i = 3;
+    while i < call.argc() {
+        if is(call.arg(i), "samples") && i + 1 < call.argc() {
+            if crate::args::parse_i64(call.arg(i + 1)).is_none_or(|n| n < 0) {
+                return call.error(crate::args::NOT_INTEGER);
+            }
+            i += 2;
+        } else {
+            return call.syntax_error();
+        }
+    }
+    // An estimate: the entry in its slot table (with the table's spare room), the key bytes,
+    // and what the value holds on the heap.
+    const TABLE_SLACK: usize = 16;
+    match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
+        Some(e) => {
+            let bytes = std::mem::size_of::<lattice_store::Entry>()
+                + TABLE_SLACK
+                + e.key().len()
+                + e.value.heap_bytes();
+            call.out.integer(bytes as i64)
+        }
+        None => call.out.null(),
+    }
+}
+
+fn memory_help(_core: &mut Core, call: &mut Call) {
+    const LINES: &[&str] = &[
+        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "USAGE <key> [SAMPLES <count>]",
+        "    Return memory in bytes used by <key> and its value. Nested values are",
+        "    sampled up to <count> times (default: 5, 0 means sample all).",
         "HELP",
         "    Print this help.",
     ];

@@ -3,7 +3,7 @@
 //! the order in which arguments, key types and limits are checked.
 
 mod bits;
-mod float;
+pub(crate) mod float;
 mod lcs;
 #[cfg(test)]
 mod tests;

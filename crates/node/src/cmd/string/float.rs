@@ -23,9 +23,19 @@ extern "C" {
     ) -> i32;
 }
 
-/// `current + incr` as INCRBYFLOAT computes, checks and prints it; `current` is `None` for a
-/// missing key (zero). The error is the reply's full text.
-pub fn incr_by_float(current: Option<&[u8]>, incr: &[u8]) -> Result<Vec<u8>, &'static str> {
+/// Why a long-double addition was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FloatError {
+    /// The current value or the increment is not a number.
+    NotAFloat,
+    /// The sum is NaN or infinite.
+    NanOrInf,
+}
+
+/// `current + incr` computed, checked and printed as Redis does in `long double`; `current` is
+/// `None` for a missing value (zero). Shared by INCRBYFLOAT and HINCRBYFLOAT, which word the
+/// errors differently.
+pub(crate) fn long_double_add(current: Option<&[u8]>, incr: &[u8]) -> Result<Vec<u8>, FloatError> {
     let mut out = vec![0u8; LD_CHARS];
     let mut len = 0usize;
     let (cur_ptr, cur_len) = match current {
@@ -52,12 +62,21 @@ pub fn incr_by_float(current: Option<&[u8]>, incr: &[u8]) -> Result<Vec<u8>, &'s
             out.truncate(len);
             Ok(out)
         }
-        NOT_A_FLOAT => Err(NOT_FLOAT),
-        NAN_OR_INF => Err("ERR increment would produce NaN or Infinity"),
+        NOT_A_FLOAT => Err(FloatError::NotAFloat),
+        NAN_OR_INF => Err(FloatError::NanOrInf),
         // No room for the text: Redis stores and answers an empty string then. It cannot
         // happen with this buffer size; kept for exactness.
         _ => Ok(Vec::new()),
     }
+}
+
+/// `current + incr` as INCRBYFLOAT computes, checks and prints it; `current` is `None` for a
+/// missing key (zero). The error is the reply's full text.
+pub fn incr_by_float(current: Option<&[u8]>, incr: &[u8]) -> Result<Vec<u8>, &'static str> {
+    long_double_add(current, incr).map_err(|e| match e {
+        FloatError::NotAFloat => NOT_FLOAT,
+        FloatError::NanOrInf => "ERR increment would produce NaN or Infinity",
+    })
 }
 
 #[cfg(test)]
