@@ -7,8 +7,8 @@
 #                     [--redis-bin PATH] [--build] [--no-durable] [--lenient]
 #
 # Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
-# Output of each run: target/compat/<server>/<suite>.log, the [err] lines in
-# target/compat/<server>/<suite>.failed, the server's own output in
+# Output of each run: target/compat/<server>/<suite>.log, the [err] lines with the start of
+# their reasons in target/compat/<server>/<suite>.failed, the server's own output in
 # target/compat/<server>/<suite>.server.log, and the table in target/compat/summary.txt.
 #
 # Options:
@@ -24,9 +24,11 @@
 #                   failing `FUNCTION FLUSH` (the harness sends it before every start_server
 #                   block; without FUNCTION support every suite aborts before its first test)
 #
-# Aborted column: "-" (completed) or why not: exception (the test client died on an
-# uncaught error), timeout, crash (server process gone), io-error (a connection to the
-# server failed), incomplete (no final summary), nostart (server did not answer PING).
+# Aborted column: "no" (completed) or why not: exception (the test client died on an
+# uncaught error), block-exception (with --durable: an error outside any test skipped the
+# rest of a start_server block), timeout, crash (server process gone), io-error (a
+# connection to the server failed), incomplete (no final summary), nostart (server did
+# not answer PING).
 #
 # Exit status: 1 if a lattice suite aborted (or, with --strict, had an [err]); 2 on setup
 # problems (no source, no binary); 0 otherwise.
@@ -50,7 +52,7 @@ LENIENT=0
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -217,10 +219,10 @@ start_server() {
     local kind=$1 port=$2 logfile=$3 i
     SERVER_TMP="$(mktemp -d /tmp/lattice-compat.XXXXXX)"
     if [ "$kind" = lattice ]; then
-        "$LATTICE_BIN" --port "$port" --bind 127.0.0.1 --dir "$SERVER_TMP" >"$logfile" 2>&1 &
+        "$LATTICE_BIN" --port "$port" --bind 127.0.0.1 --dir "$SERVER_TMP" >"$logfile" 2>&1 9>&- &
     else
         "$REDIS_BIN" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-            --daemonize no --dir "$SERVER_TMP" >"$logfile" 2>&1 &
+            --daemonize no --dir "$SERVER_TMP" >"$logfile" 2>&1 9>&- &
     fi
     SERVER_PID=$!
     for i in $(seq 1 200); do
@@ -259,14 +261,17 @@ run_suite() {
 
     local durable=()
     [ "$DURABLE" = 1 ] && durable=(--durable)
+    # runtest's own test-server port lies just below --baseport (default 21111, so 21079):
+    # a random base keeps two runs on one machine from colliding there.
+    local baseport=$(( 22000 + (RANDOM % 300) * 64 ))
     log "$kind: $suite (port $port, timeout ${TIMEOUT}s)"
     local rc=0
     (
         cd "$RUN_DIR" || exit 2
         TERM=dumb exec timeout -k 10 "$TIMEOUT" ./runtest --host 127.0.0.1 --port "$port" \
             --singledb --ignore-encoding --ignore-digest --single "$suite" --clients 1 \
-            --timeout "$TIMEOUT" "${durable[@]}" --tags "$TAGS"
-    ) >"$logf" 2>&1 </dev/null || rc=$?
+            --timeout "$TIMEOUT" --baseport "$baseport" "${durable[@]}" --tags "$TAGS"
+    ) >"$logf" 2>&1 </dev/null 9>&- || rc=$?
 
     local alive=1
     kill -0 "$SERVER_PID" 2>/dev/null || alive=0
@@ -275,13 +280,20 @@ run_suite() {
     local ok err why="-"
     ok=$(grep -c '^\[ok\]:' "$logf")
     err=$(grep -c '^\[err\]:' "$logf")
-    grep '^\[err\]:' "$logf" > "$failf" || true
+    # Each failed test with the first lines of its reason (runtest prints them below it).
+    awk '/^\[err\]:/ {p = 1; n = 0; print; next}
+         /^\[[a-zA-Z0-9\/ ]+\]:/ || /^\*\*\* / || /^!!! / {p = 0}
+         p && n < 3 {print "    " substr($0, 1, 300); n++}' "$logf" > "$failf"
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
         why=timeout
     elif [ "$alive" = 0 ]; then
         why=crash
     elif grep -q '^\[exception\]:' "$logf"; then
         why=exception
+    elif grep '^\[err\]:' "$logf" | grep -qv ' in tests/.*\.tcl$'; then
+        # With --durable, an error outside any test (in a start_server block) is reported
+        # as an [err] without a test name, and the rest of that block is skipped.
+        why=block-exception
     elif grep -q '^\[TIMEOUT\]:' "$logf"; then
         why=timeout
     elif grep -qE 'I/O error|connection reset|connection refused|broken pipe' "$logf"; then
@@ -296,6 +308,13 @@ run_suite() {
 # ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
+mkdir -p "$OUT_DIR"
+# One run at a time per work tree: runs share target/compat/ and the cached test tree.
+exec 9>"$OUT_DIR/.lock"
+if ! flock -n 9; then
+    log "another compat.sh run holds $OUT_DIR/.lock; waiting for it"
+    flock 9
+fi
 ensure_source
 RUN_DIR="$SRC_DIR"
 if [ "$LENIENT" = 1 ]; then
@@ -316,7 +335,6 @@ if [[ " $SERVERS " == *" redis "* ]] && [ ! -x "$REDIS_BIN" ]; then
     exit 2
 fi
 
-mkdir -p "$OUT_DIR"
 for suite in $SUITES; do
     if [ ! -f "$SRC_DIR/tests/$suite.tcl" ]; then
         log "unknown suite $suite (no tests/$suite.tcl)"

@@ -110,7 +110,9 @@ fn open_side(
     if !matches!(r, Reply::Simple(_)) {
         let r2 = conn.call(&[b"FLUSHDB".to_vec()]);
         if !matches!(r2, Reply::Simple(_)) {
-            eprintln!("difftest: warning: {label} answered FLUSHALL with {r} and FLUSHDB with {r2}");
+            eprintln!(
+                "difftest: warning: {label} answered FLUSHALL with {r} and FLUSHDB with {r2}"
+            );
         }
     }
     Ok(Side {
@@ -130,7 +132,9 @@ fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
             Reply::Array(parts) if parts.len() == 2 => {
                 let next = match &parts[0] {
                     Reply::Bulk(c) => c.clone(),
-                    other => return Reply::Other(format!("SCAN cursor is not a bulk string: {other}")),
+                    other => {
+                        return Reply::Other(format!("SCAN cursor is not a bulk string: {other}"))
+                    }
                 };
                 match &parts[1] {
                     Reply::Array(items) => {
@@ -140,7 +144,9 @@ fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
                                     keys.insert(k.clone());
                                 }
                                 other => {
-                                    return Reply::Other(format!("SCAN returned a non-bulk key: {other}"))
+                                    return Reply::Other(format!(
+                                        "SCAN returned a non-bulk key: {other}"
+                                    ))
                                 }
                             }
                         }
@@ -169,8 +175,7 @@ fn execute(side: &mut Side, cmd: &Cmd, args: &[Vec<u8>]) -> Reply {
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:,=+@".contains(c))
     {
         s.to_string()
@@ -215,6 +220,24 @@ fn repro_line(opts: &Opts, commands: u64) -> String {
     parts.join(" ")
 }
 
+/// The slowest reply seen from one side (a stall shows up here even without a mismatch).
+#[derive(Default)]
+struct Slowest {
+    time: Duration,
+    idx: u64,
+    cmd: String,
+}
+
+impl Slowest {
+    fn note(&mut self, t: Duration, idx: u64, cmd: &str) {
+        if t > self.time {
+            self.time = t;
+            self.idx = idx;
+            self.cmd = cmd.to_string();
+        }
+    }
+}
+
 /// Returns the number of mismatches.
 fn run(opts: &Opts) -> Result<u64, String> {
     let families = gen::select(&opts.families)?;
@@ -226,7 +249,9 @@ fn run(opts: &Opts) -> Result<u64, String> {
     let mut lattice = open_side("lattice", &opts.lattice_addr, || {
         server::start_lattice(&lattice_bin)
     })?;
-    let mut redis = open_side("redis", &opts.redis_addr, || server::start_redis(&opts.redis_bin))?;
+    let mut redis = open_side("redis", &opts.redis_addr, || {
+        server::start_redis(&opts.redis_bin)
+    })?;
 
     let mut generator = Generator::new(opts.seed, families);
     let mut history: VecDeque<String> = VecDeque::with_capacity(HISTORY + 1);
@@ -234,6 +259,7 @@ fn run(opts: &Opts) -> Result<u64, String> {
     let mut mismatches = 0u64;
     let mut executed = 0u64;
     let mut by_command: BTreeMap<String, u64> = BTreeMap::new();
+    let mut slowest = [Slowest::default(), Slowest::default()];
     let started = Instant::now();
 
     for idx in 0..opts.commands {
@@ -245,11 +271,19 @@ fn run(opts: &Opts) -> Result<u64, String> {
         } else {
             text.clone()
         };
+        let t0 = Instant::now();
         let a = execute(&mut lattice, &cmd, &args);
+        let t1 = Instant::now();
         let b = execute(&mut redis, &cmd, &args);
+        let t2 = Instant::now();
+        slowest[0].note(t1 - t0, idx, &shown);
+        slowest[1].note(t2 - t1, idx, &shown);
         executed += 1;
         if opts.verbose {
-            println!("#{idx} {shown}\n    {}: {a}\n    {}: {b}", lattice.label, redis.label);
+            println!(
+                "#{idx} {shown}\n    {}: {a}\n    {}: {b}",
+                lattice.label, redis.label
+            );
         }
         if cmd.cmp != Cmp::Skip {
             compared += 1;
@@ -291,6 +325,15 @@ fn run(opts: &Opts) -> Result<u64, String> {
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let list: Vec<String> = v.iter().map(|(k, n)| format!("{k}={n}")).collect();
         println!("difftest: mismatches by command: {}", list.join(" "));
+    }
+    for (side, slow) in [(&lattice, &slowest[0]), (&redis, &slowest[1])] {
+        println!(
+            "difftest: slowest {} reply: {} ms (#{} {})",
+            side.label,
+            slow.time.as_millis(),
+            slow.idx,
+            slow.cmd
+        );
     }
     println!("difftest: elapsed {:.1}s", started.elapsed().as_secs_f64());
     println!(

@@ -94,7 +94,11 @@ pub fn normalize(cmp: Cmp, r: &Reply) -> Reply {
 
 /// [`normalize`], keeping whole error messages when `full_errors` is set.
 pub fn normalize_with(cmp: Cmp, r: &Reply, full_errors: bool) -> Reply {
-    let mut n = if full_errors { r.clone() } else { strip_errors(r) };
+    let mut n = if full_errors {
+        r.clone()
+    } else {
+        strip_errors(r)
+    };
     if matches!(cmp, Cmp::Sorted | Cmp::ScanAll) {
         if let Reply::Array(items) = &mut n {
             items.sort_by_cached_key(Reply::sort_key);
@@ -167,7 +171,8 @@ pub fn render_args(args: &[Vec<u8>]) -> String {
     let mut parts = Vec::with_capacity(args.len());
     for a in args {
         let bare = !a.is_empty()
-            && a.iter().all(|&c| c.is_ascii_graphic() && c != b'"' && c != b'\'' && c != b'\\');
+            && a.iter()
+                .all(|&c| c.is_ascii_graphic() && c != b'"' && c != b'\'' && c != b'\\');
         if bare {
             parts.push(String::from_utf8_lossy(a).into_owned());
         } else {
@@ -256,13 +261,37 @@ mod tests {
 
     #[test]
     fn ttl_tolerance_applies_to_positive_values_only() {
-        assert!(equivalent(Cmp::Tolerance(1), &Reply::Int(100), &Reply::Int(99)));
-        assert!(!equivalent(Cmp::Tolerance(1), &Reply::Int(100), &Reply::Int(98)));
-        assert!(equivalent(Cmp::Tolerance(250), &Reply::Int(99_900), &Reply::Int(100_100)));
-        assert!(!equivalent(Cmp::Tolerance(1), &Reply::Int(-1), &Reply::Int(-2)));
-        assert!(!equivalent(Cmp::Tolerance(1), &Reply::Int(0), &Reply::Int(-1)));
+        assert!(equivalent(
+            Cmp::Tolerance(1),
+            &Reply::Int(100),
+            &Reply::Int(99)
+        ));
+        assert!(!equivalent(
+            Cmp::Tolerance(1),
+            &Reply::Int(100),
+            &Reply::Int(98)
+        ));
+        assert!(equivalent(
+            Cmp::Tolerance(250),
+            &Reply::Int(99_900),
+            &Reply::Int(100_100)
+        ));
+        assert!(!equivalent(
+            Cmp::Tolerance(1),
+            &Reply::Int(-1),
+            &Reply::Int(-2)
+        ));
+        assert!(!equivalent(
+            Cmp::Tolerance(1),
+            &Reply::Int(0),
+            &Reply::Int(-1)
+        ));
         assert!(!equivalent(Cmp::Tolerance(1), &Reply::Int(-2), &Reply::Nil));
-        assert!(equivalent(Cmp::Tolerance(1), &Reply::Int(-2), &Reply::Int(-2)));
+        assert!(equivalent(
+            Cmp::Tolerance(1),
+            &Reply::Int(-2),
+            &Reply::Int(-2)
+        ));
     }
 
     #[test]
@@ -277,7 +306,11 @@ mod tests {
     fn nil_kinds_and_types_are_distinct() {
         assert!(!equivalent(Cmp::Exact, &Reply::Nil, &Reply::NilArray));
         assert!(!equivalent(Cmp::Exact, &Reply::Int(1), &bulk("1")));
-        assert!(!equivalent(Cmp::Exact, &Reply::Simple(b"OK".to_vec()), &bulk("OK")));
+        assert!(!equivalent(
+            Cmp::Exact,
+            &Reply::Simple(b"OK".to_vec()),
+            &bulk("OK")
+        ));
     }
 
     #[test]
@@ -289,7 +322,12 @@ mod tests {
 
     #[test]
     fn rendering_quotes_binary() {
-        let args = vec![b"SET".to_vec(), b"k".to_vec(), b"a b\x00\r\n".to_vec(), Vec::new()];
+        let args = vec![
+            b"SET".to_vec(),
+            b"k".to_vec(),
+            b"a b\x00\r\n".to_vec(),
+            Vec::new(),
+        ];
         assert_eq!(render_args(&args), r#"SET k "a b\x00\r\n" """#);
     }
 }

@@ -74,7 +74,13 @@ fn temp_dir(tag: &str) -> std::io::Result<PathBuf> {
 }
 
 /// Starts `bin` with `args` (the port is appended by the caller), waits until it answers PING.
-fn start(name: &str, bin: &Path, args: Vec<String>, port: u16, dir: PathBuf) -> Result<ServerGuard, String> {
+fn start(
+    name: &str,
+    bin: &Path,
+    args: Vec<String>,
+    port: u16,
+    dir: PathBuf,
+) -> Result<ServerGuard, String> {
     let stdout = fs::File::create(dir.join("stdout.log")).map_err(|e| e.to_string())?;
     let stderr = fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
     let child = Command::new(bin)

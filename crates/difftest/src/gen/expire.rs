@@ -5,7 +5,10 @@
 
 use super::{Arg, Cmd, Cmp, Ctx, Family};
 
-pub const FAMILY: Family = Family { name: "expire", gen };
+pub const FAMILY: Family = Family {
+    name: "expire",
+    gen,
+};
 
 /// NX/XX/GT/LT flags: usually none or one, sometimes an incompatible pair or junk.
 fn flags(c: &mut Ctx, mut cmd: Cmd) -> Cmd {
@@ -17,7 +20,13 @@ fn flags(c: &mut Ctx, mut cmd: Cmd) -> Cmd {
         14..=15 => cmd = cmd.a("LT"),
         16 => cmd = cmd.a(if c.pct(50) { "nx" } else { "gt" }),
         17 => {
-            let pairs = [("NX", "XX"), ("GT", "LT"), ("NX", "GT"), ("XX", "GT"), ("XX", "LT")];
+            let pairs = [
+                ("NX", "XX"),
+                ("GT", "LT"),
+                ("NX", "GT"),
+                ("XX", "GT"),
+                ("XX", "LT"),
+            ];
             let (a, b) = *c.pick(&pairs);
             cmd = cmd.a(a).a(b);
         }
@@ -103,7 +112,9 @@ fn gen(c: &mut Ctx) -> Cmd {
         4 => Cmd::new("TTL").a(c.hot_key()).cmp(Cmp::Tolerance(1)),
         5 => Cmd::new("PTTL").a(c.hot_key()).cmp(Cmp::Tolerance(250)),
         6 => Cmd::new("EXPIRETIME").a(c.hot_key()).cmp(Cmp::Tolerance(1)),
-        7 => Cmd::new("PEXPIRETIME").a(c.hot_key()).cmp(Cmp::Tolerance(250)),
+        7 => Cmd::new("PEXPIRETIME")
+            .a(c.hot_key())
+            .cmp(Cmp::Tolerance(250)),
         8 => Cmd::new("PERSIST").a(c.hot_key()),
         9 => {
             let cmd = Cmd::new("SET").a(c.hot_key()).a(c.value());
@@ -119,6 +130,9 @@ fn gen(c: &mut Ctx) -> Cmd {
                 cmd
             }
         }
-        _ => Cmd::new("SETEX").a(c.hot_key()).i(c.ttl_secs()).a(c.value()),
+        _ => Cmd::new("SETEX")
+            .a(c.hot_key())
+            .i(c.ttl_secs())
+            .a(c.value()),
     }
 }

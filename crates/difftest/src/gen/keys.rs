@@ -7,10 +7,40 @@ pub const FAMILY: Family = Family { name: "keys", gen };
 /// Glob patterns for KEYS and SCAN MATCH, including escapes, classes, negation, ranges and
 /// malformed patterns.
 const PATTERNS: &[&str] = &[
-    "*", "foo*", "*o*", "k:?", "k:*", "a?", "a*c", "[ab]*", "[^f]*", "[a-c]*", "h\\[e\\]llo",
-    "h[e]llo", "x\\*y", "x*y", "*:1*", "nomatch*", "?", "???", "user:[12]", "[!f]*", "foo[",
-    "foo\\", "*\\", "{t}*", "\\{t\\}z", "[z-a]*", "*[0-9]", "k:1?", "", "**", "f*o*o*", "[]",
-    "[\\]]*", "FOO*",
+    "*",
+    "foo*",
+    "*o*",
+    "k:?",
+    "k:*",
+    "a?",
+    "a*c",
+    "[ab]*",
+    "[^f]*",
+    "[a-c]*",
+    "h\\[e\\]llo",
+    "h[e]llo",
+    "x\\*y",
+    "x*y",
+    "*:1*",
+    "nomatch*",
+    "?",
+    "???",
+    "user:[12]",
+    "[!f]*",
+    "foo[",
+    "foo\\",
+    "*\\",
+    "{t}*",
+    "\\{t\\}z",
+    "[z-a]*",
+    "*[0-9]",
+    "k:1?",
+    "",
+    "**",
+    "f*o*o*",
+    "[]",
+    "[\\]]*",
+    "FOO*",
 ];
 
 fn pattern(c: &mut Ctx) -> Vec<u8> {
@@ -24,7 +54,10 @@ fn scan(c: &mut Ctx) -> Cmd {
         let cmd = match c.below(5) {
             0 => Cmd::new("SCAN").a("abc"),
             1 => Cmd::new("SCAN").a("1x"),
-            2 => Cmd::new("SCAN").a("0").a("COUNT").a(c.int_or_bad(-1, 0, 50)),
+            2 => Cmd::new("SCAN")
+                .a("0")
+                .a("COUNT")
+                .a(c.int_or_bad(-1, 0, 50)),
             3 => Cmd::new("SCAN").a("0").a("MATCH"),
             _ => Cmd::new("SCAN").a("0").a("FOO").a("bar"),
         };
@@ -36,7 +69,10 @@ fn scan(c: &mut Ctx) -> Cmd {
         opts.push(vec![b"MATCH".to_vec(), pattern(c)]);
     }
     if c.pct(50) {
-        opts.push(vec![b"COUNT".to_vec(), c.range(1, 30).to_string().into_bytes()]);
+        opts.push(vec![
+            b"COUNT".to_vec(),
+            c.range(1, 30).to_string().into_bytes(),
+        ]);
     }
     if c.pct(25) {
         let t = ["string", "list", "hash", "set", "zset", "none", "STRING"];
@@ -100,7 +136,9 @@ fn gen(c: &mut Ctx) -> Cmd {
         }
         11 => Cmd::new("DBSIZE"),
         12 => {
-            let names = ["DEL", "EXISTS", "TYPE", "KEYS", "RENAME", "TOUCH", "COPY", "UNLINK"];
+            let names = [
+                "DEL", "EXISTS", "TYPE", "KEYS", "RENAME", "TOUCH", "COPY", "UNLINK",
+            ];
             let name = c.pick(&names[..]);
             Cmd::new(name)
         }

@@ -118,13 +118,43 @@ pub fn family_names() -> Vec<&'static str> {
 /// The shared keyspace. A few names contain glob metacharacters so KEYS/SCAN MATCH patterns
 /// with escapes have something to hit.
 pub const KEYS: &[&str] = &[
-    "foo", "foo1", "foo2", "foobar", "bar", "baz", "a", "ab", "abc", "k:1", "k:2", "k:10",
-    "user:1", "user:2", "num", "cnt", "bits", "h[e]llo", "x*y", "{t}z",
+    "foo",
+    "foo1",
+    "foo2",
+    "foobar",
+    "bar",
+    "baz",
+    "a",
+    "ab",
+    "abc",
+    "k:1",
+    "k:2",
+    "k:10",
+    "user:1",
+    "user:2",
+    "num",
+    "cnt",
+    "bits",
+    "h[e]llo",
+    "x*y",
+    "{t}z",
+    "",
+    "\x00\u{7f}k\n",
 ];
 
 const WORDS: &[&str] = &[
-    "hello", "world", "foo", "bar", "ohmytext", "mynewtext", "abcde", "lattice", "redis",
-    "x", "a b c", "The quick brown fox",
+    "hello",
+    "world",
+    "foo",
+    "bar",
+    "ohmytext",
+    "mynewtext",
+    "abcde",
+    "lattice",
+    "redis",
+    "x",
+    "a b c",
+    "The quick brown fox",
 ];
 
 /// Random source plus helpers shared by the families.
@@ -249,8 +279,24 @@ impl Ctx {
 
     pub fn float_str(&mut self) -> Vec<u8> {
         const FLOATS: &[&str] = &[
-            "1.5", "-2.25", "0.1", "3.0e2", "1e-3", ".5", "5.", "10.50", "-0.0", "inf", "-inf",
-            "nan", "1e400", "3.14159", "1.7976931348623157e308", "0x1p3", " 2.5", "2.5 ",
+            "1.5",
+            "-2.25",
+            "0.1",
+            "3.0e2",
+            "1e-3",
+            ".5",
+            "5.",
+            "10.50",
+            "-0.0",
+            "inf",
+            "-inf",
+            "nan",
+            "1e400",
+            "3.14159",
+            "1.7976931348623157e308",
+            "0x1p3",
+            " 2.5",
+            "2.5 ",
         ];
         if self.pct(50) {
             self.pick(FLOATS).as_bytes().to_vec()
@@ -263,6 +309,11 @@ impl Ctx {
 
     pub fn binary(&mut self) -> Vec<u8> {
         let n = self.range(1, 12) as usize;
+        if self.pct(20) {
+            // All ones or all zeros: BITPOS/BITCOUNT edge cases.
+            let b = if self.pct(50) { 0xff } else { 0x00 };
+            return vec![b; n];
+        }
         let mut v: Vec<u8> = (0..n).map(|_| self.below(256) as u8).collect();
         if self.pct(30) {
             v.extend_from_slice(b"\r\n\0");
@@ -273,6 +324,10 @@ impl Ctx {
     pub fn text(&mut self) -> Vec<u8> {
         if self.pct(40) {
             self.pick(WORDS).as_bytes().to_vec()
+        } else if self.pct(4) {
+            // Now and then a longer value.
+            let n = self.range(64, 700) as usize;
+            (0..n).map(|_| b"abcdeXY"[self.below(7) as usize]).collect()
         } else {
             // A small alphabet so LCS, BITCOUNT and GETRANGE see structure.
             let n = self.range(1, 16) as usize;
@@ -291,7 +346,20 @@ impl Ctx {
 
     /// Something that is not a valid integer argument.
     pub fn not_an_int(&mut self) -> Vec<u8> {
-        const BAD: &[&str] = &["abc", "1.5", "", " 1", "1x", "9223372036854775808", "--1", "0x1"];
+        const BAD: &[&str] = &[
+            "abc",
+            "1.5",
+            "",
+            " 1",
+            "1x",
+            "9223372036854775808",
+            "--1",
+            "0x1",
+            "01",
+            "+1",
+            "-0",
+            "1e2",
+        ];
         self.pick(BAD).as_bytes().to_vec()
     }
 
@@ -321,8 +389,30 @@ impl Generator {
     }
 
     pub fn next_cmd(&mut self) -> Cmd {
+        if self.ctx.pct(1) && self.ctx.pct(50) {
+            let n = self.ctx.below(3);
+            let mut cmd = Cmd::new(if self.ctx.pct(50) {
+                "NOSUCHCMD"
+            } else {
+                "getx"
+            });
+            for _ in 0..n {
+                cmd = cmd.a(self.ctx.value());
+            }
+            return cmd;
+        }
         let fam = self.families[self.ctx.below(self.families.len() as u64) as usize];
         let mut cmd = (fam.gen)(&mut self.ctx);
+        // Command names are case-insensitive: mix the case now and then.
+        if self.ctx.pct(5) {
+            if let Arg::Lit(name) = &mut cmd.args[0] {
+                for b in name.iter_mut() {
+                    if self.ctx.pct(50) {
+                        *b = b.to_ascii_lowercase();
+                    }
+                }
+            }
+        }
         // A modest rate of arity damage on top of the families' own bad-argument cases.
         if cmd.cmp != Cmp::ScanAll && self.ctx.pct(3) {
             if cmd.args.len() > 1 && self.ctx.pct(60) {

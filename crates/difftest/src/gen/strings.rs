@@ -18,7 +18,11 @@ pub fn expiry_option(c: &mut Ctx, allow_past: bool) -> Vec<Arg> {
     let lit = |s: &str| Arg::Lit(s.as_bytes().to_vec());
     let which = c.below(4);
     let name = ["EX", "PX", "EXAT", "PXAT"][which as usize];
-    let name = if c.pct(10) { name.to_ascii_lowercase() } else { name.to_string() };
+    let name = if c.pct(10) {
+        name.to_ascii_lowercase()
+    } else {
+        name.to_string()
+    };
     let value = if c.pct(88) {
         let secs = c.ttl_secs();
         match which {
@@ -122,7 +126,10 @@ fn increment(c: &mut Ctx) -> Vec<u8> {
             c.pick(&edges).as_bytes().to_vec()
         }
         8 => c.not_an_int(),
-        _ => c.range(-1_000_000_000_000, 1_000_000_000_000).to_string().into_bytes(),
+        _ => c
+            .range(-1_000_000_000_000, 1_000_000_000_000)
+            .to_string()
+            .into_bytes(),
     }
 }
 
@@ -229,10 +236,16 @@ fn gen(c: &mut Ctx) -> Cmd {
             Cmd::new(name).a(c.key()).a(index(c)).a(index(c))
         }
         12 => {
-            let off = match c.below(10) {
-                0..=6 => c.range(0, 40).to_string().into_bytes(),
-                7 => c.range(0, 4095).to_string().into_bytes(),
-                8 => c.range(-5, -1).to_string().into_bytes(),
+            let off = match c.below(20) {
+                0..=13 => c.range(0, 40).to_string().into_bytes(),
+                14 | 15 => c.range(0, 4095).to_string().into_bytes(),
+                16 => c.range(-5, -1).to_string().into_bytes(),
+                // Past the 512 MB limit: an error before any allocation (or, with an empty
+                // value, just the current length).
+                17 => c
+                    .pick(&["536870912", "536870913", "9223372036854775807"])
+                    .as_bytes()
+                    .to_vec(),
                 _ => c.not_an_int(),
             };
             let val = if c.pct(10) { Vec::new() } else { c.value() };
@@ -245,7 +258,9 @@ fn gen(c: &mut Ctx) -> Cmd {
         17 => Cmd::new(if c.pct(50) { "INCRBY" } else { "DECRBY" })
             .a(c.counter_key())
             .a(increment(c)),
-        18 => Cmd::new("INCRBYFLOAT").a(c.counter_key()).a(float_increment(c)),
+        18 => Cmd::new("INCRBYFLOAT")
+            .a(c.counter_key())
+            .a(float_increment(c)),
         19 => {
             let mut cmd = Cmd::new("LCS").a(c.key()).a(c.key());
             let mut opts: Vec<Vec<Vec<u8>>> = Vec::new();
@@ -274,16 +289,16 @@ fn gen(c: &mut Ctx) -> Cmd {
             cmd
         }
         20 => {
-            let off = match c.below(10) {
-                0..=7 => c.range(0, 200).to_string().into_bytes(),
-                8 => c.range(0, 4000 * 8).to_string().into_bytes(),
-                _ => {
-                    if c.pct(50) {
-                        b"-1".to_vec()
-                    } else {
-                        c.not_an_int()
-                    }
-                }
+            let off = match c.below(20) {
+                0..=15 => c.range(0, 200).to_string().into_bytes(),
+                16 => c.range(0, 4000 * 8).to_string().into_bytes(),
+                // Beyond 2^32 bits: rejected before any allocation.
+                17 => c
+                    .pick(&["4294967296", "9223372036854775807"])
+                    .as_bytes()
+                    .to_vec(),
+                18 => b"-1".to_vec(),
+                _ => c.not_an_int(),
             };
             let bit: &[u8] = match c.below(12) {
                 0..=4 => b"0",
@@ -296,7 +311,11 @@ fn gen(c: &mut Ctx) -> Cmd {
         21 => {
             let off = match c.below(10) {
                 0..=8 => c.range(0, 200).to_string().into_bytes(),
-                _ => c.int_or_bad(-2, 100_000, 50),
+                _ => match c.below(3) {
+                    0 => b"4294967295".to_vec(),
+                    1 => b"4294967296".to_vec(),
+                    _ => c.int_or_bad(-2, 100_000, 50),
+                },
             };
             Cmd::new("GETBIT").a(c.key()).a(off)
         }
