@@ -81,6 +81,9 @@ fn start(
     port: u16,
     dir: PathBuf,
 ) -> Result<ServerGuard, String> {
+    // The server runs inside its temporary directory, so a relative binary path must be
+    // resolved against ours first.
+    let bin = &bin.canonicalize().unwrap_or_else(|_| bin.to_path_buf());
     let stdout = fs::File::create(dir.join("stdout.log")).map_err(|e| e.to_string())?;
     let stderr = fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
     let child = Command::new(bin)
