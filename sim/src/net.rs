@@ -81,6 +81,7 @@ impl NetState {
     }
 
     /// Blocks both directions between every host of `a` and every host of `b`.
+    #[cfg(test)]
     pub fn split(&mut self, a: &[HostId], b: &[HostId]) {
         for &x in a {
             for &y in b {
@@ -96,6 +97,7 @@ impl NetState {
         self.any_blocked = false;
     }
 
+    #[cfg(test)]
     pub fn is_partitioned(&self) -> bool {
         self.any_blocked
     }
@@ -166,10 +168,6 @@ impl Pipe {
             Some((t, _)) if *t <= now => self.segs.pop_front().map(|(_, s)| s),
             _ => None,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.segs.is_empty()
     }
 
     /// Discards everything in flight (a reset).
@@ -333,7 +331,10 @@ impl PeerNetwork {
                 self.queue.push(Reverse((clog, id)));
                 continue;
             }
-            let m = self.in_flight.remove(&id).expect("queued messages are in flight");
+            let m = self
+                .in_flight
+                .remove(&id)
+                .expect("queued messages are in flight");
             if net.blocked(m.from, m.to) {
                 self.stats.partition_dropped += 1;
                 continue;
@@ -353,6 +354,7 @@ impl PeerNetwork {
     }
 
     /// Messages sent but neither delivered nor dropped yet.
+    #[cfg(test)]
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
@@ -420,7 +422,10 @@ mod tests {
         assert!(s.reordered > 100, "{s:?}");
         assert_eq!(s.delivered as usize, got.len());
         assert_eq!(s.delivered, s.sent - s.dropped + s.duplicated);
-        assert!(got.windows(2).any(|w| w[0] > w[1]), "some message overtaken");
+        assert!(
+            got.windows(2).any(|w| w[0] > w[1]),
+            "some message overtaken"
+        );
         let mut dedup = got.clone();
         dedup.sort_unstable();
         dedup.dedup();
@@ -443,7 +448,10 @@ mod tests {
             }
         }
         got.sort();
-        assert_eq!(got, vec![Bytes::from_static(b"back"), Bytes::from_static(b"side")]);
+        assert_eq!(
+            got,
+            vec![Bytes::from_static(b"back"), Bytes::from_static(b"side")]
+        );
         assert_eq!(p.stats.partition_dropped, 1);
 
         // A partition that starts while a message is in flight drops it on arrival.

@@ -16,11 +16,6 @@ impl Rand {
         }
     }
 
-    /// A child stream with its own seed drawn from this one (a node's seed, a sub-generator).
-    pub fn fork(&mut self) -> Rand {
-        Rand::new(self.next())
-    }
-
     pub fn next(&mut self) -> u64 {
         self.inner.next_u64()
     }

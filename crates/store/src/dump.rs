@@ -297,7 +297,7 @@ fn ensure(ok: bool) -> Res<()> {
 
 /// Checks the footer of `payload` and returns the part before it (type and body).
 fn verify(payload: &[u8]) -> Res<&[u8]> {
-    if payload.len() < 1 + FOOTER_LEN {
+    if payload.len() < FOOTER_LEN {
         return Err(DumpError::VersionOrChecksum);
     }
     let crc_at = payload.len() - 8;

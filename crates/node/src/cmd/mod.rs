@@ -4,6 +4,7 @@
 use crate::command::CommandSpec;
 
 pub mod connection;
+pub mod dump;
 pub mod expire;
 pub mod hash;
 pub mod keys;
@@ -21,6 +22,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     server::COMMANDS,
     keys::COMMANDS,
     expire::COMMANDS,
+    dump::COMMANDS,
     string::COMMANDS,
     list::COMMANDS,
     hash::COMMANDS,

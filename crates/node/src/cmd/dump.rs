@@ -1,0 +1,584 @@
+//! DUMP and RESTORE (Redis 7.0 semantics). The payload format is Lattice's own, see
+//! [`lattice_store::dump`]; only its role is Redis's: an opaque, checksummed value that RESTORE
+//! turns back into a key.
+
+use lattice_store::dump::{self as payload, DumpError};
+use lattice_store::hash::Limits as HashLimits;
+use lattice_store::value::parse_canonical_i64;
+use lattice_store::{Hash, Set, Value, ZSet};
+
+use crate::args::{is, parse_i64, NOT_INTEGER};
+use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW};
+use crate::cmd::set::{config_usize, max_intset_entries};
+use crate::command::{spec, Call, CommandSpec};
+use crate::node::Core;
+
+const GENERIC: &str = "generic";
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec(
+        "dump",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        GENERIC,
+        "2.6.0",
+        "Returns a serialized representation of the value stored at a key.",
+        dump,
+    ),
+    spec(
+        "restore",
+        -4,
+        &["write", "denyoom"],
+        (1, 1, 1),
+        GENERIC,
+        "2.6.0",
+        "Creates a key from the serialized representation of a value.",
+        restore,
+    ),
+];
+
+const BUSYKEY: &str = "BUSYKEY Target key name already exists.";
+const BAD_PAYLOAD: &str = "ERR DUMP payload version or checksum are wrong";
+const BAD_FORMAT: &str = "ERR Bad data format";
+const BAD_TTL: &str = "ERR Invalid TTL value, must be >= 0";
+const BAD_IDLETIME: &str = "ERR Invalid IDLETIME value, must be >= 0";
+const BAD_FREQ: &str = "ERR Invalid FREQ value, must be >= 0 and <= 255";
+
+fn dump(core: &mut Core, call: &mut Call) {
+    match core.lookup_read(call.arg(1), call.now_ms) {
+        Some(e) => {
+            let bytes = payload::dump(&e.value);
+            call.out.bulk(&bytes);
+        }
+        None => call.out.null(),
+    }
+}
+
+/// `RESTORE key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]`,
+/// checking in Redis's order: options, existing key, TTL, payload footer, payload body.
+fn restore(core: &mut Core, call: &mut Call) {
+    let (mut replace, mut absttl) = (false, false);
+    let (mut idle_s, mut freq): (Option<i64>, Option<i64>) = (None, None);
+    let mut j = 4;
+    while j < call.argc() {
+        let opt = call.arg(j);
+        let has_value = j + 1 < call.argc();
+        if is(opt, "replace") {
+            replace = true;
+        } else if is(opt, "absttl") {
+            absttl = true;
+        } else if is(opt, "idletime") && has_value && freq.is_none() {
+            // IDLETIME and FREQ exclude each other: the second one is a syntax error.
+            match parse_i64(call.arg(j + 1)) {
+                None => return call.error(NOT_INTEGER),
+                Some(v) if v < 0 => return call.error(BAD_IDLETIME),
+                Some(v) => idle_s = Some(v),
+            }
+            j += 1;
+        } else if is(opt, "freq") && has_value && idle_s.is_none() {
+            match parse_i64(call.arg(j + 1)) {
+                None => return call.error(NOT_INTEGER),
+                Some(v) if !(0..=255).contains(&v) => return call.error(BAD_FREQ),
+                Some(v) => freq = Some(v),
+            }
+            j += 1;
+        } else {
+            return call.syntax_error();
+        }
+        j += 1;
+    }
+
+    let key = call.arg(1);
+    let now_ms = call.now_ms;
+    if !replace && core.lookup_write(key, now_ms).is_some() {
+        return call.error(BUSYKEY);
+    }
+    let ttl = match parse_i64(call.arg(2)) {
+        None => return call.error(NOT_INTEGER),
+        Some(t) if t < 0 => return call.error(BAD_TTL),
+        Some(t) => t,
+    };
+    let value = match payload::restore(call.arg(3)) {
+        Ok(v) => v,
+        Err(DumpError::VersionOrChecksum) => return call.error(BAD_PAYLOAD),
+        Err(DumpError::BadFormat) => return call.error(BAD_FORMAT),
+    };
+    let value = fit_encoding(core, value);
+
+    // A TTL of 0 means no expiry; a relative one counts from now.
+    let deadline = match ttl {
+        0 => None,
+        t if absttl => Some(t),
+        t => Some(t.saturating_add(now_ms as i64)),
+    };
+    if deadline.is_some_and(|when| when <= now_ms as i64) {
+        // Already expired: nothing is created, and REPLACE still deletes the old key.
+        if replace && core.exists(key, now_ms) {
+            core.db.remove(key);
+            core.modified(key);
+            core.notify(EVENT_GENERIC, "del", key);
+        }
+        return call.ok();
+    }
+
+    core.db
+        .insert(key, value, deadline.map(|t| t as u64), now_ms);
+    // IDLETIME backdates the access time unless an LFU policy is in force; FREQ would set the
+    // LFU counter, which Lattice does not keep (OBJECT FREQ derives it from the access time),
+    // so it is validated and otherwise ignored.
+    let _ = freq;
+    if let Some(idle) = idle_s {
+        if !core.config.maxmemory_policy.ends_with("lfu") {
+            if let Some(e) = core.db.get_live(key, now_ms, |_| {}) {
+                e.access_ms = now_ms.saturating_sub((idle as u64).saturating_mul(1000));
+            }
+        }
+    }
+    core.modified(key);
+    core.notify(EVENT_NEW, "new", key);
+    core.notify(EVENT_GENERIC, "restore", key);
+    call.ok();
+}
+
+/// The smaller of a `*-listpack-*` parameter and its `*-ziplist-*` alias.
+fn listpack_limit(core: &Core, listpack: &str, ziplist: &str, default: usize) -> usize {
+    config_usize(core, listpack, default).min(config_usize(core, ziplist, default))
+}
+
+/// Applies the encoding decisions Redis 7.0 makes when it loads a value, under the current
+/// configuration: a compact value that has too many entries is converted, and a hash table /
+/// skiplist value that would fit the compact form is loaded compact. Everything else (and the
+/// contents and order of what is kept) stays as dumped.
+fn fit_encoding(core: &Core, value: Value) -> Value {
+    match value {
+        Value::Hash(h) => {
+            let max_entries = listpack_limit(
+                core,
+                "hash-max-listpack-entries",
+                "hash-max-ziplist-entries",
+                512,
+            );
+            let max_value = listpack_limit(
+                core,
+                "hash-max-listpack-value",
+                "hash-max-ziplist-value",
+                64,
+            );
+            let compact = if h.is_compact() {
+                h.len() <= max_entries
+            } else {
+                h.len() <= max_entries
+                    && h.iter()
+                        .all(|(f, v)| f.len() <= max_value && v.len() <= max_value)
+            };
+            if compact == h.is_compact() {
+                return Value::Hash(h);
+            }
+            let limits = HashLimits {
+                max_entries: if compact { usize::MAX } else { 0 },
+                max_value: usize::MAX,
+            };
+            let mut out = Hash::new();
+            for (f, v) in h.iter() {
+                out.insert(f, v, limits);
+            }
+            Value::Hash(out)
+        }
+        Value::Set(s) => {
+            let max = max_intset_entries(core);
+            let intset = if s.is_intset() {
+                s.len() <= max
+            } else {
+                s.len() <= max && s.iter().all(|m| parse_canonical_i64(&m).is_some())
+            };
+            if intset == s.is_intset() {
+                return Value::Set(s);
+            }
+            let limit = if intset { usize::MAX } else { 0 };
+            let mut out = Set::new();
+            for m in s.iter() {
+                out.insert(&m, limit);
+            }
+            Value::Set(out)
+        }
+        Value::ZSet(mut z) => {
+            let max_entries = listpack_limit(
+                core,
+                "zset-max-listpack-entries",
+                "zset-max-ziplist-entries",
+                128,
+            );
+            let max_value = listpack_limit(
+                core,
+                "zset-max-listpack-value",
+                "zset-max-ziplist-value",
+                64,
+            );
+            if z.encoding() == "listpack" {
+                z.convert_if_needed(max_entries, usize::MAX);
+                return Value::ZSet(z);
+            }
+            let fits = z.len() <= max_entries && z.iter().all(|(m, _)| m.len() <= max_value);
+            if !fits {
+                return Value::ZSet(z);
+            }
+            let mut out = ZSet::new();
+            for (m, s) in z.iter() {
+                out.insert(m, s);
+            }
+            Value::ZSet(out)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use crate::buggify::Buggify;
+    use crate::client::ConnId;
+    use crate::config::Config;
+    use crate::node::{Input, Micros, Node, Output};
+
+    const T0: u64 = 1_700_000_000_000;
+    const OK: &[u8] = b"+OK\r\n";
+    const NIL: &[u8] = b"$-1\r\n";
+
+    struct Harness {
+        node: Node,
+        now_ms: u64,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let mut node = Node::new(
+                Config::default(),
+                7,
+                Buggify::disabled(),
+                Micros::from_millis(T0),
+            );
+            node.handle(
+                Micros::from_millis(T0),
+                Input::Connected {
+                    conn: ConnId(1),
+                    peer_addr: "127.0.0.1:1".into(),
+                    local_addr: "127.0.0.1:6379".into(),
+                },
+            );
+            Harness { node, now_ms: T0 }
+        }
+
+        fn send(&mut self, args: &[&[u8]]) -> Vec<u8> {
+            let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+            self.node.handle(
+                Micros::from_millis(self.now_ms),
+                Input::Request {
+                    conn: ConnId(1),
+                    args,
+                },
+            );
+            let mut out = Vec::new();
+            while let Some(o) = self.node.poll_output() {
+                if let Output::Write { data, .. } = o {
+                    out.extend_from_slice(&data);
+                }
+            }
+            out
+        }
+
+        fn cmd(&mut self, line: &str) -> Vec<u8> {
+            let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
+            self.send(&words)
+        }
+
+        #[track_caller]
+        fn check(&mut self, line: &str, expected: &[u8]) {
+            let got = self.cmd(line);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(expected),
+                "reply to {line:?}"
+            );
+        }
+
+        /// DUMP of `key` as raw payload bytes.
+        fn dump(&mut self, key: &str) -> Vec<u8> {
+            let reply = self.send(&[b"DUMP", key.as_bytes()]);
+            let header_end = reply.iter().position(|&b| b == b'\n').expect("bulk header") + 1;
+            assert_eq!(reply[0], b'$', "DUMP {key} replied {reply:?}");
+            reply[header_end..reply.len() - 2].to_vec()
+        }
+
+        /// RESTORE `key` `ttl` `payload` with extra words.
+        fn restore(&mut self, key: &str, ttl: &str, payload: &[u8], extra: &str) -> Vec<u8> {
+            let mut args: Vec<&[u8]> = vec![b"RESTORE", key.as_bytes(), ttl.as_bytes(), payload];
+            args.extend(extra.split_whitespace().map(str::as_bytes));
+            self.send(&args)
+        }
+
+        #[track_caller]
+        fn same_reply(&mut self, a: &str, b: &str) {
+            let (x, y) = (self.cmd(a), self.cmd(b));
+            assert_eq!(
+                String::from_utf8_lossy(&x),
+                String::from_utf8_lossy(&y),
+                "{a:?} vs {b:?}"
+            );
+        }
+    }
+
+    fn err(msg: &str) -> Vec<u8> {
+        format!("-{msg}\r\n").into_bytes()
+    }
+
+    #[test]
+    fn dump_missing_key_is_nil() {
+        let mut h = Harness::new();
+        h.check("DUMP nokey", NIL);
+    }
+
+    #[test]
+    fn every_type_round_trips() {
+        let mut h = Harness::new();
+        h.cmd("SET s hello");
+        h.cmd("SET n 12345");
+        h.cmd("RPUSH l a b c a 1 2");
+        h.cmd("HSET h f1 v1 f2 v2 f3 v3");
+        h.cmd("HDEL h f1");
+        h.cmd("SADD si 5 3 -1");
+        h.cmd("SADD ss x y 7");
+        h.cmd("ZADD z 1.5 a -inf b inf c 0 d -0 e");
+        h.cmd("ZADD zl 1 a 2 b");
+        for key in ["s", "n", "l", "h", "si", "ss", "z", "zl"] {
+            let p = h.dump(key);
+            let copy = format!("{key}-copy");
+            assert_eq!(h.restore(&copy, "0", &p, ""), OK, "{key}");
+            h.same_reply(&format!("TYPE {key}"), &format!("TYPE {copy}"));
+            h.same_reply(
+                &format!("OBJECT ENCODING {key}"),
+                &format!("OBJECT ENCODING {copy}"),
+            );
+            h.check(&format!("TTL {copy}"), b":-1\r\n");
+            // A payload restores the same however often it is dumped.
+            assert_eq!(h.dump(&copy), p, "{key}");
+        }
+        h.same_reply("GET s", "GET s-copy");
+        h.same_reply("GET n", "GET n-copy");
+        h.same_reply("LRANGE l 0 -1", "LRANGE l-copy 0 -1");
+        h.same_reply("HGETALL h", "HGETALL h-copy");
+        h.same_reply("SMEMBERS si", "SMEMBERS si-copy");
+        h.same_reply("SMEMBERS ss", "SMEMBERS ss-copy");
+        h.same_reply("ZRANGE z 0 -1 WITHSCORES", "ZRANGE z-copy 0 -1 WITHSCORES");
+        h.same_reply(
+            "ZRANGE zl 0 -1 WITHSCORES",
+            "ZRANGE zl-copy 0 -1 WITHSCORES",
+        );
+        h.check("OBJECT ENCODING si-copy", b"$6\r\nintset\r\n");
+    }
+
+    #[test]
+    fn busykey_and_replace() {
+        let mut h = Harness::new();
+        h.cmd("SET foo bar1");
+        let p1 = h.dump("foo");
+        h.cmd("SET foo bar2");
+        let p2 = h.dump("foo");
+        assert_eq!(
+            h.restore("foo", "0", &p1, ""),
+            err("BUSYKEY Target key name already exists.")
+        );
+        // BUSYKEY is checked before the payload.
+        assert_eq!(
+            h.restore("foo", "0", b"...", ""),
+            err("BUSYKEY Target key name already exists.")
+        );
+        h.check("GET foo", b"$4\r\nbar2\r\n");
+        assert_eq!(h.restore("foo", "0", &p1, "REPLACE"), OK);
+        h.check("GET foo", b"$4\r\nbar1\r\n");
+        // REPLACE onto a key of another type, dropping its TTL.
+        h.cmd("DEL foo");
+        h.cmd("RPUSH foo x");
+        h.cmd("EXPIRE foo 100");
+        assert_eq!(h.restore("foo", "0", &p2, "replace"), OK);
+        h.check("GET foo", b"$4\r\nbar2\r\n");
+        h.check("TTL foo", b":-1\r\n");
+    }
+
+    #[test]
+    fn ttls() {
+        let mut h = Harness::new();
+        h.cmd("SET foo bar");
+        let p = h.dump("foo");
+        h.cmd("DEL foo");
+        assert_eq!(h.restore("foo", "5000", &p, ""), OK);
+        h.check("PTTL foo", b":5000\r\n");
+        assert_eq!(h.restore("big", "2569591501", &p, ""), OK);
+        h.check("PTTL big", b":2569591501\r\n");
+        let at = (T0 + 3000).to_string();
+        assert_eq!(h.restore("abs", &at, &p, "ABSTTL"), OK);
+        h.check("PTTL abs", b":3000\r\n");
+        h.check("PEXPIRETIME abs", format!(":{at}\r\n").as_bytes());
+        // The key expires like any other.
+        h.now_ms += 3001;
+        h.check("GET abs", NIL);
+    }
+
+    #[test]
+    fn absttl_in_the_past() {
+        let mut h = Harness::new();
+        h.cmd("SET foo bar");
+        let p = h.dump("foo");
+        let past = (T0 - 3000).to_string();
+        // Without REPLACE on a free key: OK, nothing created.
+        assert_eq!(h.restore("new", &past, &p, "ABSTTL"), OK);
+        h.check("EXISTS new", b":0\r\n");
+        // The deadline equal to now is already past, as for EXPIREAT.
+        assert_eq!(h.restore("new", &T0.to_string(), &p, "ABSTTL"), OK);
+        h.check("EXISTS new", b":0\r\n");
+        // With REPLACE: the old key is deleted.
+        assert_eq!(h.restore("foo", &past, &p, "ABSTTL REPLACE"), OK);
+        h.check("EXISTS foo", b":0\r\n");
+        // Without REPLACE on an existing key: BUSYKEY still wins.
+        h.cmd("SET foo bar");
+        assert_eq!(
+            h.restore("foo", &past, &p, "ABSTTL"),
+            err("BUSYKEY Target key name already exists.")
+        );
+    }
+
+    #[test]
+    fn option_and_argument_errors() {
+        let mut h = Harness::new();
+        h.cmd("SET foo bar");
+        let p = h.dump("foo");
+        let syntax = err("ERR syntax error");
+        let not_int = err("ERR value is not an integer or out of range");
+        assert_eq!(h.restore("k", "0", &p, "invalid-option"), syntax);
+        assert_eq!(h.restore("k", "0", &p, "IDLETIME"), syntax);
+        assert_eq!(h.restore("k", "0", &p, "FREQ"), syntax);
+        assert_eq!(h.restore("k", "0", &p, "IDLETIME 1 FREQ 1"), syntax);
+        assert_eq!(h.restore("k", "0", &p, "FREQ 1 IDLETIME 1"), syntax);
+        assert_eq!(h.restore("k", "0", &p, "IDLETIME x"), not_int);
+        assert_eq!(h.restore("k", "0", &p, "FREQ x"), not_int);
+        assert_eq!(
+            h.restore("k", "0", &p, "IDLETIME -1"),
+            err("ERR Invalid IDLETIME value, must be >= 0")
+        );
+        assert_eq!(
+            h.restore("k", "0", &p, "FREQ 256"),
+            err("ERR Invalid FREQ value, must be >= 0 and <= 255")
+        );
+        assert_eq!(
+            h.restore("k", "0", &p, "FREQ -1"),
+            err("ERR Invalid FREQ value, must be >= 0 and <= 255")
+        );
+        assert_eq!(h.restore("k", "x", &p, ""), not_int);
+        assert_eq!(
+            h.restore("k", "-1", &p, ""),
+            err("ERR Invalid TTL value, must be >= 0")
+        );
+        // The TTL is checked before the payload.
+        assert_eq!(
+            h.restore("k", "-1", b"junk", ""),
+            err("ERR Invalid TTL value, must be >= 0")
+        );
+        h.check(
+            "RESTORE k 0",
+            &err("ERR wrong number of arguments for 'restore' command"),
+        );
+        h.check("EXISTS k", b":0\r\n");
+        assert_eq!(h.restore("k", "0", &p, "FREQ 255 REPLACE ABSTTL"), OK);
+        assert_eq!(h.restore("k", "0", &p, "replace idletime 0 idletime 5"), OK);
+    }
+
+    #[test]
+    fn corrupt_payloads() {
+        let mut h = Harness::new();
+        h.cmd("RPUSH l a b c");
+        let p = h.dump("l");
+        let wrong = err("ERR DUMP payload version or checksum are wrong");
+        assert_eq!(h.restore("k", "0", b"...", ""), wrong);
+        assert_eq!(h.restore("k", "0", b"", ""), wrong);
+        assert_eq!(h.restore("k", "0", &p[..p.len() - 1], ""), wrong);
+        for i in 0..p.len() {
+            let mut bad = p.clone();
+            bad[i] ^= 0x20;
+            assert_eq!(h.restore("k", "0", &bad, ""), wrong, "byte {i}");
+        }
+        // A body that passes the footer check but is not a value.
+        let mut body = vec![2u8, 0];
+        body.extend_from_slice(&lattice_store::dump::FORMAT_VERSION.to_le_bytes());
+        let crc = lattice_store::dump::crc64(&body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(h.restore("k", "0", &body, ""), err("ERR Bad data format"));
+        h.check("EXISTS k", b":0\r\n");
+    }
+
+    #[test]
+    fn idletime_sets_the_access_time() {
+        let mut h = Harness::new();
+        h.cmd("SET foo bar");
+        let p = h.dump("foo");
+        assert_eq!(h.restore("k", "0", &p, "IDLETIME 1000"), OK);
+        h.check("OBJECT IDLETIME k", b":1000\r\n");
+        assert_eq!(h.restore("k2", "0", &p, "IDLETIME 9223372036854775807"), OK);
+        h.check("GET k2", b"$3\r\nbar\r\n");
+    }
+
+    #[test]
+    fn restore_applies_the_configured_limits() {
+        let mut h = Harness::new();
+        h.cmd("HSET h a 1 b 2 c 3");
+        h.cmd("SADD s 1 2 3");
+        h.cmd("ZADD z 1 a 2 b 3 c");
+        let (ph, ps, pz) = (h.dump("h"), h.dump("s"), h.dump("z"));
+        h.cmd("CONFIG SET hash-max-listpack-entries 2");
+        h.cmd("CONFIG SET set-max-intset-entries 2");
+        h.cmd("CONFIG SET zset-max-listpack-entries 2");
+        assert_eq!(h.restore("h2", "0", &ph, ""), OK);
+        assert_eq!(h.restore("s2", "0", &ps, ""), OK);
+        assert_eq!(h.restore("z2", "0", &pz, ""), OK);
+        h.check("OBJECT ENCODING h2", b"$9\r\nhashtable\r\n");
+        h.check("OBJECT ENCODING s2", b"$9\r\nhashtable\r\n");
+        h.check("OBJECT ENCODING z2", b"$8\r\nskiplist\r\n");
+        h.same_reply("HGETALL h", "HGETALL h2");
+        h.same_reply("ZRANGE z 0 -1 WITHSCORES", "ZRANGE z2 0 -1 WITHSCORES");
+        // And back: big encodings that fit the (restored) limits load compact.
+        let (ph2, ps2, pz2) = (h.dump("h2"), h.dump("s2"), h.dump("z2"));
+        h.cmd("CONFIG SET hash-max-listpack-entries 512");
+        h.cmd("CONFIG SET set-max-intset-entries 512");
+        h.cmd("CONFIG SET zset-max-listpack-entries 128");
+        assert_eq!(h.restore("h3", "0", &ph2, ""), OK);
+        assert_eq!(h.restore("s3", "0", &ps2, ""), OK);
+        assert_eq!(h.restore("z3", "0", &pz2, ""), OK);
+        h.check("OBJECT ENCODING h3", b"$8\r\nlistpack\r\n");
+        h.check("OBJECT ENCODING s3", b"$6\r\nintset\r\n");
+        h.check("OBJECT ENCODING z3", b"$8\r\nlistpack\r\n");
+        h.same_reply("HGETALL h", "HGETALL h3");
+        h.same_reply("SMEMBERS s", "SMEMBERS s3");
+        h.same_reply("ZRANGE z 0 -1 WITHSCORES", "ZRANGE z3 0 -1 WITHSCORES");
+    }
+
+    #[test]
+    fn restore_touches_watched_keys() {
+        let mut h = Harness::new();
+        h.cmd("SET foo bar");
+        let p = h.dump("foo");
+        h.cmd("WATCH w");
+        assert_eq!(h.restore("w", "0", &p, ""), OK);
+        h.cmd("MULTI");
+        h.cmd("PING");
+        h.check("EXEC", b"*-1\r\n");
+    }
+
+    #[test]
+    fn command_info() {
+        let mut h = Harness::new();
+        let info = h.cmd("COMMAND INFO dump restore");
+        let text = String::from_utf8_lossy(&info);
+        assert!(text.contains("readonly"), "{text}");
+        assert!(text.contains("denyoom"), "{text}");
+    }
+}

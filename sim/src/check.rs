@@ -1,0 +1,490 @@
+//! Checkers.
+//!
+//! - Per reply: the model's [`Check`] for a request, verified against the frame the client
+//!   decoded from its byte stream ([`Verifier::verify`]).
+//! - Per step: `Node::check_invariants` on the node the step touched (the world calls it).
+//! - End of run: liveness (in `world.rs`) and the cluster checkers below.
+//!
+//! Cluster checkers (convergence of replicas after healing, counters equal to the sum of
+//! acknowledged increments, no lost acknowledged writes) belong in [`ClusterCheckers`]; they get
+//! a history of acknowledged operations from the clients and the final state of every node once
+//! replication exists. Until then a node's only source of truth is its own model.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use lattice_resp::Frame;
+
+use crate::trace::show_frame;
+
+/// What a reply must be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Check {
+    /// Exactly this frame.
+    Exact(Frame),
+    /// An array of exactly these bulk strings, in any order (KEYS).
+    Unordered(Vec<Bytes>),
+    /// One of the live keys, or a null exactly when there is none (RANDOMKEY).
+    RandomKey(Vec<Bytes>),
+    Scan(ScanCheck),
+    /// An integer in `lo..=hi`.
+    IntRange(i64, i64),
+    /// Redis's answer, or an answer the node is known to give instead (a reported node bug,
+    /// tolerated unless `--strict`).
+    Known {
+        redis: Box<Check>,
+        node: Box<Check>,
+        bug: &'static str,
+    },
+    /// Text (a bulk string; in RESP3 a verbatim string when `verbatim`) containing every needle.
+    Text {
+        needles: Vec<Vec<u8>>,
+        verbatim: bool,
+    },
+    /// INFO: text containing every needle and, when `keyspace` is given, a
+    /// `db0:keys=..,expires=..` line within those bounds (absent when there are no keys). Redis
+    /// 7 answers a verbatim string in RESP3 (`verbatim`).
+    Info {
+        needles: Vec<Vec<u8>>,
+        keyspace: Option<KeyspaceBounds>,
+        verbatim: bool,
+    },
+    /// CLIENT LIST: one line per connection, with exactly these ids.
+    ClientList {
+        ids: Vec<u64>,
+        verbatim: bool,
+    },
+    /// The node must not reply (CLIENT REPLY SKIP/OFF); never queued.
+    NoReply,
+    /// The HELLO map.
+    Hello {
+        proto: i64,
+        id: i64,
+        resp3: bool,
+    },
+    /// A bulk string equal to one of these.
+    OneOfBulk(Vec<&'static str>),
+    /// An array of at least one element (HELP texts, COMMAND DOCS).
+    NonEmpty,
+    /// COMMAND INFO <name>: an array holding one command description named `name`.
+    CommandInfo(Bytes),
+    /// The node closes the connection here (QUIT, CLIENT KILL, protocol error).
+    Close,
+}
+
+impl Check {
+    pub fn err(message: &str) -> Check {
+        Check::Exact(Frame::Error(Bytes::copy_from_slice(message.as_bytes())))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyspaceBounds {
+    pub keys: (usize, usize),
+    pub expires: (usize, usize),
+}
+
+/// One SCAN step. `tracked`: a step of an iteration (a plain decimal cursor), not a stray
+/// cursor. `cursor`: the cursor sent (0 starts an iteration). `live`: keys that match and are
+/// live when the node runs the step. `must_see`: keys that existed, unchanged, since the
+/// iteration started; if this step ends the iteration they must all have been returned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanCheck {
+    pub tracked: bool,
+    pub cursor: u64,
+    pub live: Vec<Bytes>,
+    pub must_see: Option<Vec<Bytes>>,
+}
+
+/// A connection's SCAN iteration as seen by the client: the keys returned so far, the cursor
+/// the node handed back last, and whether every step so far continued from it.
+#[derive(Debug, Default)]
+pub struct ScanState {
+    seen: BTreeSet<Bytes>,
+    next: Option<u64>,
+    unbroken: bool,
+}
+
+/// A request and the check of its reply, queued on the connection when the node executes it.
+#[derive(Debug)]
+pub struct Expect {
+    pub args: Vec<Bytes>,
+    pub check: Check,
+    /// The node's clock when it executed the request, µs.
+    pub at_us: u64,
+}
+
+#[derive(Default)]
+pub struct Verifier {
+    pub strict: bool,
+    /// How often each known node divergence was seen (and tolerated).
+    pub known_hits: BTreeMap<&'static str, u64>,
+    /// Complete SCAN iterations whose every-key guarantee was checked.
+    pub scan_iterations: u64,
+}
+
+fn is_verbatim(f: &Frame) -> bool {
+    matches!(f, Frame::Verbatim { .. })
+}
+
+impl Verifier {
+    pub fn new(strict: bool) -> Verifier {
+        Verifier {
+            strict,
+            known_hits: BTreeMap::new(),
+            scan_iterations: 0,
+        }
+    }
+
+    /// Checks `got` against `check`; `scan` is the connection's SCAN iteration state.
+    pub fn verify(
+        &mut self,
+        check: &Check,
+        got: &Frame,
+        scan: &mut ScanState,
+    ) -> Result<(), String> {
+        let want = |what: &str| Err(format!("expected {what}, got {}", show_frame(got)));
+        match check {
+            Check::Exact(f) => {
+                if f == got {
+                    Ok(())
+                } else {
+                    want(&show_frame(f))
+                }
+            }
+            Check::Unordered(keys) => {
+                let Frame::Array(items) = got else {
+                    return want("an array");
+                };
+                let mut a: Vec<&[u8]> = Vec::with_capacity(items.len());
+                for i in items {
+                    match i {
+                        Frame::Bulk(b) => a.push(b),
+                        _ => return want("an array of bulk strings"),
+                    }
+                }
+                a.sort_unstable();
+                let mut b: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                b.sort_unstable();
+                if a == b {
+                    Ok(())
+                } else {
+                    want(&format!("these keys in any order: {}", show_keys(keys)))
+                }
+            }
+            Check::RandomKey(live) => match got {
+                Frame::Null if live.is_empty() => Ok(()),
+                Frame::Bulk(k) if live.iter().any(|l| l == k) => Ok(()),
+                _ if live.is_empty() => want("nil (no live key)"),
+                _ => want(&format!("one of the live keys {}", show_keys(live))),
+            },
+            Check::Scan(s) => self.verify_scan(s, got, scan),
+            Check::IntRange(lo, hi) => match got {
+                Frame::Integer(n) if (lo..=hi).contains(&n) => Ok(()),
+                _ => want(&format!("an integer in {lo}..={hi}")),
+            },
+            Check::Known { redis, node, bug } => {
+                let r = self.verify(redis, got, scan);
+                if r.is_ok() || self.strict {
+                    return r;
+                }
+                let mut scratch = ScanState::default();
+                if self.verify(node, got, &mut scratch).is_ok() {
+                    *self.known_hits.entry(bug).or_insert(0) += 1;
+                    return Ok(());
+                }
+                r
+            }
+            Check::Text { needles, verbatim } => {
+                let text = match got {
+                    Frame::Verbatim { text, .. } if *verbatim => text,
+                    Frame::Bulk(b) if !*verbatim => b,
+                    _ if *verbatim => return want("a verbatim string"),
+                    _ => return want("a bulk string"),
+                };
+                for n in needles {
+                    if !contains(text, n) {
+                        return want(&format!("text containing {:?}", String::from_utf8_lossy(n)));
+                    }
+                }
+                Ok(())
+            }
+            Check::Info {
+                needles,
+                keyspace,
+                verbatim,
+            } => {
+                let text = match got {
+                    Frame::Verbatim { text, .. } => text,
+                    Frame::Bulk(b) => b,
+                    _ => return want("a text reply"),
+                };
+                if *verbatim && !is_verbatim(got) {
+                    if self.strict {
+                        return want("a verbatim string (RESP3)");
+                    }
+                    *self
+                        .known_hits
+                        .entry("info-resp3-not-verbatim")
+                        .or_insert(0) += 1;
+                }
+                for n in needles {
+                    if !contains(text, n) {
+                        return want(&format!("INFO containing {:?}", String::from_utf8_lossy(n)));
+                    }
+                }
+                let Some(bounds) = keyspace else {
+                    return Ok(());
+                };
+                let text = String::from_utf8_lossy(text);
+                let line = text.lines().find(|l| l.starts_with("db0:"));
+                let (k, e) = match line {
+                    None => (0, 0),
+                    Some(l) => {
+                        let field = |name: &str| -> Option<usize> {
+                            l[4..]
+                                .split(',')
+                                .find_map(|kv| kv.strip_prefix(name))
+                                .and_then(|v| v.trim().parse().ok())
+                        };
+                        match (field("keys="), field("expires=")) {
+                            (Some(k), Some(e)) if k > 0 => (k, e),
+                            _ => return want("a well-formed db0 line with keys > 0"),
+                        }
+                    }
+                };
+                let (kb, eb) = (bounds.keys, bounds.expires);
+                if (kb.0..=kb.1).contains(&k) && (eb.0..=eb.1).contains(&e) {
+                    Ok(())
+                } else {
+                    want(&format!(
+                        "db0 keys in {}..={} and expires in {}..={}",
+                        kb.0, kb.1, eb.0, eb.1
+                    ))
+                }
+            }
+            Check::ClientList { ids, verbatim } => {
+                let text = match got {
+                    Frame::Verbatim { text, .. } if *verbatim => text,
+                    Frame::Bulk(b) if !*verbatim => b,
+                    _ => return want("the client list text"),
+                };
+                let mut listed: Vec<u64> = Vec::new();
+                for line in String::from_utf8_lossy(text).lines() {
+                    let id = line
+                        .split(' ')
+                        .find_map(|f| f.strip_prefix("id="))
+                        .and_then(|v| v.parse().ok());
+                    match id {
+                        Some(id) => listed.push(id),
+                        None => return want("client lines with an id= field"),
+                    }
+                }
+                listed.sort_unstable();
+                let mut want_ids = ids.clone();
+                want_ids.sort_unstable();
+                if listed == want_ids {
+                    Ok(())
+                } else {
+                    want(&format!("client ids {want_ids:?}"))
+                }
+            }
+            Check::NoReply => want("no reply"),
+            Check::Hello { proto, id, resp3 } => {
+                let pairs: Vec<(Frame, Frame)> = match got {
+                    Frame::Map(p) if *resp3 => p.clone(),
+                    Frame::Array(items) if !*resp3 && items.len() % 2 == 0 => items
+                        .chunks(2)
+                        .map(|c| (c[0].clone(), c[1].clone()))
+                        .collect(),
+                    _ => return want("the HELLO map"),
+                };
+                let get = |k: &str| {
+                    pairs
+                        .iter()
+                        .find(|(key, _)| key.as_bytes() == Some(k.as_bytes()))
+                        .map(|(_, v)| v.clone())
+                };
+                let ok = get("server") == Some(Frame::Bulk(Bytes::from_static(b"redis")))
+                    && matches!(get("version"), Some(Frame::Bulk(_)))
+                    && get("proto") == Some(Frame::Integer(*proto))
+                    && get("id") == Some(Frame::Integer(*id))
+                    && get("mode") == Some(Frame::Bulk(Bytes::from_static(b"standalone")))
+                    && get("role") == Some(Frame::Bulk(Bytes::from_static(b"master")))
+                    && get("modules") == Some(Frame::Array(vec![]));
+                if ok {
+                    Ok(())
+                } else {
+                    want(&format!("the HELLO map with proto {proto} and id {id}"))
+                }
+            }
+            Check::OneOfBulk(options) => match got {
+                Frame::Bulk(b) if options.iter().any(|o| o.as_bytes() == &b[..]) => Ok(()),
+                _ => want(&format!("one of {options:?}")),
+            },
+            Check::NonEmpty => match got {
+                Frame::Array(a) | Frame::Set(a) if !a.is_empty() => Ok(()),
+                Frame::Map(m) if !m.is_empty() => Ok(()),
+                _ => want("a non-empty aggregate"),
+            },
+            Check::CommandInfo(name) => match got {
+                Frame::Array(a) if a.len() == 1 => match &a[0] {
+                    Frame::Array(d) if d.first() == Some(&Frame::Bulk(name.clone())) => Ok(()),
+                    _ => want("a command description"),
+                },
+                _ => want("an array with one command description"),
+            },
+            Check::Close => want("the connection to be closed"),
+        }
+    }
+
+    fn verify_scan(
+        &mut self,
+        s: &ScanCheck,
+        got: &Frame,
+        st: &mut ScanState,
+    ) -> Result<(), String> {
+        let bad = || Err(format!("expected a SCAN reply, got {}", show_frame(got)));
+        let Frame::Array(parts) = got else {
+            return bad();
+        };
+        let [Frame::Bulk(cursor), Frame::Array(keys)] = &parts[..] else {
+            return bad();
+        };
+        let Some(next) = std::str::from_utf8(cursor)
+            .ok()
+            .and_then(|c| c.parse::<u64>().ok())
+        else {
+            return bad();
+        };
+        let mut returned = Vec::with_capacity(keys.len());
+        for k in keys {
+            let Frame::Bulk(k) = k else {
+                return bad();
+            };
+            if !s.live.iter().any(|l| l == k) {
+                return Err(format!(
+                    "SCAN returned {:?}, which is not a live matching key (live: {})",
+                    String::from_utf8_lossy(k),
+                    show_keys(&s.live)
+                ));
+            }
+            returned.push(k.clone());
+        }
+        if !s.tracked {
+            return Ok(());
+        }
+        if s.cursor == 0 {
+            st.seen.clear();
+            st.unbroken = true;
+        } else if st.next != Some(s.cursor) {
+            st.unbroken = false;
+        }
+        st.seen.extend(returned);
+        st.next = Some(next);
+        if next == 0 && st.unbroken {
+            if let Some(must) = &s.must_see {
+                self.scan_iterations += 1;
+                if let Some(missing) = must.iter().find(|k| !st.seen.contains(*k)) {
+                    return Err(format!(
+                        "SCAN iteration ended without returning {:?}, which existed throughout",
+                        String::from_utf8_lossy(missing)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn show_keys(keys: &[Bytes]) -> String {
+    let v: Vec<String> = keys
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    format!("{v:?}")
+}
+
+/// Checkers over the whole cluster's history, run at the end of a run. Empty until
+/// replication exists: then convergence (every replica equal after the liveness phase),
+/// counters (each INCR-family key equals the sum of acknowledged increments) and no lost
+/// acknowledged writes go here, fed by [`ClusterCheckers::record_ack`].
+#[derive(Default)]
+pub struct ClusterCheckers {
+    acked: u64,
+}
+
+impl ClusterCheckers {
+    /// A client received the reply to `args` (the history the cluster checkers will use).
+    pub fn record_ack(&mut self, _args: &[Bytes], _reply: &Frame) {
+        self.acked += 1;
+    }
+
+    /// Runs at the end of the liveness phase.
+    pub fn at_end(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::from(s.to_string())
+    }
+
+    #[test]
+    fn scan_iteration_completeness() {
+        let mut v = Verifier::new(true);
+        let mut seen = ScanState::default();
+        let step = |cursor, must: Option<Vec<Bytes>>| {
+            Check::Scan(ScanCheck {
+                tracked: true,
+                cursor,
+                live: vec![b("a"), b("b"), b("c")],
+                must_see: must,
+            })
+        };
+        let reply = |cursor: &str, keys: &[&str]| {
+            Frame::Array(vec![
+                Frame::Bulk(b(cursor)),
+                Frame::Array(keys.iter().map(|k| Frame::Bulk(b(k))).collect()),
+            ])
+        };
+        let must = || Some(vec![b("a"), b("b")]);
+        let mut check = |cursor: u64, must, r: Frame| v.verify(&step(cursor, must), &r, &mut seen);
+        assert!(check(0, must(), reply("5", &["a"])).is_ok());
+        assert!(
+            check(5, must(), reply("0", &["c"])).is_err(),
+            "b was never returned"
+        );
+        // A step that did not continue from the returned cursor voids the guarantee.
+        assert!(check(0, must(), reply("5", &["a"])).is_ok());
+        assert!(check(9, must(), reply("0", &["c"])).is_ok());
+        assert!(check(0, None, reply("0", &["z"])).is_err(), "z is not live");
+    }
+
+    #[test]
+    fn known_divergences_need_non_strict() {
+        let c = Check::Known {
+            redis: Box::new(Check::Exact(Frame::Integer(2))),
+            node: Box::new(Check::Exact(Frame::Integer(1))),
+            bug: "test",
+        };
+        let mut seen = ScanState::default();
+        assert!(Verifier::new(false)
+            .verify(&c, &Frame::Integer(1), &mut seen)
+            .is_ok());
+        assert!(Verifier::new(true)
+            .verify(&c, &Frame::Integer(1), &mut seen)
+            .is_err());
+        assert!(Verifier::new(true)
+            .verify(&c, &Frame::Integer(2), &mut seen)
+            .is_ok());
+    }
+}

@@ -1,0 +1,181 @@
+//! Swarm testing: every option of a run is drawn from its seed — how many nodes and clients,
+//! how long each phase lasts, latencies, which fault classes are on and how often they strike,
+//! peer message fault rates, clock skew, the workload mix and the clients' pipelining.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use crate::fault::FaultClass;
+use crate::net::{Latency, PeerFaults};
+use crate::rng::Rand;
+use crate::workload::FAMILIES;
+
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub nodes: usize,
+    pub clients: usize,
+    pub safety_us: u64,
+    pub liveness_us: u64,
+    pub drain_us: u64,
+    pub latency: Latency,
+    /// Percentage of stream writes split into pieces.
+    pub chunk_pct: u32,
+    /// Fault classes the nemesis may inject in this run.
+    pub injected: BTreeSet<FaultClass>,
+    pub nemesis_mean_us: u64,
+    pub peer: PeerFaults,
+    pub heartbeat_us: u64,
+    /// Per node: wall clock offset (µs) and drift (ppm).
+    pub clocks: Vec<(i64, i64)>,
+    /// The node's `hz` at start.
+    pub hz: u64,
+    /// Weight of each workload family (index into `workload::FAMILIES`).
+    pub family_weights: Vec<u32>,
+    /// Largest pipeline a client sends at once, and most requests it keeps in flight.
+    pub batch_max: u64,
+    pub depth_max: usize,
+    /// Mean pause between a client's batches; some batches go out with none.
+    pub think_mean_us: u64,
+    pub think_zero_pct: u32,
+    pub client_timeout_us: u64,
+    pub backoff_max_us: u64,
+    /// Percentage of commands sent inline (telnet style) when their arguments allow it.
+    pub inline_pct: u32,
+    /// Percentage of commands for which the rare disruptive ones (QUIT, CLIENT KILL, FLUSH,
+    /// bytes that are not RESP) may be drawn.
+    pub disruptive_pct: u32,
+    /// Percentage of connections a client moves to another node when it reconnects.
+    pub roam_pct: u32,
+}
+
+impl RunConfig {
+    pub fn from_seed(seed: u64) -> RunConfig {
+        let mut r = Rand::new(seed ^ 0x5157_4A52_4D5F_4346);
+        let nodes = *r.pick(&[1, 2, 3, 3, 3, 3, 4, 5]);
+        let clients = r.range(2, 8) as usize;
+        let safety_us = r.range(3_000_000, 10_000_000);
+        let client_timeout_us = r.range(500_000, 2_500_000);
+        let backoff_max_us = r.range(20_000, 400_000);
+        let latency = Latency {
+            min_us: r.range(20, 500),
+            mean_extra_us: r.range(50, 3_000),
+            spike_ppm: *r.pick(&[0, 1_000, 10_000]),
+            spike_us: r.range(5_000, 100_000),
+        };
+        // Every class is on in most runs; a few runs have no injected faults at all.
+        let injected: BTreeSet<FaultClass> = if r.pct(5) {
+            BTreeSet::new()
+        } else {
+            FaultClass::INJECTED
+                .iter()
+                .copied()
+                .filter(|_| r.pct(70))
+                .collect()
+        };
+        let rate = |r: &mut Rand| {
+            if r.pct(70) {
+                r.range(1_000, 200_000) as u32
+            } else {
+                0
+            }
+        };
+        let peer = PeerFaults {
+            drop_ppm: rate(&mut r),
+            dup_ppm: rate(&mut r),
+            reorder_ppm: rate(&mut r),
+            reorder_us: r.range(1_000, 50_000),
+        };
+        let skew = r.pct(80);
+        let clocks = (0..nodes)
+            .map(|_| {
+                if skew {
+                    (r.range_i(-3_000_000, 3_000_000), r.range_i(-300, 300))
+                } else {
+                    (0, 0)
+                }
+            })
+            .collect();
+        // Swarm over families: each is left out now and then (strings always stay).
+        let family_weights = FAMILIES
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                if i > 0 && r.pct(15) {
+                    0
+                } else {
+                    r.range(1, 10) as u32
+                }
+            })
+            .collect();
+        RunConfig {
+            seed,
+            nodes,
+            clients,
+            safety_us,
+            // Long enough for stuck requests to time out, clients to reconnect, and work
+            // to be done on fresh connections.
+            liveness_us: client_timeout_us + backoff_max_us + 2_000_000,
+            drain_us: 2_000_000,
+            latency,
+            chunk_pct: r.range(0, 60) as u32,
+            injected,
+            nemesis_mean_us: r.range(150_000, 1_000_000),
+            peer,
+            heartbeat_us: r.range(50_000, 200_000),
+            clocks,
+            hz: *r.pick(&[10, 10, 1, 50, 100]),
+            family_weights,
+            batch_max: r.range(1, 8),
+            depth_max: r.range(1, 16) as usize,
+            think_mean_us: r.range(200, 5_000),
+            think_zero_pct: r.range(0, 60) as u32,
+            client_timeout_us,
+            backoff_max_us,
+            inline_pct: *r.pick(&[0, 2, 10]),
+            disruptive_pct: r.range(0, 60) as u32,
+            roam_pct: r.range(0, 50) as u32,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "nodes={} clients={} safety={}ms liveness={}ms latency={}+~{}us chunk={}% nemesis~{}ms",
+            self.nodes,
+            self.clients,
+            self.safety_us / 1000,
+            self.liveness_us / 1000,
+            self.latency.min_us,
+            self.latency.mean_extra_us,
+            self.chunk_pct,
+            self.nemesis_mean_us / 1000
+        );
+        let faults: Vec<&str> = self.injected.iter().map(|f| f.name()).collect();
+        let _ = write!(
+            s,
+            " injected=[{}] peer(drop={} dup={} reorder={} ppm)",
+            faults.join(","),
+            self.peer.drop_ppm,
+            self.peer.dup_ppm,
+            self.peer.reorder_ppm
+        );
+        let mix: Vec<String> = FAMILIES
+            .iter()
+            .zip(&self.family_weights)
+            .map(|(f, w)| format!("{}={w}", f.name))
+            .collect();
+        let _ = write!(
+            s,
+            " mix=[{}] batch<={} depth<={} think~{}us timeout={}ms hz={}",
+            mix.join(","),
+            self.batch_max,
+            self.depth_max,
+            self.think_mean_us,
+            self.client_timeout_us / 1000,
+            self.hz
+        );
+        s
+    }
+}

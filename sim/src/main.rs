@@ -1,0 +1,445 @@
+//! `lattice-sim`: deterministic simulation of Lattice nodes and clients.
+//!
+//! ```text
+//! lattice-sim --seed 7                 one run; the last line carries trace=<digest>
+//! lattice-sim --seeds 0..200           many runs on every core, then a coverage summary
+//! lattice-sim --seed 7 --trace         every event, one per line
+//! lattice-sim --seeds 0..100 --determinism   each seed twice, digests compared
+//! ```
+//! A failing run prints `seed=N`, the command that reproduces it and the tail of its trace, and
+//! the process exits with status 1.
+
+mod against;
+mod check;
+mod client;
+mod clock;
+mod config;
+mod fault;
+mod model;
+mod net;
+mod process;
+mod rng;
+mod trace;
+mod workload;
+mod world;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use config::RunConfig;
+use fault::{FaultClass, FaultCounts};
+use trace::Tracer;
+use world::World;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lattice-sim",
+    about = "Deterministic simulation of Lattice: seeded swarms of nodes and clients over a faulty network, every reply checked against a reference model"
+)]
+struct Args {
+    /// Run one seed.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run a range of seeds, `A..B` (B excluded).
+    #[arg(long)]
+    seeds: Option<String>,
+    /// Print every event of the run, one per line.
+    #[arg(long)]
+    trace: bool,
+    /// Run each seed twice and compare the traces event by event.
+    #[arg(long)]
+    determinism: bool,
+    /// Worker threads for --seeds (default: every core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Fail on known node divergences from Redis too (see docs/TESTING.md).
+    #[arg(long)]
+    strict: bool,
+    /// Print each run's options.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Events shown after a failure.
+    #[arg(long, default_value_t = 60)]
+    tail: usize,
+    /// Check the reference model itself: run the workload against redis-server on this port
+    /// (one connection, one command at a time) and compare every reply with the model.
+    #[arg(long, value_name = "PORT")]
+    against_redis: Option<u16>,
+    /// Commands for --against-redis.
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+}
+
+thread_local! {
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+struct RunOpts {
+    strict: bool,
+    print_trace: bool,
+    record_hashes: bool,
+    capture: Option<(u64, u64)>,
+    tail: usize,
+}
+
+struct RunResult {
+    seed: u64,
+    cfg: RunConfig,
+    digest: String,
+    failure: Option<String>,
+    tail: Vec<String>,
+    stats: world::RunStats,
+    faults: FaultCounts,
+    known: BTreeMap<&'static str, u64>,
+    scans: u64,
+    wall: Duration,
+    events: u64,
+    hashes: Option<Vec<u64>>,
+    captured: Vec<String>,
+}
+
+fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
+    let cfg = RunConfig::from_seed(seed);
+    let mut tracer = Tracer::new(o.tail.max(1));
+    tracer.print = o.print_trace;
+    if o.record_hashes {
+        tracer.hashes = Some(Vec::new());
+    }
+    tracer.capture = o.capture;
+    let mut world = World::new(cfg.clone(), o.strict, tracer);
+    let started = Instant::now();
+    LAST_PANIC.with(|p| p.borrow_mut().take());
+    let outcome = catch_unwind(AssertUnwindSafe(|| world.run()));
+    let wall = started.elapsed();
+    let mut failure = world.failure.clone();
+    if outcome.is_err() {
+        let msg = LAST_PANIC
+            .with(|p| p.borrow_mut().take())
+            .unwrap_or_else(|| "unknown panic".into());
+        failure = Some(format!("panic at t={}us: {msg}", world.now()));
+    }
+    RunResult {
+        seed,
+        digest: world.tracer.digest(),
+        failure,
+        tail: world.tracer.tail(o.tail),
+        stats: world.stats.clone(),
+        faults: world.faults.clone(),
+        known: world.known_hits().clone(),
+        scans: world.scan_iterations(),
+        wall,
+        events: world.tracer.events(),
+        hashes: world.tracer.hashes.take(),
+        captured: std::mem::take(&mut world.tracer.captured),
+        cfg,
+    }
+}
+
+fn repro(seed: u64, strict: bool) -> String {
+    let features = if cfg!(feature = "planted-bug") {
+        " --features planted-bug"
+    } else {
+        ""
+    };
+    let strict = if strict { " --strict" } else { "" };
+    format!("cargo run --release -p lattice-sim{features} -- --seed {seed}{strict}")
+}
+
+fn rate(ops: u64, wall: Duration) -> u64 {
+    (ops as f64 / wall.as_secs_f64().max(1e-9)) as u64
+}
+
+/// The result line: always ends with `trace=<digest>`.
+fn result_line(r: &RunResult) -> String {
+    let status = if r.failure.is_some() { "FAILED" } else { "ok" };
+    let known = if r.known.is_empty() {
+        String::new()
+    } else {
+        let k: Vec<String> = r.known.iter().map(|(b, n)| format!("{b}={n}")).collect();
+        format!(" known-divergences=[{}]", k.join(","))
+    };
+    format!(
+        "seed={} {status} nodes={} clients={} ops={} requests={} events={} virtual={:.1}s wall={:.2}s ops/s={} reconnects={} scan-iterations={} faults=[{}]{known} trace={}",
+        r.seed,
+        r.cfg.nodes,
+        r.cfg.clients,
+        r.stats.ops,
+        r.stats.requests,
+        r.events,
+        r.stats.virtual_us as f64 / 1e6,
+        r.wall.as_secs_f64(),
+        rate(r.stats.ops, r.wall),
+        r.stats.connects,
+        r.scans,
+        r.faults.summary(),
+        r.digest
+    )
+}
+
+fn report(r: &RunResult, strict: bool, verbose: bool) -> String {
+    let mut out = String::new();
+    if verbose && r.failure.is_none() {
+        out.push_str(&format!("seed={} options: {}\n", r.seed, r.cfg.describe()));
+    }
+    if let Some(f) = &r.failure {
+        out.push_str(&format!("seed={} FAILED: {f}\n", r.seed));
+        out.push_str(&format!("  reproduce: {}\n", repro(r.seed, strict)));
+        out.push_str(&format!("  options: {}\n", r.cfg.describe()));
+        out.push_str(&format!("  last {} events:\n", r.tail.len()));
+        for l in &r.tail {
+            out.push_str("    ");
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out.push_str(&result_line(r));
+    out.push('\n');
+    out
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("--seeds wants A..B, got {s:?}"))?;
+    let a: u64 = a.trim().parse().map_err(|e| format!("{a:?}: {e}"))?;
+    let b: u64 = b.trim().parse().map_err(|e| format!("{b:?}: {e}"))?;
+    if b <= a {
+        return Err(format!("empty range {s}"));
+    }
+    Ok((a, b))
+}
+
+/// Runs `seed` twice; `Err` describes the first event where the runs differ.
+fn determinism(seed: u64, base: &RunOpts) -> (RunResult, Result<(), String>) {
+    let o = RunOpts {
+        record_hashes: true,
+        ..*base
+    };
+    let a = run_seed(seed, &o);
+    let b = run_seed(seed, &o);
+    let (ha, hb) = (
+        a.hashes.as_deref().unwrap_or(&[]),
+        b.hashes.as_deref().unwrap_or(&[]),
+    );
+    if a.digest == b.digest && ha == hb {
+        return (a, Ok(()));
+    }
+    let i = ha
+        .iter()
+        .zip(hb)
+        .position(|(x, y)| x != y)
+        .unwrap_or(ha.len().min(hb.len())) as u64;
+    let window = RunOpts {
+        capture: Some((i.saturating_sub(3), i + 1)),
+        record_hashes: false,
+        ..*base
+    };
+    let ca = run_seed(seed, &window).captured;
+    let cb = run_seed(seed, &window).captured;
+    let mut msg = format!(
+        "determinism: seed={seed} runs differ at event #{i} (digests {} vs {})\n  first run:\n",
+        a.digest, b.digest
+    );
+    for l in ca {
+        msg.push_str(&format!("    {l}\n"));
+    }
+    msg.push_str("  second run:\n");
+    for l in cb {
+        msg.push_str(&format!("    {l}\n"));
+    }
+    (a, Err(msg))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    std::panic::set_hook(Box::new(|info| {
+        let msg = format!("{info}");
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(msg));
+    }));
+    if let Some(port) = args.against_redis {
+        let seed = args.seed.unwrap_or(1);
+        return match against::run(port, seed, args.ops) {
+            Ok(0) => {
+                println!(
+                    "against-redis seed={seed}: {} commands, model agrees with redis-server",
+                    args.ops
+                );
+                ExitCode::SUCCESS
+            }
+            Ok(n) => {
+                println!("against-redis seed={seed}: {n} mismatches");
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("against-redis: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let opts = RunOpts {
+        strict: args.strict,
+        print_trace: args.trace,
+        record_hashes: false,
+        capture: None,
+        tail: args.tail,
+    };
+    let (lo, hi) = match (&args.seed, &args.seeds) {
+        (Some(s), None) => (*s, *s + 1),
+        (None, Some(r)) => match parse_range(r) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => {
+            eprintln!("give --seed N or --seeds A..B");
+            return ExitCode::from(2);
+        }
+    };
+    let single = hi - lo == 1;
+    if single {
+        let (r, det) = if args.determinism {
+            let (r, d) = determinism(lo, &opts);
+            (r, Some(d))
+        } else {
+            (run_seed(lo, &opts), None)
+        };
+        let mut failed = r.failure.is_some();
+        if let Some(Err(msg)) = &det {
+            print!("{msg}");
+            failed = true;
+        }
+        print!("{}", report(&r, args.strict, args.verbose));
+        return if failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(RunResult, Option<String>)>> = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                std::panic::set_hook(Box::new(|info| {
+                    let msg = format!("{info}");
+                    LAST_PANIC.with(|p| *p.borrow_mut() = Some(msg));
+                }));
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as u64;
+                    let seed = lo + i;
+                    if seed >= hi {
+                        break;
+                    }
+                    let (r, det) = if args.determinism {
+                        let (r, d) = determinism(seed, &opts);
+                        (r, d.err())
+                    } else {
+                        (run_seed(seed, &opts), None)
+                    };
+                    let mut text = String::new();
+                    if let Some(d) = &det {
+                        text.push_str(d);
+                    }
+                    text.push_str(&report(&r, args.strict, args.verbose));
+                    {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(text.as_bytes());
+                        let _ = out.flush();
+                    }
+                    results.lock().expect("results").push((r, det));
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|(r, _)| r.seed);
+    summary(&results, elapsed, jobs, args.strict)
+}
+
+fn summary(
+    results: &[(RunResult, Option<String>)],
+    elapsed: Duration,
+    jobs: usize,
+    strict: bool,
+) -> ExitCode {
+    let failed: Vec<u64> = results
+        .iter()
+        .filter(|(r, d)| r.failure.is_some() || d.is_some())
+        .map(|(r, _)| r.seed)
+        .collect();
+    let ops: u64 = results.iter().map(|(r, _)| r.stats.ops).sum();
+    let cpu: Duration = results.iter().map(|(r, _)| r.wall).sum();
+    println!();
+    println!(
+        "fault coverage over {} seeds (seeds exercising it, total count):",
+        results.len()
+    );
+    let mut missing = Vec::new();
+    for c in FaultClass::ALL {
+        let seeds = results.iter().filter(|(r, _)| r.faults.get(*c) > 0).count();
+        let total: u64 = results.iter().map(|(r, _)| r.faults.get(*c)).sum();
+        println!("  {:<28} {:>5} seeds {:>10}", c.name(), seeds, total);
+        if seeds == 0 {
+            missing.push(c.name());
+        }
+    }
+    if missing.is_empty() {
+        println!("  every fault class was exercised");
+    } else {
+        println!("  NOT exercised: {}", missing.join(", "));
+    }
+    let mut known: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for (r, _) in results {
+        for (b, n) in &r.known {
+            let e = known.entry(b).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += n;
+        }
+    }
+    if !known.is_empty() {
+        println!("known node divergences from Redis 7.0 tolerated (see docs/TESTING.md; --strict fails on them):");
+        for (b, (s, n)) in &known {
+            println!("  {b:<36} {s:>5} seeds {n:>8} replies");
+        }
+    }
+    for s in &failed {
+        println!("FAILED seed={s}: reproduce with {}", repro(*s, strict));
+    }
+    let mut all = xxhash_rust::xxh3::Xxh3::new();
+    for (r, _) in results {
+        all.update(r.digest.as_bytes());
+    }
+    println!(
+        "seeds={} failed={} ops={} wall={:.1}s jobs={} ops/s={} (per core {}) trace={:016x}",
+        results.len(),
+        failed.len(),
+        ops,
+        elapsed.as_secs_f64(),
+        jobs,
+        rate(ops, elapsed),
+        rate(ops, cpu),
+        all.digest()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,424 @@
+//! The reference model: single-node Redis 7.0 semantics, written from the documented behaviour
+//! and checked against redis-server, deliberately simple and never calling node code.
+//!
+//! One [`Model`] per node incarnation. The node driver applies every request to the model at
+//! the moment it hands the request to the node, with the same `now`, and gets back the
+//! [`Check`] the reply must pass. Where Redis is not deterministic from the outside (RANDOMKEY,
+//! SCAN cursors, DBSIZE with expired keys not yet reclaimed, INFO, OBJECT IDLETIME) the check is
+//! a property instead of an exact frame.
+//!
+//! Each command family is one module with a table of [`Spec`]s (name, Redis arity, handler);
+//! adding a family (lists, hashes, ...) is a module and one line in [`FAMILIES`].
+
+#[cfg(test)]
+mod behaviour;
+pub mod connection;
+pub mod expire;
+pub mod float;
+pub mod glob;
+pub mod keys;
+pub mod keyspace;
+pub mod server;
+pub mod strings;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use lattice_resp::Frame;
+
+use crate::check::Check;
+pub use keyspace::{Keyspace, Value};
+
+/// The reply to a command on a key of another type (strings are the only type so far; the
+/// container families use it).
+#[allow(dead_code)]
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const SYNTAX: &str = "ERR syntax error";
+pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Resp2,
+    Resp3,
+}
+
+/// What the model knows about one connection.
+#[derive(Clone, Debug)]
+pub struct ConnState {
+    pub proto: Proto,
+    pub name: Option<Bytes>,
+    /// CLIENT REPLY OFF in force.
+    pub reply_off: bool,
+    /// CLIENT REPLY SKIP: the next command's reply is suppressed.
+    pub skip_next: bool,
+    /// The SCAN iteration in progress on this connection.
+    pub scan: Option<keys::ScanIter>,
+    /// The peer address the node was given (CLIENT KILL ADDR, CLIENT LIST addr=).
+    pub addr: String,
+}
+
+/// One node's worth of Redis state.
+pub struct Model {
+    pub db: Keyspace,
+    pub conns: BTreeMap<u64, ConnState>,
+    /// CONFIG parameters the workload changes (name -> value).
+    pub config: BTreeMap<&'static str, String>,
+}
+
+/// The command being applied.
+pub struct Cx<'a> {
+    pub args: &'a [Bytes],
+    pub now_us: u64,
+    pub now_ms: u64,
+    pub conn: u64,
+    pub proto: Proto,
+    /// Connections this command closes (CLIENT KILL); the driver expects the node to close them.
+    pub kill: Vec<u64>,
+    /// The node closes this connection after the reply (QUIT, CLIENT KILL of itself).
+    pub close_self: bool,
+    /// CLIENT REPLY ON clears the skip of the command carrying it.
+    pub clear_skip: bool,
+}
+
+impl Cx<'_> {
+    pub fn arg(&self, i: usize) -> &[u8] {
+        &self.args[i]
+    }
+
+    pub fn argc(&self) -> usize {
+        self.args.len()
+    }
+}
+
+pub type Run = fn(&mut Model, &mut Cx) -> Check;
+
+/// A command: lowercase full name (`client|id` for subcommands), Redis arity, handler.
+pub struct Spec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub run: Run,
+}
+
+pub const fn spec(name: &'static str, arity: i32, run: Run) -> Spec {
+    Spec { name, arity, run }
+}
+
+/// Every family's table.
+pub const FAMILIES: &[&[Spec]] = &[
+    strings::SPECS,
+    keys::SPECS,
+    expire::SPECS,
+    server::SPECS,
+    connection::SPECS,
+];
+
+/// Commands whose work is done by subcommands (`COMMAND` alone is also runnable).
+const CONTAINERS: &[(&str, i32)] = &[
+    ("client", -2),
+    ("object", -2),
+    ("config", -2),
+    ("command", -1),
+];
+
+fn table() -> &'static BTreeMap<&'static str, &'static Spec> {
+    static TABLE: OnceLock<BTreeMap<&'static str, &'static Spec>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = BTreeMap::new();
+        for fam in FAMILIES {
+            for s in fam.iter() {
+                assert!(t.insert(s.name, s).is_none(), "{} defined twice", s.name);
+            }
+        }
+        t
+    })
+}
+
+/// What applying one request produced.
+pub struct Applied {
+    /// The check for the reply, or `None` when the node must not reply (CLIENT REPLY).
+    pub reply: Option<Check>,
+    pub close_self: bool,
+    pub kill: Vec<u64>,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Model {
+    pub fn new() -> Model {
+        let mut config = BTreeMap::new();
+        config.insert("hz", "10".to_string());
+        config.insert("maxmemory-policy", "noeviction".to_string());
+        Model {
+            db: Keyspace::default(),
+            conns: BTreeMap::new(),
+            config,
+        }
+    }
+
+    pub fn connect(&mut self, conn: u64, addr: String) {
+        self.conns.insert(
+            conn,
+            ConnState {
+                proto: Proto::Resp2,
+                name: None,
+                reply_off: false,
+                skip_next: false,
+                scan: None,
+                addr,
+            },
+        );
+    }
+
+    pub fn disconnect(&mut self, conn: u64) {
+        self.conns.remove(&conn);
+    }
+
+    /// Applies one request from `conn` (which must be connected) at node time `now_us`.
+    pub fn apply(&mut self, conn: u64, now_us: u64, args: &[Bytes]) -> Applied {
+        let st = self
+            .conns
+            .get_mut(&conn)
+            .expect("model: request on a connection the node does not know");
+        let skip_this = std::mem::take(&mut st.skip_next);
+        let mut cx = Cx {
+            args,
+            now_us,
+            now_ms: now_us / 1000,
+            conn,
+            proto: st.proto,
+            kill: Vec::new(),
+            close_self: false,
+            clear_skip: false,
+        };
+        let check = self.dispatch(&mut cx);
+        let off = self.conns.get(&conn).is_some_and(|c| c.reply_off);
+        let silent = off || (skip_this && !cx.clear_skip) || check == Check::NoReply;
+        Applied {
+            reply: (!silent).then_some(check),
+            close_self: cx.close_self,
+            kill: cx.kill,
+        }
+    }
+
+    fn dispatch(&mut self, cx: &mut Cx) -> Check {
+        // Command names are short: lowercase on the stack.
+        let raw = cx.arg(0);
+        let mut buf = [0u8; 32];
+        let lower = if raw.len() <= buf.len() {
+            for (d, s) in buf.iter_mut().zip(raw) {
+                *d = s.to_ascii_lowercase();
+            }
+            std::str::from_utf8(&buf[..raw.len()]).unwrap_or("\u{0}")
+        } else {
+            "\u{0}"
+        };
+        let name = lower;
+        let t = table();
+        let spec = if let Some(&(cname, carity)) = CONTAINERS.iter().find(|(n, _)| *n == name) {
+            if cx.argc() < 2 {
+                if cname == "command" {
+                    t["command"]
+                } else {
+                    return arity_error(cname);
+                }
+            } else {
+                let sub = String::from_utf8_lossy(cx.arg(1)).to_ascii_lowercase();
+                let full = format!("{cname}|{sub}");
+                match t.get(full.as_str()) {
+                    Some(s) => s,
+                    None => {
+                        let _ = carity;
+                        return Check::err(&format!(
+                            "ERR unknown subcommand '{}'. Try {} HELP.",
+                            lossy_cut(cx.arg(1), 128),
+                            cname.to_ascii_uppercase()
+                        ));
+                    }
+                }
+            }
+        } else {
+            match t.get(name) {
+                Some(s) => s,
+                None => return unknown_command(cx.args),
+            }
+        };
+        let argc = cx.argc() as i32;
+        let ok = if spec.arity >= 0 {
+            argc == spec.arity
+        } else {
+            argc >= -spec.arity
+        };
+        if !ok {
+            return arity_error(spec.name);
+        }
+        (spec.run)(self, cx)
+    }
+}
+
+pub fn arity_error(name: &str) -> Check {
+    Check::err(&format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+fn lossy_cut(b: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
+}
+
+fn unknown_command(args: &[Bytes]) -> Check {
+    let mut rest = String::new();
+    for a in &args[1..] {
+        if rest.len() >= 128 {
+            break;
+        }
+        let room = 128 - rest.len();
+        rest.push('\'');
+        rest.push_str(&lossy_cut(a, room));
+        rest.push_str("' ");
+    }
+    Check::err(&format!(
+        "ERR unknown command '{}', with args beginning with: {}",
+        lossy_cut(&args[0], 128),
+        rest
+    ))
+}
+
+// ---- small helpers shared by the families ----
+
+/// Redis's `string2ll`: optional `-`, digits, no leading zeros (except "0"), no `+`, no
+/// spaces, no overflow.
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    let (neg, digits) = match b[0] {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if digits[0] == b'0' && (digits.len() > 1 || neg) {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for &d in digits {
+        v = v * 10 + (d - b'0') as i128;
+    }
+    if neg {
+        v = -v;
+    }
+    i64::try_from(v).ok()
+}
+
+/// ASCII case-insensitive comparison with an option keyword.
+pub fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+pub fn ok() -> Check {
+    Check::Exact(Frame::Simple(Bytes::from_static(b"OK")))
+}
+
+pub fn int(n: i64) -> Check {
+    Check::Exact(Frame::Integer(n))
+}
+
+pub fn bulk(b: &[u8]) -> Check {
+    Check::Exact(Frame::Bulk(Bytes::copy_from_slice(b)))
+}
+
+pub fn null() -> Check {
+    Check::Exact(Frame::Null)
+}
+
+pub fn simple(s: &str) -> Check {
+    Check::Exact(Frame::Simple(Bytes::copy_from_slice(s.as_bytes())))
+}
+
+pub fn bulk_frame(b: &[u8]) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(b))
+}
+
+/// A map reply: `%` in RESP3, a flat array in RESP2.
+pub fn map_frame(proto: Proto, pairs: Vec<(Frame, Frame)>) -> Frame {
+    match proto {
+        Proto::Resp3 => Frame::Map(pairs),
+        Proto::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
+}
+
+/// The null array: `*-1` in RESP2, `_` in RESP3 (blocking pops, EXEC aborts).
+#[allow(dead_code)]
+pub fn null_array(proto: Proto) -> Frame {
+    match proto {
+        Proto::Resp2 => Frame::NullArray,
+        Proto::Resp3 => Frame::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::from(s.to_string())
+    }
+
+    #[test]
+    fn strict_integers() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-7"), Some(-7));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            "",
+            "-",
+            "+1",
+            "01",
+            "-0",
+            " 1",
+            "1 ",
+            "9223372036854775808",
+            "1.0",
+        ] {
+            assert_eq!(parse_i64(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn dispatch_errors() {
+        let mut m = Model::new();
+        m.connect(1, "10.0.0.1:40001".into());
+        let r = |m: &mut Model, args: &[&str]| {
+            let args: Vec<Bytes> = args.iter().map(|a| b(a)).collect();
+            m.apply(1, 1_000_000, &args).reply.unwrap()
+        };
+        assert_eq!(
+            r(&mut m, &["nosuch", "a", "b"]),
+            Check::err("ERR unknown command 'nosuch', with args beginning with: 'a' 'b' ")
+        );
+        assert_eq!(
+            r(&mut m, &["GET"]),
+            Check::err("ERR wrong number of arguments for 'get' command")
+        );
+        assert_eq!(
+            r(&mut m, &["client"]),
+            Check::err("ERR wrong number of arguments for 'client' command")
+        );
+        assert_eq!(
+            r(&mut m, &["client", "foo"]),
+            Check::err("ERR unknown subcommand 'foo'. Try CLIENT HELP.")
+        );
+        assert_eq!(
+            r(&mut m, &["client", "setname"]),
+            Check::err("ERR wrong number of arguments for 'client|setname' command")
+        );
+    }
+}

@@ -1,0 +1,115 @@
+//! Node processes: a node state machine with its wall clock, its reference model, and what a
+//! crash or a pause does to them.
+//!
+//! - Crash: the node value and everything volatile is dropped (there is no persistence yet, so
+//!   a restarted node starts empty and its reference model is reset); its connections are
+//!   reset by the world.
+//! - Pause (SIGSTOP, a long GC, a VM migration): the node processes nothing; bytes for it wait
+//!   in the network, its timers are deferred until it resumes.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use lattice_node::{Buggify, Config, Input, Micros, Node, ProcessStats};
+
+use crate::clock::Clock;
+use crate::model::Model;
+
+pub struct Host {
+    pub id: usize,
+    /// `None` while crashed.
+    pub node: Option<Node>,
+    pub paused: bool,
+    pub clock: Clock,
+    pub model: Model,
+    /// Connections established with the current incarnation.
+    pub conns: BTreeSet<u64>,
+    /// Virtual time of the pending timer event, and its generation (older events are stale).
+    pub timer_at: Option<u64>,
+    pub timer_gen: u64,
+    /// Connections whose bytes wait for this node to resume.
+    pub parked: Vec<u64>,
+    /// Peer messages that arrived while paused.
+    pub inbox: Vec<(usize, Bytes)>,
+    pub incarnation: u32,
+    /// Buggify firings of earlier incarnations.
+    pub buggify_fired_before: u64,
+    pub hz: u64,
+}
+
+impl Host {
+    pub fn new(id: usize, clock: Clock, hz: u64) -> Host {
+        Host {
+            id,
+            node: None,
+            paused: false,
+            clock,
+            model: Model::new(),
+            conns: BTreeSet::new(),
+            timer_at: None,
+            timer_gen: 0,
+            parked: Vec::new(),
+            inbox: Vec::new(),
+            incarnation: 0,
+            buggify_fired_before: 0,
+            hz,
+        }
+    }
+
+    /// Starts a fresh incarnation at virtual time `virt`: empty keyspace, fresh model.
+    pub fn start(&mut self, seed: u64, buggify_seed: u64, virt: u64) {
+        let mut config = Config::default();
+        config
+            .set("hz", &self.hz.to_string())
+            .expect("hz within range");
+        let now = self.clock.read(virt);
+        let mut node = Node::new(config, seed, Buggify::enabled(buggify_seed), Micros(now));
+        node.handle(
+            Micros(now),
+            Input::ProcessStats(ProcessStats {
+                used_memory_bytes: 1 << 20,
+                rss_bytes: 2 << 20,
+                cpu_user_us: 0,
+                cpu_sys_us: 0,
+                process_id: 1000 + self.id as u64,
+                tcp_port: 6379,
+            }),
+        );
+        self.node = Some(node);
+        self.model = Model::new();
+        self.model.config.insert("hz", self.hz.to_string());
+        self.paused = false;
+        self.conns.clear();
+        self.parked.clear();
+        self.inbox.clear();
+        self.timer_at = None;
+        self.timer_gen += 1;
+        self.incarnation += 1;
+    }
+
+    /// Drops the node and everything volatile. Returns the connections it had.
+    pub fn crash(&mut self) -> Vec<u64> {
+        if let Some(n) = self.node.take() {
+            self.buggify_fired_before += n.core().buggify.fired();
+        }
+        self.paused = false;
+        self.timer_at = None;
+        self.timer_gen += 1;
+        self.inbox.clear();
+        self.parked.clear();
+        std::mem::take(&mut self.conns).into_iter().collect()
+    }
+
+    pub fn up(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// Usable right now: up and not paused.
+    pub fn running(&self) -> bool {
+        self.node.is_some() && !self.paused
+    }
+
+    pub fn buggify_fired(&self) -> u64 {
+        self.buggify_fired_before + self.node.as_ref().map_or(0, |n| n.core().buggify.fired())
+    }
+}

@@ -1,0 +1,1561 @@
+//! The world: an event queue in virtual time, the network, node processes, clients, the
+//! nemesis, and the run's phases.
+//!
+//! Events are ordered by (virtual time, sequence number); the sequence number makes equal
+//! times deterministic. One [`Rand`] seeded from the run's seed is the only randomness.
+//!
+//! Phases: a safety phase with faults on; then at `heal_at` every fault is healed (partitions,
+//! clogs, paused and crashed nodes, peer message faults) and a liveness phase follows in which
+//! every client must get back to work; then a drain in which clients send nothing new and every
+//! outstanding request must be answered. The run ends with the liveness checks.
+//!
+//! The node driver: bytes the network delivers to a node go through the same `RequestParser`
+//! the server uses; each parsed request is applied to the node's reference model (same `now`)
+//! and then handed to the node. The model's expected reply is queued on the connection; when
+//! the client decodes a reply from its byte stream it is checked against the head of that queue.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use lattice_node::{ConnId, Input, Micros, Output};
+use lattice_resp::{decode_frame, Frame, Limits, RequestParser};
+
+use crate::check::{Check, ClusterCheckers, Expect, ScanState, Verifier};
+use crate::client::{encode, Client, ReplyMode};
+use crate::clock::{Clock, EPOCH_US};
+use crate::config::RunConfig;
+use crate::fault::{FaultClass, FaultCounts};
+use crate::net::{chunk, NetState, PeerFaults, PeerNetwork, Pipe, Seg};
+use crate::process::Host;
+use crate::rng::Rand;
+use crate::trace::{escape, TraceEvent, Tracer};
+use crate::workload::{inline_safe, Cmd, Gen, Tag, FAMILIES};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Safety,
+    Liveness,
+    Drain,
+    End,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    Pipe { conn: u64, to_node: bool },
+    NodeTimer { node: usize, gen: u64 },
+    ClientWake { client: usize },
+    PeerTick,
+    Heartbeat { node: usize },
+    Nemesis,
+    FaultEnd { id: u64 },
+    Phase(Phase),
+}
+
+struct Sched {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Sched {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Sched {}
+impl PartialOrd for Sched {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Sched {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// The node side of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeSide {
+    /// The connection request is still travelling.
+    Pending,
+    Open,
+    Done,
+}
+
+/// A client connection: both byte streams, the node driver's parser, the client's decoder, and
+/// the expected replies of the requests the node executed.
+struct Conn {
+    client: usize,
+    node: usize,
+    addr: String,
+    to_node: Pipe,
+    to_client: Pipe,
+    client_open: bool,
+    node_side: NodeSide,
+    parser: RequestParser,
+    inbuf: BytesMut,
+    rx: BytesMut,
+    expected: VecDeque<Expect>,
+    scan: ScanState,
+}
+
+/// What ends an injected fault.
+enum Active {
+    Partition(Vec<(usize, usize)>),
+    Crashed(usize),
+    Paused(usize),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    /// Replies received and checked.
+    pub ops: u64,
+    /// Requests executed by nodes.
+    pub requests: u64,
+    pub events: u64,
+    pub connects: u64,
+    pub timeouts: u64,
+    pub invariant_checks: u64,
+    pub virtual_us: u64,
+}
+
+pub struct World {
+    pub cfg: RunConfig,
+    rng: Rand,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Sched>>,
+    net: NetState,
+    peers: PeerNetwork,
+    peer_tick_at: Option<u64>,
+    hosts: Vec<Host>,
+    clients: Vec<Client>,
+    /// Indexed by connection id (ids start at 1).
+    conns: Vec<Option<Conn>>,
+    pub tracer: Tracer,
+    verifier: Verifier,
+    cluster: ClusterCheckers,
+    pub phase: Phase,
+    heal_at: u64,
+    pub faults: FaultCounts,
+    active: Vec<(u64, Active)>,
+    next_fault_id: u64,
+    /// Streams held back by a partition: (connection, towards the node).
+    parked: Vec<(u64, bool)>,
+    /// Last heartbeat delivered, per (from, to).
+    heartbeats: Vec<u64>,
+    pub failure: Option<String>,
+    pub stats: RunStats,
+}
+
+impl World {
+    pub fn new(cfg: RunConfig, strict: bool, tracer: Tracer) -> World {
+        let mut rng = Rand::new(cfg.seed);
+        let hosts: Vec<Host> = (0..cfg.nodes)
+            .map(|i| Host::new(i, Clock::new(cfg.clocks[i].0, cfg.clocks[i].1), cfg.hz))
+            .collect();
+        let clients = (0..cfg.clients)
+            .map(|_| Client::new(rng.below(cfg.nodes as u64) as usize))
+            .collect();
+        let net = NetState::new(cfg.nodes + cfg.clients, cfg.latency.clone());
+        let peers = PeerNetwork::new(cfg.peer.clone());
+        let n = cfg.nodes;
+        World {
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            net,
+            peers,
+            peer_tick_at: None,
+            hosts,
+            clients,
+            conns: vec![None],
+            tracer,
+            verifier: Verifier::new(strict),
+            cluster: ClusterCheckers::default(),
+            phase: Phase::Safety,
+            heal_at: u64::MAX,
+            faults: FaultCounts::default(),
+            active: Vec::new(),
+            next_fault_id: 0,
+            parked: Vec::new(),
+            heartbeats: vec![0; n * n],
+            failure: None,
+            stats: RunStats::default(),
+            cfg,
+        }
+    }
+
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    pub fn known_hits(&self) -> &std::collections::BTreeMap<&'static str, u64> {
+        &self.verifier.known_hits
+    }
+
+    pub fn scan_iterations(&self) -> u64 {
+        self.verifier.scan_iterations
+    }
+
+    fn at(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse(Sched {
+            at: at.max(self.now),
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    fn trace(&mut self, ev: TraceEvent) {
+        self.tracer.record(self.now, ev);
+    }
+
+    fn fail(&mut self, msg: String) {
+        if self.failure.is_none() {
+            self.failure = Some(msg);
+        }
+    }
+
+    fn client_host(&self, client: usize) -> usize {
+        self.cfg.nodes + client
+    }
+
+    /// Runs the whole simulation; returns with `failure` set if a check failed.
+    pub fn run(&mut self) {
+        self.trace(TraceEvent::Phase("safety"));
+        for i in 0..self.hosts.len() {
+            let (seed, bug) = (self.rng.next(), self.rng.next());
+            self.hosts[i].start(seed, bug, 0);
+            self.trace(TraceEvent::Process {
+                node: i as u32,
+                what: "start",
+            });
+            self.schedule_timer(i);
+            let first = self.rng.below(self.cfg.heartbeat_us);
+            self.at(first, Ev::Heartbeat { node: i });
+        }
+        for c in 0..self.clients.len() {
+            let t = self.rng.below(10_000);
+            self.at(t, Ev::ClientWake { client: c });
+        }
+        if !self.cfg.injected.is_empty() {
+            let t = self.rng.exp(self.cfg.nemesis_mean_us as f64) as u64;
+            self.at(t, Ev::Nemesis);
+        }
+        let s = self.cfg.safety_us;
+        self.at(s, Ev::Phase(Phase::Liveness));
+        let l = s + self.cfg.liveness_us;
+        self.at(l, Ev::Phase(Phase::Drain));
+        self.at(l + self.cfg.drain_us, Ev::Phase(Phase::End));
+
+        while let Some(Reverse(s)) = self.queue.pop() {
+            self.now = s.at;
+            self.stats.events += 1;
+            self.handle(s.ev);
+            if self.failure.is_some() || self.phase == Phase::End {
+                break;
+            }
+        }
+        self.stats.virtual_us = self.now;
+        self.finish_counts();
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Pipe { conn, to_node } => self.on_pipe(conn, to_node),
+            Ev::NodeTimer { node, gen } => self.on_timer(node, gen),
+            Ev::ClientWake { client } => {
+                if self.clients[client].wake_at.is_some_and(|w| w <= self.now) {
+                    self.clients[client].wake_at = None;
+                }
+                self.client_step(client);
+            }
+            Ev::PeerTick => self.on_peer_tick(),
+            Ev::Heartbeat { node } => self.on_heartbeat(node),
+            Ev::Nemesis => self.on_nemesis(),
+            Ev::FaultEnd { id } => self.end_fault(id),
+            Ev::Phase(p) => self.on_phase(p),
+        }
+    }
+
+    // ---------------------------------------------------------------- streams
+
+    fn conn(&mut self, id: u64) -> Option<&mut Conn> {
+        self.conns.get_mut(id as usize).and_then(|c| c.as_mut())
+    }
+
+    fn pipe(&mut self, id: u64, to_node: bool) -> Option<&mut Pipe> {
+        self.conn(id).map(|c| {
+            if to_node {
+                &mut c.to_node
+            } else {
+                &mut c.to_client
+            }
+        })
+    }
+
+    /// Makes sure a delivery event is queued for a pipe with segments.
+    fn ensure_scheduled(&mut self, id: u64, to_node: bool) {
+        let now = self.now;
+        let Some(p) = self.pipe(id, to_node) else {
+            return;
+        };
+        if p.scheduled || p.parked {
+            return;
+        }
+        if let Some(t) = p.head_time() {
+            p.scheduled = true;
+            self.at(t.max(now), Ev::Pipe { conn: id, to_node });
+        }
+    }
+
+    /// Writes bytes into a stream: split at random boundaries, each piece after a latency,
+    /// in order.
+    fn stream_write(&mut self, id: u64, to_node: bool, data: Bytes) {
+        let pieces = chunk(&mut self.rng, data, self.cfg.chunk_pct);
+        if pieces.len() > 1 {
+            self.faults.add(FaultClass::StreamChunking, 1);
+        }
+        // The pieces of one write mostly arrive together (the receiver still reads and parses
+        // them one at a time), sometimes spread out.
+        let mut at = self.now + self.net.sample_latency(&mut self.rng, self.now);
+        for (i, p) in pieces.into_iter().enumerate() {
+            if i > 0 && self.rng.pct(30) {
+                at += self.rng.exp(self.cfg.latency.mean_extra_us as f64 / 4.0) as u64;
+            }
+            if let Some(pipe) = self.pipe(id, to_node) {
+                pipe.push(at, Seg::Data(p));
+            }
+        }
+        self.ensure_scheduled(id, to_node);
+    }
+
+    fn stream_push(&mut self, id: u64, to_node: bool, seg: Seg) {
+        let at = self.now + self.net.sample_latency(&mut self.rng, self.now);
+        if let Some(pipe) = self.pipe(id, to_node) {
+            pipe.push(at, seg);
+        }
+        self.ensure_scheduled(id, to_node);
+    }
+
+    fn on_pipe(&mut self, id: u64, to_node: bool) {
+        let now = self.now;
+        let Some(c) = self.conn(id) else {
+            return;
+        };
+        let (client, node) = (c.client, c.node);
+        if to_node {
+            c.to_node.scheduled = false;
+        } else {
+            c.to_client.scheduled = false;
+        }
+        let ch = self.client_host(client);
+        let (src, dst) = if to_node { (ch, node) } else { (node, ch) };
+        if self.net.blocked(src, dst) {
+            if let Some(p) = self.pipe(id, to_node) {
+                p.parked = true;
+            }
+            self.parked.push((id, to_node));
+            return;
+        }
+        let clog = self.net.clogged_until(src, dst);
+        if clog > now {
+            if let Some(p) = self.pipe(id, to_node) {
+                p.scheduled = true;
+            }
+            self.at(clog, Ev::Pipe { conn: id, to_node });
+            return;
+        }
+        if to_node {
+            if self.hosts[node].up() && self.hosts[node].paused {
+                if let Some(p) = self.pipe(id, true) {
+                    p.parked = true;
+                }
+                self.hosts[node].parked.push(id);
+                return;
+            }
+            self.deliver_to_node(id, node);
+        } else {
+            self.deliver_to_client(id, client);
+        }
+        self.maybe_reap(id);
+        self.ensure_scheduled(id, to_node);
+    }
+
+    fn unpark(&mut self, id: u64, to_node: bool) {
+        let lat = self.net.sample_latency(&mut self.rng, self.now);
+        let now = self.now;
+        if let Some(p) = self.pipe(id, to_node) {
+            if p.parked {
+                p.parked = false;
+                p.scheduled = true;
+                self.at(now + lat, Ev::Pipe { conn: id, to_node });
+            }
+        }
+    }
+
+    fn unpark_partitioned(&mut self) {
+        let parked = std::mem::take(&mut self.parked);
+        for (id, to_node) in parked {
+            self.unpark(id, to_node);
+        }
+    }
+
+    fn maybe_reap(&mut self, id: u64) {
+        let done = self
+            .conn(id)
+            .is_some_and(|c| !c.client_open && c.node_side == NodeSide::Done);
+        if done {
+            self.conns[id as usize] = None;
+        }
+    }
+
+    // ---------------------------------------------------------------- node driver
+
+    fn deliver_to_node(&mut self, id: u64, node: usize) {
+        let now = self.now;
+        let mut touched = false;
+        while let Some(c) = self.conn(id) {
+            let Some(seg) = c.to_node.pop_due(now) else {
+                break;
+            };
+            let (kind, len) = seg_kind(&seg);
+            self.trace(TraceEvent::Deliver {
+                conn: id,
+                to_node: true,
+                kind,
+                len,
+            });
+            match seg {
+                Seg::Syn => {
+                    if !self.hosts[node].up() {
+                        // Connection refused.
+                        if let Some(c) = self.conn(id) {
+                            c.node_side = NodeSide::Done;
+                        }
+                        self.stream_push(id, false, Seg::Rst);
+                        continue;
+                    }
+                    let addr = {
+                        let c = self.conn(id).expect("checked");
+                        c.node_side = NodeSide::Open;
+                        c.addr.clone()
+                    };
+                    let host = &mut self.hosts[node];
+                    host.conns.insert(id);
+                    host.model.connect(id, addr.clone());
+                    let t = host.clock.read(now);
+                    host.node.as_mut().expect("up").handle(
+                        Micros(t),
+                        Input::Connected {
+                            conn: ConnId(id),
+                            peer_addr: addr,
+                            local_addr: format!("10.0.0.{}:6379", node + 1),
+                        },
+                    );
+                    self.drain(node);
+                    touched = true;
+                }
+                Seg::Data(b) => {
+                    let c = self.conn(id).expect("checked");
+                    if c.node_side != NodeSide::Open {
+                        continue;
+                    }
+                    c.inbuf.extend_from_slice(&b);
+                    self.parse_and_execute(id, node);
+                    touched = true;
+                }
+                Seg::Fin | Seg::Rst => {
+                    let c = self.conn(id).expect("checked");
+                    if c.node_side != NodeSide::Open {
+                        c.node_side = NodeSide::Done;
+                        continue;
+                    }
+                    c.node_side = NodeSide::Done;
+                    c.inbuf.clear();
+                    let host = &mut self.hosts[node];
+                    host.conns.remove(&id);
+                    host.model.disconnect(id);
+                    let t = host.clock.read(now);
+                    host.node
+                        .as_mut()
+                        .expect("open connections belong to a live node")
+                        .handle(Micros(t), Input::Closed { conn: ConnId(id) });
+                    self.drain(node);
+                    touched = true;
+                }
+            }
+        }
+        if touched {
+            self.after_node_step(node);
+        }
+    }
+
+    /// Runs the invariant checker of the node a step touched (nodes a step did not touch have
+    /// not changed), and re-arms its timer.
+    fn after_node_step(&mut self, node: usize) {
+        if let Some(n) = self.hosts[node].node.as_ref() {
+            n.check_invariants();
+            self.stats.invariant_checks += 1;
+        }
+        self.schedule_timer(node);
+    }
+
+    fn parse_and_execute(&mut self, id: u64, node: usize) {
+        loop {
+            let Some(c) = self.conn(id) else {
+                return;
+            };
+            if c.node_side != NodeSide::Open {
+                c.inbuf.clear();
+                return;
+            }
+            match c.parser.parse(&mut c.inbuf) {
+                Ok(Some(args)) => self.execute(id, node, args),
+                Ok(None) => return,
+                Err(e) => {
+                    let message = e.message().to_string();
+                    c.inbuf.clear();
+                    self.protocol_error(id, node, message);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn execute(&mut self, id: u64, node: usize, args: Vec<Bytes>) {
+        let now = self.now;
+        let host = &mut self.hosts[node];
+        let t = host.clock.read(now);
+        let applied = host.model.apply(id, t, &args);
+        self.stats.requests += 1;
+        self.trace(TraceEvent::Request {
+            node: node as u32,
+            conn: id,
+            now_us: t,
+            args: args.clone(),
+        });
+        let c = self.conn(id).expect("executing on a live connection");
+        if let Some(check) = applied.reply {
+            c.expected.push_back(Expect {
+                args: args.clone(),
+                check,
+                at_us: t,
+            });
+        }
+        if applied.close_self {
+            c.expected.push_back(Expect {
+                args: Vec::new(),
+                check: Check::Close,
+                at_us: t,
+            });
+        }
+        for v in applied.kill {
+            if let Some(vc) = self.conn(v) {
+                vc.expected.push_back(Expect {
+                    args: Vec::new(),
+                    check: Check::Close,
+                    at_us: t,
+                });
+            }
+        }
+        self.hosts[node].node.as_mut().expect("up").handle(
+            Micros(t),
+            Input::Request {
+                conn: ConnId(id),
+                args,
+            },
+        );
+        self.drain(node);
+    }
+
+    fn protocol_error(&mut self, id: u64, node: usize, message: String) {
+        let t = self.hosts[node].clock.read(self.now);
+        let c = self.conn(id).expect("live");
+        c.expected.push_back(Expect {
+            args: Vec::new(),
+            check: Check::err(&format!("ERR {message}")),
+            at_us: t,
+        });
+        c.expected.push_back(Expect {
+            args: Vec::new(),
+            check: Check::Close,
+            at_us: t,
+        });
+        self.trace(TraceEvent::ProtocolError {
+            node: node as u32,
+            conn: id,
+            message: message.clone(),
+        });
+        self.hosts[node].node.as_mut().expect("up").handle(
+            Micros(t),
+            Input::ProtocolError {
+                conn: ConnId(id),
+                message,
+            },
+        );
+        self.drain(node);
+    }
+
+    /// Carries out everything the node wants done.
+    fn drain(&mut self, node: usize) {
+        loop {
+            let Some(out) = self.hosts[node].node.as_mut().and_then(|n| n.poll_output()) else {
+                return;
+            };
+            match out {
+                Output::Write { conn, data } => {
+                    self.trace(TraceEvent::Output {
+                        node: node as u32,
+                        conn: conn.0,
+                        data: data.clone(),
+                    });
+                    if self.conn(conn.0).is_some() {
+                        self.stream_write(conn.0, false, data);
+                    }
+                }
+                Output::Close { conn } => {
+                    let id = conn.0;
+                    self.trace(TraceEvent::NodeClose {
+                        node: node as u32,
+                        conn: id,
+                    });
+                    let host = &mut self.hosts[node];
+                    host.conns.remove(&id);
+                    host.model.disconnect(id);
+                    if let Some(c) = self.conn(id) {
+                        c.node_side = NodeSide::Done;
+                        c.inbuf.clear();
+                        self.stream_push(id, false, Seg::Fin);
+                    }
+                }
+            }
+        }
+    }
+
+    fn schedule_timer(&mut self, node: usize) {
+        let now = self.now;
+        let host = &mut self.hosts[node];
+        if !host.running() {
+            return;
+        }
+        let Some(t) = host.node.as_ref().and_then(|n| n.poll_timeout()) else {
+            return;
+        };
+        let v = host.clock.virtual_at(t.0, now);
+        if host.timer_at == Some(v) {
+            return;
+        }
+        host.timer_at = Some(v);
+        host.timer_gen += 1;
+        let gen = host.timer_gen;
+        self.at(v, Ev::NodeTimer { node, gen });
+    }
+
+    fn on_timer(&mut self, node: usize, gen: u64) {
+        let now = self.now;
+        let host = &mut self.hosts[node];
+        if host.timer_gen != gen || !host.up() {
+            return;
+        }
+        host.timer_at = None;
+        if host.paused {
+            return; // deferred: re-armed on resume
+        }
+        let t = host.clock.read(now);
+        host.node.as_mut().expect("up").handle_timeout(Micros(t));
+        self.trace(TraceEvent::Timer {
+            node: node as u32,
+            now_us: t,
+        });
+        self.drain(node);
+        self.after_node_step(node);
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    fn wake(&mut self, client: usize, at: u64) {
+        let c = &mut self.clients[client];
+        if c.wake_at.is_some_and(|w| w <= at) {
+            return;
+        }
+        c.wake_at = Some(at);
+        self.at(at, Ev::ClientWake { client });
+    }
+
+    /// Everything a client does when something happened or its time came: reconnect, give up
+    /// on a stuck connection, send the next batch, and arrange to be woken again.
+    fn client_step(&mut self, ci: usize) {
+        if self.phase == Phase::End || self.failure.is_some() {
+            return;
+        }
+        let now = self.now;
+        let timeout = self.cfg.client_timeout_us;
+        let Some(id) = self.clients[ci].conn else {
+            let at = self.clients[ci].reconnect_at;
+            if now < at {
+                self.wake(ci, at);
+                return;
+            }
+            self.connect(ci);
+            return self.client_step(ci);
+        };
+        // Give up on a connection whose oldest request (or expected close) is stuck.
+        let c = &self.clients[ci];
+        let stuck_since = match c.pending.front() {
+            Some(p) => Some(p.sent_at),
+            None if c.closing => Some(c.next_send_at),
+            None => None,
+        };
+        if let Some(since) = stuck_since {
+            if now >= since + timeout {
+                if since >= self.heal_at {
+                    let what = match c.pending.front() {
+                        Some(p) => format!("a request ({:?})", p.tag),
+                        None => "the close it was waiting for".to_string(),
+                    };
+                    self.fail(format!(
+                        "liveness: client{ci} on c{id} waited {} ms for {what} sent after the faults were healed",
+                        timeout / 1000
+                    ));
+                    return;
+                }
+                self.clients[ci].timeouts += 1;
+                self.stats.timeouts += 1;
+                self.abort(id, "client-timeout");
+                self.client_lost_conn(ci);
+                return self.client_step(ci);
+            }
+        }
+        let c = &self.clients[ci];
+        let can_send = self.phase <= Phase::Liveness && !c.closing;
+        if can_send && now >= c.next_send_at && c.pending.len() < self.cfg.depth_max {
+            self.send_batch(ci, id);
+            let think = if self.rng.pct(self.cfg.think_zero_pct) {
+                0
+            } else {
+                self.rng.exp(self.cfg.think_mean_us as f64) as u64
+            };
+            let c = &mut self.clients[ci];
+            if c.conn.is_none() {
+                return self.client_step(ci);
+            }
+            c.next_send_at = now + think.max(1);
+        }
+        let c = &self.clients[ci];
+        let can_send = self.phase <= Phase::Liveness && !c.closing;
+        let mut want = u64::MAX;
+        if let Some(p) = c.pending.front() {
+            want = want.min(p.sent_at + timeout);
+        } else if c.closing {
+            want = want.min(c.next_send_at + timeout);
+        }
+        if can_send && c.pending.len() < self.cfg.depth_max {
+            want = want.min(c.next_send_at);
+        }
+        if want != u64::MAX {
+            self.wake(ci, want);
+        }
+    }
+
+    fn connect(&mut self, ci: usize) {
+        let nodes = self.cfg.nodes as u64;
+        if self.rng.pct(self.cfg.roam_pct) {
+            self.clients[ci].home = self.rng.below(nodes) as usize;
+        }
+        let node = self.clients[ci].home;
+        let id = self.conns.len() as u64;
+        let addr = format!("10.1.{}.{}:{}", ci / 250, ci % 250 + 1, 30000 + id);
+        self.conns.push(Some(Conn {
+            client: ci,
+            node,
+            addr,
+            to_node: Pipe::default(),
+            to_client: Pipe::default(),
+            client_open: true,
+            node_side: NodeSide::Pending,
+            parser: RequestParser::new(Limits::default()),
+            inbuf: BytesMut::new(),
+            rx: BytesMut::new(),
+            expected: VecDeque::new(),
+            scan: ScanState::default(),
+        }));
+        let c = &mut self.clients[ci];
+        c.drop_conn();
+        c.conn = Some(id);
+        c.connects += 1;
+        c.next_send_at = self.now;
+        self.trace(TraceEvent::Connect {
+            client: ci as u32,
+            conn: id,
+            node: node as u32,
+        });
+        self.stream_push(id, true, Seg::Syn);
+    }
+
+    /// The client forgets its connection and will reconnect after a backoff.
+    fn client_lost_conn(&mut self, ci: usize) {
+        let backoff = self.rng.range(1_000, self.cfg.backoff_max_us);
+        let c = &mut self.clients[ci];
+        c.drop_conn();
+        c.reconnect_at = self.now + backoff;
+    }
+
+    /// Aborts a connection from the client side (timeout): in-flight bytes are lost, the node
+    /// sees a reset.
+    fn abort(&mut self, id: u64, why: &'static str) {
+        self.trace(TraceEvent::Closed { conn: id, why });
+        let Some(c) = self.conn(id) else {
+            return;
+        };
+        c.to_node.clear();
+        c.to_client.clear();
+        c.client_open = false;
+        match c.node_side {
+            NodeSide::Pending => c.node_side = NodeSide::Done,
+            NodeSide::Open => self.stream_push(id, true, Seg::Rst),
+            NodeSide::Done => {}
+        }
+        self.maybe_reap(id);
+    }
+
+    /// Draws the next command, within what this client may send now.
+    fn generate(&mut self, ci: usize, id: u64) -> Cmd {
+        let mode = self.clients[ci].mode;
+        if mode == ReplyMode::Off {
+            return Cmd::new("CLIENT").a("REPLY").a("ON").tag(Tag::ReplyOn);
+        }
+        let fam = self.rng.weighted(&self.cfg.family_weights);
+        let disruptive = self.rng.pct(self.cfg.disruptive_pct);
+        let client_now_ms = (EPOCH_US + self.now) / 1000;
+        let addr = self
+            .conns
+            .get(id as usize)
+            .and_then(|c| c.as_ref())
+            .map(|c| c.addr.clone())
+            .unwrap_or_default();
+        let c = &self.clients[ci];
+        let mut g = Gen {
+            rng: &mut self.rng,
+            client_now_ms,
+            conn_id: id,
+            conn_addr: &addr,
+            scan_next: c.scan_next.as_ref(),
+            scan_busy: c.scan_busy,
+            disruptive: disruptive && mode == ReplyMode::On,
+        };
+        let cmd = (FAMILIES[fam].gen)(&mut g);
+        // CLIENT REPLY ON right after SKIP: Redis answers it, the node does not (a reported
+        // divergence, sent only under --strict).
+        if mode == ReplyMode::SkipNext && cmd.tag == Tag::ReplyOn && !self.verifier.strict {
+            return Cmd::new("PING");
+        }
+        cmd
+    }
+
+    fn send_batch(&mut self, ci: usize, id: u64) {
+        let room = self.cfg.depth_max - self.clients[ci].pending.len();
+        let n = self.rng.range(1, self.cfg.batch_max).min(room as u64);
+        let mut buf = BytesMut::new();
+        for _ in 0..n {
+            let cmd = self.generate(ci, id);
+            if cmd.tag == Tag::Garbage {
+                buf.extend_from_slice(&cmd.args[0]);
+            } else {
+                let inline = self.rng.pct(self.cfg.inline_pct) && inline_safe(&cmd.args);
+                encode(&cmd.args, inline, &mut buf);
+            }
+            let stop = matches!(cmd.tag, Tag::Quit | Tag::Garbage);
+            self.clients[ci].sent(self.now, cmd.tag);
+            if stop {
+                break;
+            }
+        }
+        let data = buf.freeze();
+        self.trace(TraceEvent::Send {
+            client: ci as u32,
+            conn: id,
+            data: data.clone(),
+        });
+        self.stream_write(id, true, data);
+        // Now and then a client hangs up on its own (an orderly close).
+        if !self.clients[ci].closing && self.rng.below(20_000) == 0 {
+            self.trace(TraceEvent::Closed {
+                conn: id,
+                why: "client-close",
+            });
+            self.stream_push(id, true, Seg::Fin);
+            if let Some(c) = self.conn(id) {
+                c.client_open = false;
+            }
+            self.client_lost_conn(ci);
+            self.maybe_reap(id);
+        }
+    }
+
+    fn deliver_to_client(&mut self, id: u64, ci: usize) {
+        let now = self.now;
+        let mut touched = false;
+        while let Some(c) = self.conn(id) {
+            let Some(seg) = c.to_client.pop_due(now) else {
+                break;
+            };
+            let open = c.client_open;
+            let (kind, len) = seg_kind(&seg);
+            self.trace(TraceEvent::Deliver {
+                conn: id,
+                to_node: false,
+                kind,
+                len,
+            });
+            if !open {
+                continue;
+            }
+            touched = true;
+            match seg {
+                Seg::Data(b) => {
+                    self.conn(id).expect("checked").rx.extend_from_slice(&b);
+                    loop {
+                        let c = self.conn(id).expect("checked");
+                        match decode_frame(&mut c.rx) {
+                            Ok(Some(frame)) => {
+                                self.on_reply(ci, id, frame);
+                                if self.failure.is_some() {
+                                    return;
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                let rest = escape(&c.rx, 200);
+                                self.fail(format!(
+                                    "client{ci} c{id}: undecodable reply bytes ({e}): {rest}"
+                                ));
+                                return;
+                            }
+                        }
+                    }
+                }
+                Seg::Fin => {
+                    self.on_node_closed(ci, id);
+                    if self.failure.is_some() {
+                        return;
+                    }
+                }
+                Seg::Rst => {
+                    self.trace(TraceEvent::Closed {
+                        conn: id,
+                        why: "reset",
+                    });
+                    if let Some(c) = self.conn(id) {
+                        c.client_open = false;
+                    }
+                    self.client_lost_conn(ci);
+                }
+                Seg::Syn => unreachable!("no SYN towards clients"),
+            }
+        }
+        if touched {
+            self.client_step(ci);
+        }
+    }
+
+    fn on_reply(&mut self, ci: usize, id: u64, frame: Frame) {
+        self.trace(TraceEvent::Reply {
+            client: ci as u32,
+            conn: id,
+            frame: frame.clone(),
+        });
+        let c = self.conns[id as usize].as_mut().expect("live");
+        let node = c.node;
+        let Some(exp) = c.expected.pop_front() else {
+            let msg = format!(
+                "n{node} c{id}: got {} but the node executed no request that awaits a reply",
+                crate::trace::show_frame(&frame)
+            );
+            self.fail(msg);
+            return;
+        };
+        if let Err(why) = self.verifier.verify(&exp.check, &frame, &mut c.scan) {
+            let cmd: Vec<String> = exp.args.iter().map(|a| escape(a, 80)).collect();
+            let what = if cmd.is_empty() {
+                "(protocol error or close)".to_string()
+            } else {
+                cmd.join(" ")
+            };
+            self.fail(format!(
+                "n{node} c{id}: reply to `{what}` (executed at node time {}.{:06}) is wrong: {why}",
+                exp.at_us / 1_000_000,
+                exp.at_us % 1_000_000
+            ));
+            return;
+        }
+        self.cluster.record_ack(&exp.args, &frame);
+        let c = &mut self.clients[ci];
+        let Some(p) = c.pending.pop_front() else {
+            self.fail(format!(
+                "client{ci} c{id}: a reply arrived but the client expected none"
+            ));
+            return;
+        };
+        if let Tag::Scan(args) = p.tag {
+            c.scan_busy = false;
+            c.scan_next = match &frame {
+                Frame::Array(parts) => match parts.first() {
+                    Some(Frame::Bulk(cur)) if &cur[..] != b"0" => Some((cur.clone(), args)),
+                    _ => None,
+                },
+                _ => None,
+            };
+        }
+        c.replies += 1;
+        c.last_reply_at = self.now;
+        self.stats.ops += 1;
+    }
+
+    /// The node closed the connection (FIN after its last bytes). Legitimate only where the
+    /// model expected a close, and only once every executed request was answered.
+    fn on_node_closed(&mut self, ci: usize, id: u64) {
+        self.trace(TraceEvent::Closed {
+            conn: id,
+            why: "closed-by-node",
+        });
+        let c = self.conns[id as usize].as_mut().expect("live");
+        let node = c.node;
+        let fine = c.expected.len() == 1 && c.expected[0].check == Check::Close;
+        c.client_open = false;
+        if !fine {
+            let rest: Vec<String> = c
+                .expected
+                .iter()
+                .map(|e| match &e.check {
+                    Check::Close => "(close)".to_string(),
+                    _ => e
+                        .args
+                        .iter()
+                        .map(|a| escape(a, 40))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                })
+                .collect();
+            let msg = if c.expected.is_empty() {
+                format!("n{node} c{id}: the node closed the connection for no reason")
+            } else {
+                format!(
+                    "n{node} c{id}: the node closed the connection with these executed requests unanswered: {rest:?}"
+                )
+            };
+            self.fail(msg);
+            return;
+        }
+        c.expected.clear();
+        self.client_lost_conn(ci);
+    }
+
+    // ---------------------------------------------------------------- peers
+
+    /// Nodes exchange no messages yet (replication will); the driver sends heartbeats through
+    /// the peer network so that it runs under faults and the liveness phase can check that
+    /// every node hears from every other once healed.
+    fn on_heartbeat(&mut self, node: usize) {
+        if self.phase == Phase::End {
+            return;
+        }
+        if self.hosts[node].running() {
+            for to in 0..self.cfg.nodes {
+                if to != node {
+                    let mut msg = Vec::with_capacity(16);
+                    msg.extend_from_slice(&(node as u64).to_le_bytes());
+                    msg.extend_from_slice(&self.now.to_le_bytes());
+                    self.peers.send(
+                        &mut self.rng,
+                        &self.net,
+                        self.now,
+                        node,
+                        to,
+                        Bytes::from(msg),
+                    );
+                }
+            }
+            self.schedule_peer_tick();
+        }
+        let next = self.now + self.cfg.heartbeat_us;
+        self.at(next, Ev::Heartbeat { node });
+    }
+
+    fn schedule_peer_tick(&mut self) {
+        if let Some(t) = self.peers.next_due() {
+            if self.peer_tick_at.is_none_or(|p| t < p) {
+                self.peer_tick_at = Some(t);
+                self.at(t, Ev::PeerTick);
+            }
+        }
+    }
+
+    fn on_peer_tick(&mut self) {
+        if self.peer_tick_at.is_some_and(|t| t <= self.now) {
+            self.peer_tick_at = None;
+        }
+        while let Some(d) = self.peers.poll(&self.net, self.now) {
+            self.trace(TraceEvent::Peer {
+                from: d.from as u32,
+                to: d.to as u32,
+                len: d.msg.len() as u32,
+            });
+            let host = &mut self.hosts[d.to];
+            if !host.up() {
+                continue;
+            }
+            if host.paused {
+                host.inbox.push((d.from, d.msg));
+                continue;
+            }
+            let n = self.cfg.nodes;
+            self.heartbeats[d.from * n + d.to] = self.now;
+        }
+        self.schedule_peer_tick();
+    }
+
+    // ---------------------------------------------------------------- faults
+
+    fn on_nemesis(&mut self) {
+        if self.phase != Phase::Safety {
+            return;
+        }
+        let classes: Vec<FaultClass> = self.cfg.injected.iter().copied().collect();
+        let class = *self.rng.pick(&classes);
+        self.inject(class);
+        let t = self.now + self.rng.exp(self.cfg.nemesis_mean_us as f64) as u64;
+        self.at(t, Ev::Nemesis);
+    }
+
+    fn fault_duration(&mut self) -> u64 {
+        self.rng.range(50_000, 3_000_000)
+    }
+
+    fn add_active(&mut self, a: Active, dur: u64) {
+        let id = self.next_fault_id;
+        self.next_fault_id += 1;
+        self.active.push((id, a));
+        self.at(self.now + dur, Ev::FaultEnd { id });
+    }
+
+    /// The blocked paths are the union of the active partitions.
+    fn rebuild_partitions(&mut self) {
+        self.net.heal_partitions();
+        for (_, a) in &self.active {
+            if let Active::Partition(pairs) = a {
+                for &(x, y) in pairs {
+                    self.net.block(x, y);
+                }
+            }
+        }
+    }
+
+    fn inject(&mut self, class: FaultClass) {
+        let nodes = self.cfg.nodes;
+        let hosts = self.net.hosts();
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        let both = |pairs: &mut Vec<(usize, usize)>, a: &[usize], b: &[usize]| {
+            for &x in a {
+                for &y in b {
+                    pairs.push((x, y));
+                    pairs.push((y, x));
+                }
+            }
+        };
+        let desc = match class {
+            FaultClass::PartitionSymmetric => {
+                let (a, b): (Vec<usize>, Vec<usize>) = (0..hosts).partition(|_| self.rng.pct(50));
+                both(&mut pairs, &a, &b);
+                format!("partition {a:?} | {b:?}")
+            }
+            FaultClass::PartitionOneWay => {
+                for _ in 0..self.rng.range(1, 4) {
+                    let a = self.rng.below(hosts as u64) as usize;
+                    let b = self.rng.below(nodes as u64) as usize;
+                    let (from, to) = if self.rng.pct(50) { (a, b) } else { (b, a) };
+                    if from != to {
+                        pairs.push((from, to));
+                    }
+                }
+                format!("one-way {pairs:?}")
+            }
+            FaultClass::PartitionIsolate => {
+                let n = self.rng.below(nodes as u64) as usize;
+                let others: Vec<usize> = (0..hosts).filter(|&h| h != n).collect();
+                both(&mut pairs, &[n], &others);
+                format!("isolate n{n}")
+            }
+            FaultClass::PartitionMajority => {
+                let mut order: Vec<usize> = (0..nodes).collect();
+                for i in (1..order.len()).rev() {
+                    let j = self.rng.below(i as u64 + 1) as usize;
+                    order.swap(i, j);
+                }
+                let minority = (nodes - 1) / 2;
+                let (mut a, mut b) = (order[..minority].to_vec(), order[minority..].to_vec());
+                for ci in 0..self.cfg.clients {
+                    if self.rng.pct(50) {
+                        a.push(nodes + ci);
+                    } else {
+                        b.push(nodes + ci);
+                    }
+                }
+                both(&mut pairs, &a, &b);
+                format!("minority {a:?} | majority {b:?}")
+            }
+            FaultClass::Clog => {
+                let h = self.rng.below(hosts as u64) as usize;
+                let d = self.rng.range(10_000, 2_000_000);
+                self.net.clog(h, self.now + d);
+                format!("clog host{h} for {}ms", d / 1000)
+            }
+            FaultClass::LatencySpike => {
+                let d = self.fault_duration();
+                self.net.slow_until = self.now + d;
+                self.net.slow_factor = self.rng.range(5, 50);
+                format!("latency x{} for {}ms", self.net.slow_factor, d / 1000)
+            }
+            FaultClass::ConnReset => {
+                let open: Vec<u64> = (1..self.conns.len() as u64)
+                    .filter(|&i| {
+                        self.conns[i as usize]
+                            .as_ref()
+                            .is_some_and(|c| c.client_open)
+                    })
+                    .collect();
+                if open.is_empty() {
+                    return;
+                }
+                let mut victims = Vec::new();
+                for _ in 0..self.rng.range(1, 3) {
+                    victims.push(*self.rng.pick(&open));
+                }
+                victims.sort_unstable();
+                victims.dedup();
+                for &v in &victims {
+                    self.reset_conn(v);
+                }
+                format!("reset {victims:?}")
+            }
+            FaultClass::CrashRestart => {
+                let up: Vec<usize> = (0..nodes).filter(|&n| self.hosts[n].up()).collect();
+                if up.is_empty() {
+                    return;
+                }
+                let n = *self.rng.pick(&up);
+                self.crash(n);
+                let d = self.fault_duration();
+                self.add_active(Active::Crashed(n), d);
+                format!("crash n{n} for {}ms", d / 1000)
+            }
+            FaultClass::PauseResume => {
+                let up: Vec<usize> = (0..nodes).filter(|&n| self.hosts[n].running()).collect();
+                if up.is_empty() {
+                    return;
+                }
+                let n = *self.rng.pick(&up);
+                self.hosts[n].paused = true;
+                self.trace(TraceEvent::Process {
+                    node: n as u32,
+                    what: "pause",
+                });
+                let d = self.fault_duration();
+                self.add_active(Active::Paused(n), d);
+                format!("pause n{n} for {}ms", d / 1000)
+            }
+            FaultClass::ClockJump => {
+                let n = self.rng.below(nodes as u64) as usize;
+                let d = self.rng.range_i(-3_000_000, 3_000_000);
+                self.hosts[n].clock.jump(d);
+                self.hosts[n].timer_at = None;
+                self.schedule_timer(n);
+                format!("clock n{n} steps {}ms", d / 1000)
+            }
+            _ => unreachable!("not injected: {class:?}"),
+        };
+        let partition = matches!(
+            class,
+            FaultClass::PartitionSymmetric
+                | FaultClass::PartitionOneWay
+                | FaultClass::PartitionIsolate
+                | FaultClass::PartitionMajority
+        );
+        if partition {
+            if pairs.is_empty() {
+                return;
+            }
+            let d = self.fault_duration();
+            self.add_active(Active::Partition(pairs), d);
+            self.rebuild_partitions();
+        }
+        self.faults.add(class, 1);
+        self.trace(TraceEvent::Fault(desc));
+    }
+
+    fn end_fault(&mut self, id: u64) {
+        let Some(pos) = self.active.iter().position(|(i, _)| *i == id) else {
+            return;
+        };
+        let (_, a) = self.active.remove(pos);
+        match a {
+            Active::Partition(_) => {
+                self.rebuild_partitions();
+                self.trace(TraceEvent::Fault("partition healed".into()));
+                self.unpark_partitioned();
+            }
+            Active::Crashed(n) => self.restart(n),
+            Active::Paused(n) => self.resume(n),
+        }
+    }
+
+    /// A middlebox kills a connection: both ends see a reset, bytes in flight are lost.
+    fn reset_conn(&mut self, id: u64) {
+        self.trace(TraceEvent::Closed {
+            conn: id,
+            why: "network-reset",
+        });
+        let Some(c) = self.conn(id) else {
+            return;
+        };
+        c.to_node.clear();
+        c.to_client.clear();
+        let (client_open, side) = (c.client_open, c.node_side);
+        if side == NodeSide::Pending {
+            c.node_side = NodeSide::Done;
+        }
+        if client_open {
+            self.stream_push(id, false, Seg::Rst);
+        }
+        if side == NodeSide::Open {
+            self.stream_push(id, true, Seg::Rst);
+        }
+    }
+
+    fn crash(&mut self, n: usize) {
+        self.trace(TraceEvent::Process {
+            node: n as u32,
+            what: "crash",
+        });
+        // Bytes held for a paused node now meet a dead one (connection requests are refused).
+        let parked = std::mem::take(&mut self.hosts[n].parked);
+        let conns = self.hosts[n].crash();
+        for id in parked {
+            if let Some(p) = self.pipe(id, true) {
+                p.parked = false;
+            }
+            self.ensure_scheduled(id, true);
+        }
+        for id in conns {
+            let Some(c) = self.conn(id) else {
+                continue;
+            };
+            c.to_node.clear();
+            c.to_client.clear();
+            c.node_side = NodeSide::Done;
+            c.inbuf.clear();
+            if c.client_open {
+                self.stream_push(id, false, Seg::Rst);
+            }
+            self.maybe_reap(id);
+        }
+    }
+
+    fn restart(&mut self, n: usize) {
+        if self.hosts[n].up() {
+            return;
+        }
+        let (seed, bug) = (self.rng.next(), self.rng.next());
+        let now = self.now;
+        self.hosts[n].start(seed, bug, now);
+        self.trace(TraceEvent::Process {
+            node: n as u32,
+            what: "restart",
+        });
+        self.schedule_timer(n);
+    }
+
+    fn resume(&mut self, n: usize) {
+        let host = &mut self.hosts[n];
+        if !host.paused {
+            return;
+        }
+        host.paused = false;
+        let parked = std::mem::take(&mut host.parked);
+        let inbox = std::mem::take(&mut host.inbox);
+        self.trace(TraceEvent::Process {
+            node: n as u32,
+            what: "resume",
+        });
+        let nn = self.cfg.nodes;
+        for (from, _) in inbox {
+            self.heartbeats[from * nn + n] = self.now;
+        }
+        for id in parked {
+            if let Some(p) = self.pipe(id, true) {
+                p.parked = false;
+            }
+            self.ensure_scheduled(id, true);
+        }
+        self.hosts[n].timer_at = None;
+        self.schedule_timer(n);
+    }
+
+    /// Ends every fault: the liveness phase starts from a healthy system.
+    fn heal_all(&mut self) {
+        let active = std::mem::take(&mut self.active);
+        for (_, a) in active {
+            match a {
+                Active::Partition(_) => {}
+                Active::Crashed(n) => self.restart(n),
+                Active::Paused(n) => self.resume(n),
+            }
+        }
+        self.net.heal_partitions();
+        self.net.unclog_all();
+        self.net.slow_until = 0;
+        self.peers.faults = PeerFaults::default();
+        self.unpark_partitioned();
+        self.trace(TraceEvent::Fault("heal all".into()));
+    }
+
+    fn on_phase(&mut self, p: Phase) {
+        self.phase = p;
+        match p {
+            Phase::Safety => {}
+            Phase::Liveness => {
+                self.trace(TraceEvent::Phase("liveness"));
+                self.heal_at = self.now;
+                self.heal_all();
+            }
+            Phase::Drain => self.trace(TraceEvent::Phase("drain")),
+            Phase::End => {
+                self.trace(TraceEvent::Phase("end"));
+                self.check_liveness();
+            }
+        }
+    }
+
+    /// After the faults were healed: every node runs, every client is connected, got replies
+    /// once things settled and has nothing left unanswered, every node hears from every other,
+    /// and the cluster checkers pass.
+    fn check_liveness(&mut self) {
+        let settle = self.heal_at + self.cfg.client_timeout_us + self.cfg.backoff_max_us;
+        for n in 0..self.cfg.nodes {
+            if !self.hosts[n].running() {
+                return self.fail(format!("liveness: n{n} is not running after healing"));
+            }
+        }
+        for ci in 0..self.clients.len() {
+            let c = &self.clients[ci];
+            let Some(id) = c.conn else {
+                return self.fail(format!("liveness: client{ci} is not connected at the end"));
+            };
+            if let Some(p) = c.pending.front() {
+                return self.fail(format!(
+                    "liveness: client{ci} still waits for {} replies on c{id} at the end (oldest sent at {}.{:06})",
+                    c.pending.len(),
+                    p.sent_at / 1_000_000,
+                    p.sent_at % 1_000_000
+                ));
+            }
+            if c.last_reply_at < settle {
+                return self.fail(format!(
+                    "liveness: client{ci} got no reply after the system settled (last at {} us)",
+                    c.last_reply_at
+                ));
+            }
+            if let Some(conn) = self.conns.get(id as usize).and_then(|c| c.as_ref()) {
+                if !conn.expected.is_empty() {
+                    return self.fail(format!(
+                        "liveness: c{id} has {} executed requests whose replies never arrived",
+                        conn.expected.len()
+                    ));
+                }
+            }
+        }
+        let n = self.cfg.nodes;
+        for a in 0..n {
+            for b in 0..n {
+                if a != b && self.heartbeats[a * n + b] < self.heal_at {
+                    return self.fail(format!(
+                        "liveness: no peer message from n{a} reached n{b} after healing"
+                    ));
+                }
+            }
+        }
+        if let Err(e) = self.cluster.at_end() {
+            self.fail(e);
+        }
+    }
+
+    fn finish_counts(&mut self) {
+        let s = self.peers.stats.clone();
+        self.faults.add(FaultClass::PeerDrop, s.dropped);
+        self.faults.add(FaultClass::PeerDuplicate, s.duplicated);
+        self.faults.add(FaultClass::PeerReorder, s.reordered);
+        let skewed = self
+            .hosts
+            .iter()
+            .filter(|h| h.clock.offset_us() != 0 || h.clock.drift_ppm() != 0)
+            .count();
+        self.faults.add(FaultClass::ClockSkew, skewed as u64);
+        let fired: u64 = self.hosts.iter().map(|h| h.buggify_fired()).sum();
+        self.faults.add(FaultClass::Buggify, fired);
+        self.stats.connects = self.clients.iter().map(|c| c.connects).sum();
+    }
+}
+
+fn seg_kind(seg: &Seg) -> (&'static str, u32) {
+    match seg {
+        Seg::Syn => ("syn", 0),
+        Seg::Data(b) => ("data", b.len() as u32),
+        Seg::Fin => ("fin", 0),
+        Seg::Rst => ("rst", 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A short run of `seed` (every phase, each much shorter); returns the digest.
+    fn short_run(seed: u64) -> (String, Option<String>, RunStats) {
+        let mut cfg = RunConfig::from_seed(seed);
+        cfg.safety_us = 400_000;
+        cfg.client_timeout_us = 300_000;
+        cfg.backoff_max_us = 50_000;
+        cfg.liveness_us = 800_000;
+        cfg.drain_us = 400_000;
+        cfg.think_mean_us = cfg.think_mean_us.max(2_000);
+        cfg.clients = cfg.clients.min(3);
+        let mut w = World::new(cfg, false, Tracer::new(8));
+        w.run();
+        (w.tracer.digest(), w.failure.clone(), w.stats.clone())
+    }
+
+    #[cfg(not(feature = "planted-bug"))]
+    #[test]
+    fn runs_pass_and_replay_exactly() {
+        let (a, fa, sa) = short_run(1);
+        assert_eq!(fa, None);
+        assert!(sa.ops > 50, "did work: {sa:?}");
+        assert!(sa.invariant_checks > 0);
+        assert_eq!(short_run(1).0, a, "a seed replays exactly");
+        let (b, fb, _) = short_run(2);
+        assert_eq!(fb, None);
+        assert_ne!(a, b);
+    }
+
+    #[cfg(feature = "planted-bug")]
+    #[test]
+    fn the_planted_bug_is_caught() {
+        let caught = (0..20).find_map(|seed| short_run(seed).1);
+        let msg = caught.expect("the canary must be caught within 20 short runs");
+        assert!(msg.contains("is wrong"), "{msg}");
+    }
+}
