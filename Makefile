@@ -57,11 +57,11 @@ difftest:
 ## Simulation swarm: 200 seeds with every fault class.
 sim:
 	$(CARGO) build --release -p lattice-sim
-	./target/release/lattice-sim --seeds 0..200
+	./target/release/lattice-sim --seeds 0..200 --strict
 
 soak:
 	$(CARGO) build --release -p lattice-sim
-	./target/release/lattice-sim --seeds 0..$(SEEDS)
+	./target/release/lattice-sim --seeds 0..$(SEEDS) --strict
 
 determinism:
 	$(CARGO) build --release -p lattice-sim

@@ -30,7 +30,9 @@ pub enum Check {
     /// An integer in `lo..=hi`.
     IntRange(i64, i64),
     /// Redis's answer, or an answer the node is known to give instead (a reported node bug,
-    /// tolerated unless `--strict`).
+    /// tolerated unless `--strict`). No divergence is outstanding today; the variant stays so
+    /// the next one found can be recorded without hiding it.
+    #[allow(dead_code)]
     Known {
         redis: Box<Check>,
         node: Box<Check>,

@@ -84,8 +84,10 @@ impl Client {
     pub fn sent(&mut self, now: u64, tag: Tag) {
         let replies = match self.mode {
             ReplyMode::On => !matches!(tag, Tag::ReplyOff | Tag::ReplySkip),
-            ReplyMode::SkipNext => false,
-            ReplyMode::Off => matches!(tag, Tag::ReplyOn),
+            // Redis clears the skip before CLIENT REPLY ON answers, but not before RESET does.
+            ReplyMode::SkipNext => matches!(tag, Tag::ReplyOn),
+            // ON and RESET clear OFF before they answer.
+            ReplyMode::Off => matches!(tag, Tag::ReplyOn | Tag::Reset),
         };
         self.mode = match (&tag, self.mode) {
             (Tag::ReplyOff, _) => ReplyMode::Off,

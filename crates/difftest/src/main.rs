@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 
 use conn::Conn;
-use gen::{Cmd, Cmp, Generator};
-use reply::{equivalent_with, render_args, Reply};
+use gen::{Cmd, Cmp, Generator, Guard};
+use reply::{equivalent_cmd, render_args, Reply};
 use server::ServerGuard;
 
 const HISTORY: usize = 20;
@@ -37,7 +37,11 @@ struct Opts {
     #[arg(long, default_value_t = 10_000)]
     commands: u64,
     /// Comma-separated command families.
-    #[arg(long, value_delimiter = ',', default_value = "strings,keys,expire")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "strings,keys,expire,lists,hashes,sets,zsets,sort,tx"
+    )]
     families: Vec<String>,
     /// lattice-server binary to start (default: next to this binary, target/release, PATH).
     #[arg(long)]
@@ -122,11 +126,12 @@ fn open_side(
     })
 }
 
-/// Runs a whole SCAN iteration, starting from the cursor in `args[1]`, and returns the sorted
-/// set of keys (or the first error).
-fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
+/// Runs a whole SCAN-like iteration (the cursor is `args[cursor]`) and returns the sorted set
+/// of elements, or of (field, value) pairs with `pairs` as a flat array (or the first error).
+fn scan_all(conn: &mut Conn, args: &[Vec<u8>], cursor: usize, pairs: bool) -> Reply {
     let mut args = args.to_vec();
-    let mut keys = BTreeSet::new();
+    let group = if pairs { 2 } else { 1 };
+    let mut seen: BTreeSet<Vec<Vec<u8>>> = BTreeSet::new();
     for _ in 0..100_000 {
         match conn.call(&args) {
             Reply::Array(parts) if parts.len() == 2 => {
@@ -136,27 +141,36 @@ fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
                         return Reply::Other(format!("SCAN cursor is not a bulk string: {other}"))
                     }
                 };
-                match &parts[1] {
-                    Reply::Array(items) => {
-                        for it in items {
-                            match it {
-                                Reply::Bulk(k) => {
-                                    keys.insert(k.clone());
-                                }
-                                other => {
-                                    return Reply::Other(format!(
-                                        "SCAN returned a non-bulk key: {other}"
-                                    ))
-                                }
+                let items = match &parts[1] {
+                    Reply::Array(items) => items,
+                    other => {
+                        return Reply::Other(format!("SCAN elements are not an array: {other}"))
+                    }
+                };
+                if items.len() % group != 0 {
+                    return Reply::Other(format!(
+                        "SCAN returned an odd number of elements: {}",
+                        Reply::Array(items.clone())
+                    ));
+                }
+                for g in items.chunks(group) {
+                    let mut one = Vec::with_capacity(group);
+                    for it in g {
+                        match it {
+                            Reply::Bulk(k) => one.push(k.clone()),
+                            other => {
+                                return Reply::Other(format!(
+                                    "SCAN returned a non-bulk element: {other}"
+                                ))
                             }
                         }
                     }
-                    other => return Reply::Other(format!("SCAN keys are not an array: {other}")),
+                    seen.insert(one);
                 }
                 if next == b"0" {
-                    return Reply::Array(keys.into_iter().map(Reply::Bulk).collect());
+                    return Reply::Array(seen.into_iter().flatten().map(Reply::Bulk).collect());
                 }
-                args[1] = next;
+                args[cursor] = next;
             }
             Reply::Error(e) => return Reply::Error(e),
             Reply::Io(e) => return Reply::Io(e),
@@ -166,11 +180,61 @@ fn scan_all(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
     Reply::Other("SCAN did not finish within 100000 calls".into())
 }
 
-fn execute(side: &mut Side, cmd: &Cmd, args: &[Vec<u8>]) -> Reply {
-    match cmd.cmp {
-        Cmp::ScanAll => scan_all(&mut side.conn, args),
-        _ => side.conn.call(args),
+/// Checks a guard on one side: `Ok(true)` when it holds, with the reply it was judged on.
+fn check_guard(side: &mut Side, guard: Guard, args: &[Vec<u8>]) -> (bool, Reply) {
+    match guard {
+        Guard::UniformScores { key } => {
+            let Some(k) = args.get(key) else {
+                return (true, Reply::Nil); // an arity error anyway
+            };
+            let r = side.conn.call(&[
+                b"ZRANGE".to_vec(),
+                k.clone(),
+                b"0".to_vec(),
+                b"-1".to_vec(),
+                b"WITHSCORES".to_vec(),
+            ]);
+            let ok = match &r {
+                Reply::Array(items) => {
+                    let scores: BTreeSet<String> = items
+                        .iter()
+                        .skip(1)
+                        .step_by(2)
+                        .map(|s| match s {
+                            Reply::Bulk(b) => match String::from_utf8_lossy(b).parse::<f64>() {
+                                // -0 and 0 are the same score: 0.0 == -0.0.
+                                Ok(f) => format!("{:?}", if f == 0.0 { 0.0 } else { f }),
+                                Err(_) => String::from_utf8_lossy(b).into_owned(),
+                            },
+                            other => other.to_string(),
+                        })
+                        .collect();
+                    scores.len() <= 1
+                }
+                Reply::Io(_) => false,
+                // WRONGTYPE or no key at all: the command's own reply is defined.
+                _ => true,
+            };
+            (ok, r)
+        }
     }
+}
+
+/// Runs one command on one side (after its `pre` commands), and its probe right after it (if
+/// it has one).
+fn execute(side: &mut Side, cmd: &Cmd, args: &[Vec<u8>]) -> (Reply, Option<Reply>) {
+    for p in &cmd.pre {
+        if let Reply::Io(e) = side.conn.call(p) {
+            return (Reply::Io(e), None);
+        }
+    }
+    let reply = match cmd.cmp {
+        Cmp::ScanAll => scan_all(&mut side.conn, args, 1, false),
+        Cmp::ScanKey { pairs } => scan_all(&mut side.conn, args, 2, pairs),
+        _ => side.conn.call(args),
+    };
+    let probe = cmd.probe.as_ref().map(|p| side.conn.call(&p.args));
+    (reply, probe)
 }
 
 fn shell_quote(s: &str) -> String {
@@ -258,6 +322,7 @@ fn run(opts: &Opts) -> Result<u64, String> {
     let mut compared = 0u64;
     let mut mismatches = 0u64;
     let mut executed = 0u64;
+    let mut skipped = 0u64;
     let mut by_command: BTreeMap<String, u64> = BTreeMap::new();
     let mut slowest = [Slowest::default(), Slowest::default()];
     let started = Instant::now();
@@ -266,29 +331,69 @@ fn run(opts: &Opts) -> Result<u64, String> {
         let cmd = generator.next_cmd();
         let args = cmd.resolve(now_ms());
         let text = render_args(&args);
-        let shown = if cmd.cmp == Cmp::ScanAll {
+        let shown = if cmd.cmp.is_scan() {
             format!("{text}  (full SCAN iteration)")
         } else {
             text.clone()
         };
+        if let Some(g) = cmd.guard {
+            let (ok_a, ga) = check_guard(&mut lattice, g, &args);
+            let (ok_b, gb) = check_guard(&mut redis, g, &args);
+            if !(ok_a && ok_b) {
+                skipped += 1;
+                if opts.verbose {
+                    println!("#{idx} {shown}\n    (skipped: {g:?} does not hold)");
+                }
+                if ok_a != ok_b || matches!(ga, Reply::Io(_)) || matches!(gb, Reply::Io(_)) {
+                    // The sides disagree about the state itself.
+                    mismatches += 1;
+                    println!("=== MISMATCH #{mismatches} (guard {g:?} of the next command) ===");
+                    println!("seed:      {}", opts.seed);
+                    println!("command #: {idx} (0-based)");
+                    println!("command:   {shown}");
+                    println!("{:<8}:  {ga}", lattice.label);
+                    println!("{:<8}:  {gb}", redis.label);
+                    println!("reproduce: {}", repro_line(opts, idx + 1));
+                    if mismatches >= opts.max_mismatches {
+                        break;
+                    }
+                }
+                history.push_back(format!("{shown}  (skipped)"));
+                if history.len() > HISTORY {
+                    history.pop_front();
+                }
+                continue;
+            }
+        }
         let t0 = Instant::now();
-        let a = execute(&mut lattice, &cmd, &args);
+        let (a, pa) = execute(&mut lattice, &cmd, &args);
         let t1 = Instant::now();
-        let b = execute(&mut redis, &cmd, &args);
+        let (b, pb) = execute(&mut redis, &cmd, &args);
         let t2 = Instant::now();
         slowest[0].note(t1 - t0, idx, &shown);
         slowest[1].note(t2 - t1, idx, &shown);
         executed += 1;
+        let probe_text = cmd
+            .probe
+            .as_ref()
+            .map(|p| render_args(&p.args))
+            .unwrap_or_default();
         if opts.verbose {
             println!(
                 "#{idx} {shown}\n    {}: {a}\n    {}: {b}",
                 lattice.label, redis.label
             );
+            if let (Some(x), Some(y)) = (&pa, &pb) {
+                println!(
+                    "    probe {probe_text}\n      {}: {x}\n      {}: {y}",
+                    lattice.label, redis.label
+                );
+            }
         }
         if cmd.cmp != Cmp::Skip {
             compared += 1;
         }
-        let same = equivalent_with(cmd.cmp, &a, &b, opts.exact_errors);
+        let same = equivalent_cmd(&cmd, &a, pa.as_ref(), &b, pb.as_ref(), opts.exact_errors);
         if !same {
             mismatches += 1;
             let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
@@ -298,15 +403,28 @@ fn run(opts: &Opts) -> Result<u64, String> {
             println!("command #: {idx} (0-based)");
             println!("command:   {shown}");
             println!("compare:   {:?}", cmd.cmp);
+            for p in &cmd.pre {
+                println!("sent before it (reply ignored): {}", render_args(p));
+            }
             println!("{:<8}:  {a}", lattice.label);
             println!("{:<8}:  {b}", redis.label);
+            if let (Some(x), Some(y)) = (&pa, &pb) {
+                println!("probe:     {probe_text}");
+                println!("{:<8}:  {x}", lattice.label);
+                println!("{:<8}:  {y}", redis.label);
+            }
+            if cmd.cmp == Cmp::Exec {
+                println!("queued compared as: {:?}", cmd.sub);
+            }
             println!("last {} commands before it:", history.len());
             for (i, h) in history.iter().enumerate() {
                 let n = idx as i64 - history.len() as i64 + i as i64;
                 println!("  #{n} {h}");
             }
             println!("reproduce: {}", repro_line(opts, idx + 1));
-            let io = matches!(a, Reply::Io(_)) || matches!(b, Reply::Io(_));
+            let io = [Some(&a), Some(&b), pa.as_ref(), pb.as_ref()]
+                .iter()
+                .any(|r| matches!(r, Some(Reply::Io(_))));
             if io {
                 println!("(a connection failed; stopping)");
             }
@@ -337,8 +455,8 @@ fn run(opts: &Opts) -> Result<u64, String> {
     }
     println!("difftest: elapsed {:.1}s", started.elapsed().as_secs_f64());
     println!(
-        "difftest: seed={} commands={} mismatches={}",
-        opts.seed, executed, mismatches
+        "difftest: seed={} commands={} skipped={} mismatches={}",
+        opts.seed, executed, skipped, mismatches
     );
     println!("{} passed, {} failed", compared - mismatches, mismatches);
     Ok(mismatches)

@@ -1,10 +1,11 @@
 //! Replies as the tester sees them, their normalisation and their comparison.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use lattice_resp::Frame;
 
-use crate::gen::Cmp;
+use crate::gen::{Cmd, Cmp};
 
 /// A decoded reply, detached from the codec's frame type so it can be normalised, compared and
 /// printed. RESP3-only frames are kept as their debug text (the tester speaks RESP2).
@@ -49,23 +50,21 @@ impl Reply {
         out
     }
 
+    /// Unambiguous: every variant has its own tag and strings carry their length, so no two
+    /// different replies share a key (a bulk "-1" is not a nil).
     fn write_key(&self, out: &mut Vec<u8>) {
+        let mut tagged = |tag: u8, b: &[u8]| {
+            out.push(tag);
+            out.extend_from_slice(format!("{}:", b.len()).as_bytes());
+            out.extend_from_slice(b);
+        };
         match self {
-            Reply::Simple(b) => {
-                out.push(b'+');
-                out.extend_from_slice(b);
-            }
-            Reply::Error(b) => {
-                out.push(b'-');
-                out.extend_from_slice(b);
-            }
+            Reply::Simple(b) => tagged(b'+', b),
+            Reply::Error(b) => tagged(b'-', b),
+            Reply::Bulk(b) => tagged(b'$', b),
             Reply::Int(i) => out.extend_from_slice(format!(":{i}").as_bytes()),
-            Reply::Bulk(b) => {
-                out.push(b'$');
-                out.extend_from_slice(b);
-            }
-            Reply::Nil => out.extend_from_slice(b"$-1"),
-            Reply::NilArray => out.extend_from_slice(b"*-1"),
+            Reply::Nil => out.push(b'_'),
+            Reply::NilArray => out.push(b'~'),
             Reply::Array(items) => {
                 out.extend_from_slice(format!("*{}", items.len()).as_bytes());
                 for i in items {
@@ -73,8 +72,14 @@ impl Reply {
                     i.write_key(out);
                 }
             }
-            Reply::Other(s) => out.extend_from_slice(s.as_bytes()),
-            Reply::Io(s) => out.extend_from_slice(s.as_bytes()),
+            Reply::Other(s) => {
+                out.push(b'?');
+                out.extend_from_slice(s.as_bytes());
+            }
+            Reply::Io(s) => {
+                out.push(b'!');
+                out.extend_from_slice(s.as_bytes());
+            }
         }
     }
 }
@@ -86,7 +91,8 @@ pub fn error_code(msg: &[u8]) -> &[u8] {
 }
 
 /// Rewrites a reply into the form that is compared: errors reduced to their first word (at
-/// any depth), and for [`Cmp::Sorted`] / [`Cmp::ScanAll`] the top-level array sorted.
+/// any depth), for [`Cmp::Sorted`] / [`Cmp::ScanAll`] / [`Cmp::ScanKey`] the top-level array
+/// sorted, and for [`Cmp::Pairs`] / [`Cmp::ScanKey`] with pairs its pairs sorted.
 #[cfg(test)]
 pub fn normalize(cmp: Cmp, r: &Reply) -> Reply {
     normalize_with(cmp, r, false)
@@ -99,10 +105,27 @@ pub fn normalize_with(cmp: Cmp, r: &Reply, full_errors: bool) -> Reply {
     } else {
         strip_errors(r)
     };
-    if matches!(cmp, Cmp::Sorted | Cmp::ScanAll) {
-        if let Reply::Array(items) = &mut n {
-            items.sort_by_cached_key(Reply::sort_key);
+    match cmp {
+        Cmp::Sorted | Cmp::ScanAll | Cmp::ScanKey { pairs: false } => {
+            if let Reply::Array(items) = &mut n {
+                items.sort_by_cached_key(Reply::sort_key);
+            }
         }
+        Cmp::Pairs | Cmp::ScanKey { pairs: true } => {
+            if let Reply::Array(items) = &mut n {
+                if items.len() % 2 == 0 {
+                    let mut pairs: Vec<Vec<Reply>> = items.chunks(2).map(|p| p.to_vec()).collect();
+                    pairs.sort_by_cached_key(|p| {
+                        let mut k = p[0].sort_key();
+                        k.push(0);
+                        k.extend(p[1].sort_key());
+                        k
+                    });
+                    *items = pairs.into_iter().flatten().collect();
+                }
+            }
+        }
+        _ => {}
     }
     n
 }
@@ -123,11 +146,52 @@ pub fn equivalent(cmp: Cmp, a: &Reply, b: &Reply) -> bool {
 
 /// [`equivalent`], comparing whole error messages when `full_errors` is set.
 pub fn equivalent_with(cmp: Cmp, a: &Reply, b: &Reply, full_errors: bool) -> bool {
-    let normalize = |cmp, r| normalize_with(cmp, r, full_errors);
+    compare(cmp, &[], a, b, None, full_errors)
+}
+
+/// The probe replies of both sides and whether they are flat pairs.
+pub type Probes<'a> = Option<(&'a Reply, &'a Reply, bool)>;
+
+/// Whether the replies of both sides to `cmd` count as the same, including the replies to its
+/// probe (`pa` / `pb`, run right after it on each side) when it has one.
+pub fn equivalent_cmd(
+    cmd: &Cmd,
+    a: &Reply,
+    pa: Option<&Reply>,
+    b: &Reply,
+    pb: Option<&Reply>,
+    full_errors: bool,
+) -> bool {
+    let probes = match (&cmd.probe, pa, pb) {
+        (Some(p), Some(x), Some(y)) => {
+            if !equivalent_with(p.cmp(), x, y, full_errors) {
+                return false;
+            }
+            Some((x, y, p.pairs))
+        }
+        _ => None,
+    };
+    compare(cmd.cmp, &cmd.sub, a, b, probes, full_errors)
+}
+
+fn compare(cmp: Cmp, sub: &[Cmp], a: &Reply, b: &Reply, probes: Probes, full: bool) -> bool {
+    let normalize = |cmp, r| normalize_with(cmp, r, full);
     if matches!(a, Reply::Io(_)) || matches!(b, Reply::Io(_)) {
         return false;
     }
     match cmp {
+        Cmp::Shape => same_shape(a, b, full),
+        Cmp::Random { pairs, distinct } => {
+            same_shape(a, b, full)
+                && random_ok(a, probes.map(|(p, _, pp)| (p, pp)), pairs, distinct)
+                && random_ok(b, probes.map(|(_, p, pp)| (p, pp)), pairs, distinct)
+        }
+        Cmp::Exec => match (a, b) {
+            (Reply::Array(x), Reply::Array(y)) if x.len() == sub.len() && y.len() == sub.len() => {
+                (0..sub.len()).all(|i| compare(sub[i], &[], &x[i], &y[i], None, full))
+            }
+            _ => normalize(Cmp::Exact, a) == normalize(Cmp::Exact, b),
+        },
         Cmp::Skip => true,
         Cmp::Tolerance(tol) => match (a, b) {
             (Reply::Int(x), Reply::Int(y)) if *x >= 0 && *y >= 0 => {
@@ -140,7 +204,79 @@ pub fn equivalent_with(cmp: Cmp, a: &Reply, b: &Reply, full_errors: bool) -> boo
             _ if a.is_nil() && b.is_nil() => a == b,
             _ => normalize(cmp, a) == normalize(cmp, b),
         },
-        Cmp::Exact | Cmp::Sorted | Cmp::ScanAll => normalize(cmp, a) == normalize(cmp, b),
+        Cmp::Exact | Cmp::Sorted | Cmp::ScanAll | Cmp::ScanKey { .. } | Cmp::Pairs => {
+            normalize(cmp, a) == normalize(cmp, b)
+        }
+    }
+}
+
+/// Same kind of reply and, for arrays, the same length; anything else compared exactly.
+fn same_shape(a: &Reply, b: &Reply, full: bool) -> bool {
+    match (a, b) {
+        (Reply::Array(x), Reply::Array(y)) => x.len() == y.len(),
+        (Reply::Bulk(_), Reply::Bulk(_)) => true,
+        _ => normalize_with(Cmp::Exact, a, full) == normalize_with(Cmp::Exact, b, full),
+    }
+}
+
+/// The properties of a random pick `r`: every element (or pair, with `pairs`) is in the
+/// collection the probe read right after it, and with `distinct` none repeats.
+fn random_ok(r: &Reply, probe: Option<(&Reply, bool)>, pairs: bool, distinct: bool) -> bool {
+    let picked: Vec<Vec<u8>> = match r {
+        Reply::Bulk(_) => vec![r.sort_key()],
+        Reply::Array(items) => {
+            let group = if pairs { 2 } else { 1 };
+            if items.len() % group != 0 {
+                return false;
+            }
+            items
+                .chunks(group)
+                .map(|g| {
+                    let mut k = Vec::new();
+                    for it in g {
+                        k.extend(it.sort_key());
+                        k.push(0);
+                    }
+                    k
+                })
+                .collect()
+        }
+        _ => return true,
+    };
+    if distinct {
+        let set: BTreeSet<&Vec<u8>> = picked.iter().collect();
+        if set.len() != picked.len() {
+            return false;
+        }
+    }
+    let Some((Reply::Array(all), probe_pairs)) = probe else {
+        return true;
+    };
+    let group = if probe_pairs { 2 } else { 1 };
+    if all.len() % group != 0 {
+        return false;
+    }
+    // The reference groups, cut down to the members when the pick has no values.
+    let take = if pairs { group } else { 1 };
+    let reference: BTreeSet<Vec<u8>> = all
+        .chunks(group)
+        .map(|g| {
+            let mut k = Vec::new();
+            for it in &g[..take] {
+                k.extend(it.sort_key());
+                k.push(0);
+            }
+            k
+        })
+        .collect();
+    match r {
+        // A single pick without a count: compare the bare element.
+        Reply::Bulk(_) => {
+            let mut k = r.sort_key();
+            k.push(0);
+            reference.contains(&k)
+        }
+        _ => picked.iter().all(|p| reference.contains(p)),
     }
 }
 
@@ -257,6 +393,85 @@ mod tests {
             normalize(Cmp::Sorted, &b),
             Reply::Array(vec![bulk("bar"), bulk("baz"), bulk("foo")])
         );
+    }
+
+    #[test]
+    fn sorted_distinguishes_nil_from_bulk_minus_one() {
+        let a = Reply::Array(vec![Reply::Nil, bulk("-1"), Reply::Nil, bulk("a")]);
+        let b = Reply::Array(vec![bulk("a"), Reply::Nil, bulk("-1"), Reply::Nil]);
+        assert!(equivalent(Cmp::Sorted, &a, &b));
+        let c = Reply::Array(vec![bulk("a"), bulk("-1"), bulk("-1"), Reply::Nil]);
+        assert!(!equivalent(Cmp::Sorted, &a, &c));
+    }
+
+    #[test]
+    fn pairs_compare_as_a_multiset_of_pairs() {
+        let a = Reply::Array(vec![bulk("f1"), bulk("1"), bulk("f2"), bulk("2")]);
+        let b = Reply::Array(vec![bulk("f2"), bulk("2"), bulk("f1"), bulk("1")]);
+        let c = Reply::Array(vec![bulk("f2"), bulk("1"), bulk("f1"), bulk("2")]);
+        assert!(equivalent(Cmp::Pairs, &a, &b));
+        assert!(!equivalent(Cmp::Pairs, &a, &c));
+    }
+
+    #[test]
+    fn random_picks_are_checked_against_the_probe() {
+        let probe = Reply::Array(vec![bulk("a"), bulk("1"), bulk("b"), bulk("2")]);
+        let cmp = Cmp::Random {
+            pairs: true,
+            distinct: true,
+        };
+        let ok = Reply::Array(vec![bulk("b"), bulk("2")]);
+        let other = Reply::Array(vec![bulk("a"), bulk("1")]);
+        let wrong_value = Reply::Array(vec![bulk("a"), bulk("2")]);
+        let p = Some((&probe, &probe, true));
+        assert!(compare(cmp, &[], &ok, &other, p, false));
+        assert!(!compare(cmp, &[], &ok, &wrong_value, p, false));
+        let members = Cmp::Random {
+            pairs: false,
+            distinct: true,
+        };
+        let twice = Reply::Array(vec![bulk("a"), bulk("a")]);
+        let two = Reply::Array(vec![bulk("a"), bulk("b")]);
+        assert!(!compare(members, &[], &two, &twice, p, false));
+        assert!(compare(members, &[], &bulk("a"), &bulk("b"), p, false));
+        assert!(!compare(members, &[], &bulk("a"), &bulk("1"), p, false));
+        assert!(!compare(members, &[], &bulk("a"), &Reply::Nil, p, false));
+    }
+
+    #[test]
+    fn exec_replies_are_compared_per_queued_command() {
+        let a = Reply::Array(vec![
+            Reply::Array(vec![bulk("x"), bulk("y")]),
+            Reply::Int(3),
+        ]);
+        let b = Reply::Array(vec![
+            Reply::Array(vec![bulk("y"), bulk("x")]),
+            Reply::Int(3),
+        ]);
+        assert!(compare(
+            Cmp::Exec,
+            &[Cmp::Sorted, Cmp::Exact],
+            &a,
+            &b,
+            None,
+            false
+        ));
+        assert!(!compare(
+            Cmp::Exec,
+            &[Cmp::Exact, Cmp::Exact],
+            &a,
+            &b,
+            None,
+            false
+        ));
+        assert!(compare(
+            Cmp::Exec,
+            &[],
+            &Reply::NilArray,
+            &Reply::NilArray,
+            None,
+            false
+        ));
     }
 
     #[test]

@@ -82,8 +82,15 @@ fn start(
     dir: PathBuf,
 ) -> Result<ServerGuard, String> {
     // The server runs inside its temporary directory, so a relative binary path must be
-    // resolved against ours first.
-    let bin = &bin.canonicalize().unwrap_or_else(|_| bin.to_path_buf());
+    // resolved against ours first. Symlinks are kept: redis-server is a link to
+    // redis-check-rdb, which picks its mode from the name it was started under.
+    let bin = &if bin.components().count() > 1 && bin.is_relative() {
+        std::env::current_dir()
+            .map(|d| d.join(bin))
+            .unwrap_or_else(|_| bin.to_path_buf())
+    } else {
+        bin.to_path_buf()
+    };
     let stdout = fs::File::create(dir.join("stdout.log")).map_err(|e| e.to_string())?;
     let stderr = fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
     let child = Command::new(bin)

@@ -446,9 +446,8 @@ impl Node {
             return false;
         };
         client.last_interaction_ms = now_ms;
-        let start_mode = client.reply_mode;
-        if start_mode == ReplyMode::SkipNext {
-            client.reply_mode = ReplyMode::On;
+        if client.reply_mode == ReplyMode::SkipNext {
+            client.reply_mode = ReplyMode::SkipThis;
         }
         let proto = client.proto;
         let mut out = std::mem::take(&mut client.out);
@@ -467,8 +466,15 @@ impl Node {
         let Some(client) = core.clients.get_mut(&conn) else {
             return blocked;
         };
-        if client.reply_mode == ReplyMode::Off || start_mode == ReplyMode::SkipNext {
-            out.truncate(start_len);
+        // CLIENT REPLY: OFF silences every reply, SKIP the next command's; a CLIENT REPLY ON
+        // inside that command switches it back on before its own +OK.
+        match client.reply_mode {
+            ReplyMode::Off => out.truncate(start_len),
+            ReplyMode::SkipThis => {
+                out.truncate(start_len);
+                client.reply_mode = ReplyMode::On;
+            }
+            ReplyMode::On | ReplyMode::SkipNext => {}
         }
         // Anything written to this connection by the command itself (a RESP3 push for its own
         // subscription) went to the placeholder buffer; like Redis, it precedes the reply.

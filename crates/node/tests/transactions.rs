@@ -165,6 +165,19 @@ fn client_reply_off_and_skip() {
     assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "SKIP"]), "");
     assert_eq!(h.cmd(1, &["PING"]), "");
     assert_eq!(h.cmd(1, &["PING"]), "+PONG\r\n");
+    // ON inside the skipped command is acknowledged, as in Redis.
+    h.cmd(1, &["CLIENT", "REPLY", "SKIP"]);
+    assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "ON"]), "+OK\r\n");
+    // SKIP while OFF stays off.
+    h.cmd(1, &["CLIENT", "REPLY", "OFF"]);
+    h.cmd(1, &["CLIENT", "REPLY", "SKIP"]);
+    assert_eq!(h.cmd(1, &["PING"]), "");
+    assert_eq!(h.cmd(1, &["PING"]), "");
+    // Pub/sub confirmations are pushes that OFF does not silence, even in RESP2.
+    assert_eq!(
+        h.cmd(1, &["SUBSCRIBE", "c"]),
+        "*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n"
+    );
 }
 
 #[test]

@@ -115,15 +115,7 @@ fn ttl_generic(m: &mut Model, cx: &mut Cx, ms: bool, abs: bool) -> Check {
         return int(t);
     }
     // Redis 7.0 rounds seconds to the nearest, for EXPIRETIME too.
-    let redis = int((t + 500) / 1000);
-    if abs && (t + 500) / 1000 != t / 1000 {
-        return Check::Known {
-            redis: Box::new(redis),
-            node: Box::new(int(t / 1000)),
-            bug: "expiretime-truncates",
-        };
-    }
-    redis
+    int((t + 500) / 1000)
 }
 
 fn ttl(m: &mut Model, cx: &mut Cx) -> Check {

@@ -7,6 +7,7 @@ use super::{Arg, Cmd, Cmp, Ctx, Family};
 
 pub const FAMILY: Family = Family {
     name: "expire",
+    weight: 6,
     gen,
 };
 
@@ -117,7 +118,7 @@ fn gen(c: &mut Ctx) -> Cmd {
             .cmp(Cmp::Tolerance(250)),
         8 => Cmd::new("PERSIST").a(c.hot_key()),
         9 => {
-            let cmd = Cmd::new("SET").a(c.hot_key()).a(c.value());
+            let cmd = Cmd::new("SET").a(c.hot_str_key()).a(c.value());
             if c.pct(50) {
                 let secs = c.ttl_secs();
                 match c.below(4) {
@@ -131,7 +132,7 @@ fn gen(c: &mut Ctx) -> Cmd {
             }
         }
         _ => Cmd::new("SETEX")
-            .a(c.hot_key())
+            .a(c.hot_str_key())
             .i(c.ttl_secs())
             .a(c.value()),
     }

@@ -2,7 +2,11 @@
 
 use super::{Cmd, Cmp, Ctx, Family};
 
-pub const FAMILY: Family = Family { name: "keys", gen };
+pub const FAMILY: Family = Family {
+    name: "keys",
+    weight: 6,
+    gen,
+};
 
 /// Glob patterns for KEYS and SCAN MATCH, including escapes, classes, negation, ranges and
 /// malformed patterns.
@@ -142,6 +146,6 @@ fn gen(c: &mut Ctx) -> Cmd {
             let name = c.pick(&names[..]);
             Cmd::new(name)
         }
-        _ => Cmd::new("SET").a(c.key()).a(c.value()),
+        _ => Cmd::new("SET").a(c.str_key()).a(c.value()),
     }
 }

@@ -5,15 +5,27 @@
 //! The context owns the only source of randomness (a ChaCha8 stream seeded from `--seed`) and
 //! the shared keyspace, so two runs with the same seed and families produce the same commands.
 //!
-//! Keys come from one small pool shared by all families: once container families exist, a key
-//! written by one family will be read by another and type clashes (`WRONGTYPE`) happen.
+//! Keys come from one small pool shared by all families, so a key written by one family is
+//! read by another and type clashes (`WRONGTYPE`) happen. The container families prefer a few
+//! "home" keys of their own so most of their commands also meet the right type.
+//!
+//! A family may emit a whole sequence (MULTI ... EXEC): it returns the first command and queues
+//! the rest in [`Ctx::pending`]; the generator hands those out before drawing anything new.
+
+use std::collections::VecDeque;
 
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 pub mod expire;
+pub mod hashes;
 pub mod keys;
+pub mod lists;
+pub mod sets;
+pub mod sort;
 pub mod strings;
+pub mod tx;
+pub mod zsets;
 
 /// How the replies of one command are compared (see `reply::equivalent`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +43,64 @@ pub enum Cmp {
     /// A SCAN command: the runner iterates the cursor to 0 on each side and compares the
     /// sorted union of the returned keys. Argument 1 is the cursor and is replaced.
     ScanAll,
+    /// HSCAN/SSCAN/ZSCAN: like [`Cmp::ScanAll`] with the cursor in argument 2; with `pairs`
+    /// the union is of (field, value) / (member, score) pairs.
+    ScanKey { pairs: bool },
+    /// A flat array of pairs (HGETALL) compared as a multiset of pairs.
+    Pairs,
+    /// Only the shape: same kind of reply, same array length (errors by first word, integers
+    /// and nils exactly). For replies whose order or choice is not specified.
+    Shape,
+    /// A random pick (SRANDMEMBER, HRANDFIELD, ZRANDMEMBER): [`Cmp::Shape`], plus on each
+    /// side every returned element (or pair, with `pairs`) must be in that side's
+    /// [`Cmd::probe`] reply, and with `distinct` no element may repeat.
+    Random { pairs: bool, distinct: bool },
+    /// EXEC: element `i` of the reply is compared with `Cmd::sub[i]`.
+    Exec,
+}
+
+impl Cmp {
+    /// Whether the runner iterates a cursor for this command.
+    pub fn is_scan(self) -> bool {
+        matches!(self, Cmp::ScanAll | Cmp::ScanKey { .. })
+    }
+}
+
+/// A condition checked on both sides right before a command runs; when it does not hold, the
+/// command is skipped on both (it would do something Redis leaves unspecified).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// Argument `key` names a sorted set whose scores are all equal, or no sorted set: lex
+    /// ranges over mixed scores depend on Redis's internal layout (even on the random levels
+    /// of its skiplist), so two Redis servers disagree.
+    UniformScores { key: usize },
+}
+
+/// A read-only command run on each side right after the command it belongs to; its reply is
+/// the membership reference for [`Cmp::Random`] and is compared across the sides as well.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub args: Vec<Vec<u8>>,
+    /// The reply is a flat array of pairs (HGETALL, ZRANGE ... WITHSCORES).
+    pub pairs: bool,
+}
+
+impl Probe {
+    pub fn new(args: &[&[u8]], pairs: bool) -> Probe {
+        Probe {
+            args: args.iter().map(|a| a.to_vec()).collect(),
+            pairs,
+        }
+    }
+
+    /// How the two sides' probe replies are compared.
+    pub fn cmp(&self) -> Cmp {
+        if self.pairs {
+            Cmp::Pairs
+        } else {
+            Cmp::Sorted
+        }
+    }
 }
 
 /// One argument. Absolute timestamps are generated as offsets from "now" and resolved once per
@@ -58,13 +128,53 @@ impl Arg {
 pub struct Cmd {
     pub args: Vec<Arg>,
     pub cmp: Cmp,
+    /// For [`Cmp::Exec`]: how the reply of each queued command is compared, in order.
+    pub sub: Vec<Cmp>,
+    /// For [`Cmp::Random`]: the membership reference.
+    pub probe: Option<Probe>,
+    /// Never damaged by the generator (a truncated `SPOP key 1000` would pop at random; a
+    /// damaged EXEC would leave the connection inside MULTI).
+    pub fixed: bool,
+    /// Checked before the command runs (never queued inside MULTI, where it cannot be).
+    pub guard: Option<Guard>,
+    /// Commands run on both sides right before this one, their replies ignored (see
+    /// [`ERRNO_RESET`]). Moved to the EXEC when the command is queued.
+    pub pre: Vec<Vec<Vec<u8>>>,
 }
+
+/// A no-op (XX on a key that never exists) that makes Redis parse a double with `errno`
+/// cleared first. Redis 7.0's numeric SORT tests `errno == ERANGE` after `strtod` without
+/// clearing it, so a stale ERANGE left by an earlier command (`ZADD k 1e400 m`, or even a
+/// successful `ZADD k 4.9e-324 m`) makes it fail with "One or more scores can't be converted
+/// into double". Sent before every SORT so the comparison is about SORT itself.
+pub const ERRNO_RESET: &[&str] = &["ZADD", "__difftest_errno__", "XX", "0", "x"];
 
 impl Cmd {
     pub fn new(name: &str) -> Cmd {
         Cmd {
             args: vec![Arg::Lit(name.as_bytes().to_vec())],
             cmp: Cmp::Exact,
+            sub: Vec::new(),
+            probe: None,
+            fixed: false,
+            guard: None,
+            pre: Vec::new(),
+        }
+    }
+
+    /// The command name, uppercased.
+    pub fn name(&self) -> String {
+        match self.args.first() {
+            Some(Arg::Lit(b)) => String::from_utf8_lossy(b).to_ascii_uppercase(),
+            _ => String::new(),
+        }
+    }
+
+    /// The literal argument `i` (empty for a timestamp or a missing argument).
+    pub fn lit(&self, i: usize) -> &[u8] {
+        match self.args.get(i) {
+            Some(Arg::Lit(b)) => b,
+            _ => &[],
         }
     }
 
@@ -97,6 +207,30 @@ impl Cmd {
         self
     }
 
+    pub fn probe(mut self, probe: Probe) -> Cmd {
+        self.probe = Some(probe);
+        self
+    }
+
+    pub fn fixed(mut self) -> Cmd {
+        self.fixed = true;
+        self
+    }
+
+    /// Adds a command to run on both sides before this one (reply ignored).
+    pub fn pre(mut self, args: &[&str]) -> Cmd {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        if !self.pre.contains(&args) {
+            self.pre.push(args);
+        }
+        self
+    }
+
+    pub fn guard(mut self, guard: Guard) -> Cmd {
+        self.guard = Some(guard);
+        self
+    }
+
     pub fn resolve(&self, now_ms: i64) -> Vec<Vec<u8>> {
         self.args.iter().map(|a| a.resolve(now_ms)).collect()
     }
@@ -105,11 +239,29 @@ impl Cmd {
 /// A command family: one module of the generator.
 pub struct Family {
     pub name: &'static str,
+    /// Relative share of the commands drawn when several families are selected.
+    pub weight: u64,
     pub gen: fn(&mut Ctx) -> Cmd,
 }
 
+/// Picks one of `fams` by weight.
+pub fn pick_family(c: &mut Ctx, fams: &[&'static Family]) -> &'static Family {
+    let weights: Vec<u64> = fams.iter().map(|f| f.weight).collect();
+    fams[c.weighted(&weights)]
+}
+
 /// Every known family, in the order used by default.
-pub const ALL: &[Family] = &[strings::FAMILY, keys::FAMILY, expire::FAMILY];
+pub const ALL: &[Family] = &[
+    strings::FAMILY,
+    keys::FAMILY,
+    expire::FAMILY,
+    lists::FAMILY,
+    hashes::FAMILY,
+    sets::FAMILY,
+    zsets::FAMILY,
+    sort::FAMILY,
+    tx::FAMILY,
+];
 
 pub fn family_names() -> Vec<&'static str> {
     ALL.iter().map(|f| f.name).collect()
@@ -142,6 +294,12 @@ pub const KEYS: &[&str] = &[
     "\x00\u{7f}k\n",
 ];
 
+/// Keys the string commands prefer.
+const STRING_HOME: &[&str] = &["foo", "foobar", "num", "cnt", "bits", "k:1", "k:2"];
+
+/// Keys the expiry commands prefer: strings first, then one of each container type.
+const HOT: &[&str] = &["foo", "foobar", "foo1", "bar", "{t}z", "user:1"];
+
 const WORDS: &[&str] = &[
     "hello",
     "world",
@@ -157,15 +315,37 @@ const WORDS: &[&str] = &[
     "The quick brown fox",
 ];
 
+/// Members of lists, sets and sorted sets: numbers (so SORT and intsets have something to
+/// work with), words that are also key names (SORT BY/GET `*`), and a few odd ones.
+const MEMBERS: &[&str] = &[
+    "1", "2", "3", "5", "10", "42", "-1", "0", "007", "1.5", "-2.5", "a", "b", "c", "d", "foo",
+    "bar", "baz", "hello", "world", "x", "y", "z", "aa", "A", "Zed", "", "a b", "k:1", "inf",
+];
+
+/// Hash fields.
+const FIELDS: &[&str] = &[
+    "f1", "f2", "f3", "f4", "name", "age", "a", "b", "1", "2", "", "x y", "n",
+];
+
 /// Random source plus helpers shared by the families.
 pub struct Ctx {
     rng: ChaCha8Rng,
+    /// Commands of a sequence still to be handed out (see the module documentation).
+    pub pending: VecDeque<Cmd>,
+    /// The selected families (the transaction family draws queued commands from them).
+    pub families: Vec<&'static Family>,
+    /// Set while the transaction family draws commands to queue (blocking commands do not
+    /// block inside MULTI, so their timeout may be 0 there).
+    pub in_multi: bool,
 }
 
 impl Ctx {
     pub fn new(seed: u64) -> Ctx {
         Ctx {
             rng: ChaCha8Rng::seed_from_u64(seed),
+            pending: VecDeque::new(),
+            families: Vec::new(),
+            in_multi: false,
         }
     }
 
@@ -219,10 +399,31 @@ impl Ctx {
         self.pick(KEYS).as_bytes().to_vec()
     }
 
-    /// A key from a few "hot" names, so TTL reads meet TTL writes more often.
+    /// A key from a few "hot" names (one or two of each type), so TTL reads meet TTL writes
+    /// more often.
     pub fn hot_key(&mut self) -> Vec<u8> {
         if self.pct(50) {
-            self.pick(&KEYS[..6]).as_bytes().to_vec()
+            self.pick(HOT).as_bytes().to_vec()
+        } else {
+            self.key()
+        }
+    }
+
+    /// A hot key that usually holds a string (SET and SETEX of the expiry family).
+    pub fn hot_str_key(&mut self) -> Vec<u8> {
+        if self.pct(50) {
+            self.pick(&HOT[..2]).as_bytes().to_vec()
+        } else {
+            self.str_key()
+        }
+    }
+
+    /// A key the string commands prefer: the container families prefer others, so a string
+    /// overwriting a container (and the WRONGTYPE replies after it) happens, but not all the
+    /// time.
+    pub fn str_key(&mut self) -> Vec<u8> {
+        if self.pct(85) {
+            self.pick(STRING_HOME).as_bytes().to_vec()
         } else {
             self.key()
         }
@@ -233,7 +434,7 @@ impl Ctx {
         if self.pct(50) {
             self.pick(&["num", "cnt"]).as_bytes().to_vec()
         } else {
-            self.key()
+            self.str_key()
         }
     }
 
@@ -241,6 +442,83 @@ impl Ctx {
     pub fn keys(&mut self, lo: u64, hi: u64) -> Vec<Vec<u8>> {
         let n = lo + self.below(hi - lo + 1);
         (0..n).map(|_| self.key()).collect()
+    }
+
+    /// A key from `home` 85% of the time, otherwise from the whole pool.
+    pub fn key_in(&mut self, home: &[&str]) -> Vec<u8> {
+        if self.pct(85) {
+            self.pick(home).as_bytes().to_vec()
+        } else {
+            self.key()
+        }
+    }
+
+    /// `lo..=hi` keys drawn with [`Ctx::key_in`].
+    pub fn keys_in(&mut self, home: &[&str], lo: u64, hi: u64) -> Vec<Vec<u8>> {
+        let n = lo + self.below(hi - lo + 1);
+        (0..n).map(|_| self.key_in(home)).collect()
+    }
+
+    /// A list/set/sorted-set member. No NUL bytes: Redis's SORT ALPHA compares with strcoll.
+    pub fn member(&mut self) -> Vec<u8> {
+        match self.below(40) {
+            0..=33 => self.pick(MEMBERS).as_bytes().to_vec(),
+            34..=37 => format!("m{}", self.below(200)).into_bytes(),
+            38 => self.range(-20_000, 20_000).to_string().into_bytes(),
+            _ => {
+                // Longer than 64 bytes: no longer fits a listpack entry.
+                let n = self.range(65, 90) as usize;
+                (0..n).map(|_| b"abcxyz"[self.below(6) as usize]).collect()
+            }
+        }
+    }
+
+    /// `lo..=hi` members, possibly repeated; now and then a large batch that moves a small
+    /// encoding (listpack, intset) to the big one.
+    pub fn members(&mut self, lo: u64, hi: u64) -> Vec<Vec<u8>> {
+        if self.pct(2) {
+            let n = self.range(100, 160);
+            let ints = self.pct(50);
+            return (0..n)
+                .map(|_| {
+                    if ints {
+                        self.below(1000).to_string().into_bytes()
+                    } else {
+                        format!("m{}", self.below(200)).into_bytes()
+                    }
+                })
+                .collect();
+        }
+        let n = lo + self.below(hi - lo + 1);
+        (0..n).map(|_| self.member()).collect()
+    }
+
+    /// A hash field.
+    pub fn field(&mut self) -> Vec<u8> {
+        if self.pct(92) {
+            self.pick(FIELDS).as_bytes().to_vec()
+        } else if self.pct(50) {
+            format!("f{}", self.below(200)).into_bytes()
+        } else {
+            let n = self.range(65, 80) as usize;
+            (0..n).map(|_| b"fgh"[self.below(3) as usize]).collect()
+        }
+    }
+
+    /// A count argument of a popping or random command: mostly small, sometimes zero,
+    /// negative, huge or junk.
+    pub fn count_arg(&mut self) -> Vec<u8> {
+        match self.below(20) {
+            0..=11 => self.range(1, 6).to_string().into_bytes(),
+            12 => b"0".to_vec(),
+            13 | 14 => self.range(-6, -1).to_string().into_bytes(),
+            15 => self.range(7, 300).to_string().into_bytes(),
+            16 => self
+                .pick(&["9223372036854775807", "-9223372036854775808", "4294967296"])
+                .as_bytes()
+                .to_vec(),
+            _ => self.not_an_int(),
+        }
     }
 
     /// A value: integers, edge integers, floats, empty strings, binary bytes and text.
@@ -382,13 +660,15 @@ pub struct Generator {
 impl Generator {
     pub fn new(seed: u64, families: Vec<&'static Family>) -> Generator {
         assert!(!families.is_empty());
-        Generator {
-            ctx: Ctx::new(seed),
-            families,
-        }
+        let mut ctx = Ctx::new(seed);
+        ctx.families = families.clone();
+        Generator { ctx, families }
     }
 
     pub fn next_cmd(&mut self) -> Cmd {
+        if let Some(cmd) = self.ctx.pending.pop_front() {
+            return cmd;
+        }
         if self.ctx.pct(1) && self.ctx.pct(50) {
             let n = self.ctx.below(3);
             let mut cmd = Cmd::new(if self.ctx.pct(50) {
@@ -401,32 +681,55 @@ impl Generator {
             }
             return cmd;
         }
-        let fam = self.families[self.ctx.below(self.families.len() as u64) as usize];
-        let mut cmd = (fam.gen)(&mut self.ctx);
-        // Command names are case-insensitive: mix the case now and then.
-        if self.ctx.pct(5) {
-            if let Arg::Lit(name) = &mut cmd.args[0] {
-                for b in name.iter_mut() {
-                    if self.ctx.pct(50) {
-                        *b = b.to_ascii_lowercase();
-                    }
+        let fam = pick_family(&mut self.ctx, &self.families);
+        let cmd = (fam.gen)(&mut self.ctx);
+        if !self.ctx.pending.is_empty() {
+            // The first command of a sequence: the family has done its own damage.
+            return cmd;
+        }
+        damage(&mut self.ctx, cmd)
+    }
+}
+
+/// Mixes the case of the command name now and then and, at a modest rate, damages the arity
+/// (on top of the families' own bad-argument cases), adjusting the comparison to match.
+pub fn damage(c: &mut Ctx, mut cmd: Cmd) -> Cmd {
+    // Command names are case-insensitive: mix the case now and then.
+    if c.pct(5) {
+        if let Arg::Lit(name) = &mut cmd.args[0] {
+            for b in name.iter_mut() {
+                if c.pct(50) {
+                    *b = b.to_ascii_lowercase();
                 }
             }
         }
-        // A modest rate of arity damage on top of the families' own bad-argument cases.
-        if cmd.cmp != Cmp::ScanAll && self.ctx.pct(3) {
-            if cmd.args.len() > 1 && self.ctx.pct(60) {
-                let keep = 1 + self.ctx.below(cmd.args.len() as u64 - 1) as usize;
-                cmd.args.truncate(keep);
-            } else {
-                cmd.args.push(Arg::Lit(b"extra".to_vec()));
-            }
-            if cmd.cmp == Cmp::NilOrNot {
-                cmd.cmp = Cmp::Exact;
-            }
-        }
-        cmd
     }
+    if cmd.fixed || cmd.cmp.is_scan() || cmd.cmp == Cmp::Exec {
+        return cmd;
+    }
+    if c.pct(3) {
+        if cmd.args.len() > 1 && c.pct(60) {
+            let keep = 1 + c.below(cmd.args.len() as u64 - 1) as usize;
+            cmd.args.truncate(keep);
+        } else {
+            cmd.args.push(Arg::Lit(b"extra".to_vec()));
+        }
+        match cmd.cmp {
+            Cmp::NilOrNot => cmd.cmp = Cmp::Exact,
+            // Without its count a random pick is a single element, with a different count a
+            // different number of them: only the shape is left to compare.
+            Cmp::Random { .. } => {
+                cmd.cmp = Cmp::Shape;
+                cmd.probe = None;
+            }
+            _ => {}
+        }
+        let name = cmd.name();
+        if name == "SORT" || name == "SORT_RO" {
+            cmd.cmp = sort::cmp_for(&cmd);
+        }
+    }
+    cmd
 }
 
 /// Looks families up by name.

@@ -4,6 +4,7 @@ use super::{Arg, Cmd, Ctx, Family};
 
 pub const FAMILY: Family = Family {
     name: "strings",
+    weight: 10,
     gen,
 };
 
@@ -58,7 +59,7 @@ pub fn expiry_option(c: &mut Ctx, allow_past: bool) -> Vec<Arg> {
 }
 
 fn set(c: &mut Ctx) -> Cmd {
-    let mut cmd = Cmd::new("SET").a(c.key()).a(c.value());
+    let mut cmd = Cmd::new("SET").a(c.str_key()).a(c.value());
     // Option groups, each present or not, in shuffled order.
     let mut groups: Vec<Vec<Arg>> = Vec::new();
     let lit = |s: &str| Arg::Lit(s.as_bytes().to_vec());
@@ -96,7 +97,7 @@ fn set(c: &mut Ctx) -> Cmd {
 }
 
 fn getex(c: &mut Ctx) -> Cmd {
-    let mut cmd = Cmd::new("GETEX").a(c.key());
+    let mut cmd = Cmd::new("GETEX").a(c.str_key());
     match c.below(10) {
         0..=4 => {
             for a in expiry_option(c, true) {
@@ -193,9 +194,9 @@ fn gen(c: &mut Ctx) -> Cmd {
         3,  // 24 SET numeric (feeds the counters)
     ];
     match c.weighted(&weights) {
-        0 => Cmd::new("GET").a(c.key()),
+        0 => Cmd::new("GET").a(c.str_key()),
         1 => set(c),
-        2 => Cmd::new("SETNX").a(c.key()).a(c.value()),
+        2 => Cmd::new("SETNX").a(c.str_key()).a(c.value()),
         3 => {
             let secs = if c.pct(90) {
                 c.ttl_secs().to_string().into_bytes()
@@ -204,7 +205,7 @@ fn gen(c: &mut Ctx) -> Cmd {
             } else {
                 c.range(-5, 0).to_string().into_bytes()
             };
-            Cmd::new("SETEX").a(c.key()).a(secs).a(c.value())
+            Cmd::new("SETEX").a(c.str_key()).a(secs).a(c.value())
         }
         4 => {
             let ms = if c.pct(90) {
@@ -214,7 +215,7 @@ fn gen(c: &mut Ctx) -> Cmd {
             } else {
                 c.range(-5, 0).to_string().into_bytes()
             };
-            Cmd::new("PSETEX").a(c.key()).a(ms).a(c.value())
+            Cmd::new("PSETEX").a(c.str_key()).a(ms).a(c.value())
         }
         5 => Cmd::new("MGET").all(c.keys(1, 5)),
         6 | 7 => {
@@ -222,18 +223,18 @@ fn gen(c: &mut Ctx) -> Cmd {
             let n = c.range(1, 4);
             let mut cmd = Cmd::new(name);
             for _ in 0..n {
-                cmd = cmd.a(c.key()).a(c.value());
+                cmd = cmd.a(c.str_key()).a(c.value());
             }
             if c.pct(5) {
-                cmd = cmd.a(c.key()); // odd number of arguments
+                cmd = cmd.a(c.str_key()); // odd number of arguments
             }
             cmd
         }
-        8 => Cmd::new("APPEND").a(c.key()).a(c.value()),
-        9 => Cmd::new("STRLEN").a(c.key()),
+        8 => Cmd::new("APPEND").a(c.str_key()).a(c.value()),
+        9 => Cmd::new("STRLEN").a(c.str_key()),
         10 | 11 => {
             let name = if c.pct(80) { "GETRANGE" } else { "SUBSTR" };
-            Cmd::new(name).a(c.key()).a(index(c)).a(index(c))
+            Cmd::new(name).a(c.str_key()).a(index(c)).a(index(c))
         }
         12 => {
             let off = match c.below(20) {
@@ -249,10 +250,10 @@ fn gen(c: &mut Ctx) -> Cmd {
                 _ => c.not_an_int(),
             };
             let val = if c.pct(10) { Vec::new() } else { c.value() };
-            Cmd::new("SETRANGE").a(c.key()).a(off).a(val)
+            Cmd::new("SETRANGE").a(c.str_key()).a(off).a(val)
         }
-        13 => Cmd::new("GETSET").a(c.key()).a(c.value()),
-        14 => Cmd::new("GETDEL").a(c.key()),
+        13 => Cmd::new("GETSET").a(c.str_key()).a(c.value()),
+        14 => Cmd::new("GETDEL").a(c.str_key()),
         15 => getex(c),
         16 => Cmd::new(if c.pct(50) { "INCR" } else { "DECR" }).a(c.counter_key()),
         17 => Cmd::new(if c.pct(50) { "INCRBY" } else { "DECRBY" })
@@ -262,7 +263,7 @@ fn gen(c: &mut Ctx) -> Cmd {
             .a(c.counter_key())
             .a(float_increment(c)),
         19 => {
-            let mut cmd = Cmd::new("LCS").a(c.key()).a(c.key());
+            let mut cmd = Cmd::new("LCS").a(c.str_key()).a(c.str_key());
             let mut opts: Vec<Vec<Vec<u8>>> = Vec::new();
             if c.pct(30) {
                 opts.push(vec![b"LEN".to_vec()]);
@@ -306,7 +307,7 @@ fn gen(c: &mut Ctx) -> Cmd {
                 10 => b"2",
                 _ => b"x",
             };
-            Cmd::new("SETBIT").a(c.key()).a(off).a(bit)
+            Cmd::new("SETBIT").a(c.str_key()).a(off).a(bit)
         }
         21 => {
             let off = match c.below(10) {
@@ -317,10 +318,10 @@ fn gen(c: &mut Ctx) -> Cmd {
                     _ => c.int_or_bad(-2, 100_000, 50),
                 },
             };
-            Cmd::new("GETBIT").a(c.key()).a(off)
+            Cmd::new("GETBIT").a(c.str_key()).a(off)
         }
         22 => {
-            let mut cmd = Cmd::new("BITCOUNT").a(c.key());
+            let mut cmd = Cmd::new("BITCOUNT").a(c.str_key());
             match c.below(6) {
                 0 | 1 => {}
                 2 => cmd = cmd.a(index(c)), // start without end: syntax error
@@ -337,7 +338,7 @@ fn gen(c: &mut Ctx) -> Cmd {
                 4..=8 => b"1",
                 _ => b"3",
             };
-            let mut cmd = Cmd::new("BITPOS").a(c.key()).a(bit);
+            let mut cmd = Cmd::new("BITPOS").a(c.str_key()).a(bit);
             match c.below(5) {
                 0 => {}
                 1 => cmd = cmd.a(index(c)),

@@ -266,7 +266,6 @@ fn hello(core: &mut Core, call: &mut Call) {
         }
         i = 2;
     }
-    let mut name: Option<Bytes> = None;
     while i < call.argc() {
         let more = call.argc() - i - 1;
         if is(call.arg(i), "auth") && more >= 2 {
@@ -281,7 +280,11 @@ fn hello(core: &mut Core, call: &mut Call) {
             if let Err(e) = validate_name(call.arg(i + 1)) {
                 return call.error(e);
             }
-            name = Some(call.args[i + 1].clone());
+            // Applied at once, as Redis does: a later bad option does not undo it.
+            let n = call.args[i + 1].clone();
+            if let Some(c) = core.clients.get_mut(&call.conn) {
+                c.name = (!n.is_empty()).then_some(n);
+            }
             i += 2;
         } else {
             let opt = String::from_utf8_lossy(call.arg(i)).into_owned();
@@ -301,9 +304,6 @@ fn hello(core: &mut Core, call: &mut Call) {
     };
     if let Some(p) = proto {
         client.proto = p;
-    }
-    if let Some(n) = name {
-        client.name = (!n.is_empty()).then_some(n);
     }
     let proto_num = if client.proto == Protocol::Resp3 {
         3
@@ -345,7 +345,11 @@ fn reset(core: &mut Core, call: &mut Call) {
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.proto = Protocol::Resp2;
         c.name = None;
-        c.reply_mode = ReplyMode::On;
+        // Like Redis, RESET clears OFF and a pending SKIP but not the skip of the command
+        // running now (RESET itself), so its +RESET stays silent after CLIENT REPLY SKIP.
+        if c.reply_mode != ReplyMode::SkipThis {
+            c.reply_mode = ReplyMode::On;
+        }
         c.no_evict = false;
         if needs_auth {
             c.authenticated = false;
@@ -571,7 +575,10 @@ fn client_reply(core: &mut Core, call: &mut Call) {
         return call.syntax_error();
     };
     if let Some(c) = core.clients.get_mut(&call.conn) {
-        c.reply_mode = mode;
+        // SKIP does nothing while replies are OFF (Redis stays off).
+        if !(mode == ReplyMode::SkipNext && c.reply_mode == ReplyMode::Off) {
+            c.reply_mode = mode;
+        }
     }
     // Only ON is acknowledged; OFF and SKIP are silent by definition.
     if mode == ReplyMode::On {

@@ -218,7 +218,8 @@ fn ttl_generic(core: &mut Core, call: &mut Call, unit: Unit, absolute: bool) {
         Ok(None) => -1,
         Ok(Some(t)) if absolute => match unit {
             Unit::Millis => t as i64,
-            Unit::Seconds => (t / 1000) as i64,
+            // Rounded to the nearest second, as Redis does.
+            Unit::Seconds => ((t + 500) / 1000) as i64,
         },
         Ok(Some(t)) => {
             let left = t.saturating_sub(now_ms) as i64;

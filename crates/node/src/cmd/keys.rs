@@ -303,33 +303,39 @@ fn lfu_policy(core: &Core) -> bool {
 }
 
 fn object_idletime(core: &mut Core, call: &mut Call) {
+    // The key first (nil when missing), then the policy, as Redis checks them.
+    let Some(access_ms) = core
+        .db
+        .get_live(call.arg(2), call.now_ms, |_| {})
+        .map(|e| e.access_ms)
+    else {
+        return call.out.null();
+    };
     if lfu_policy(core) {
         return call.error("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
     // Read without touching: asking for the idle time must not reset it.
-    match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
-        Some(e) => call
-            .out
-            .integer((call.now_ms.saturating_sub(e.access_ms) / 1000) as i64),
-        None => call.out.null(),
-    }
+    call.out
+        .integer((call.now_ms.saturating_sub(access_ms) / 1000) as i64);
 }
 
 fn object_freq(core: &mut Core, call: &mut Call) {
+    let Some(access_ms) = core
+        .db
+        .get_live(call.arg(2), call.now_ms, |_| {})
+        .map(|e| e.access_ms)
+    else {
+        return call.out.null();
+    };
     if !lfu_policy(core) {
         return call.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
     // Lattice does not evict by frequency; report the logarithmic counter's initial value,
-    // decayed to zero after a minute without access, which is what Redis shows for a key
-    // touched rarely.
-    match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
-        Some(e) => {
-            let idle_min = call.now_ms.saturating_sub(e.access_ms) / 60_000;
-            call.out
-                .integer(5i64.saturating_sub(idle_min as i64).max(0))
-        }
-        None => call.out.null(),
-    }
+    // decayed by one per minute without access, which is what Redis shows for a key touched
+    // rarely.
+    let idle_min = call.now_ms.saturating_sub(access_ms) / 60_000;
+    call.out
+        .integer(5i64.saturating_sub(idle_min as i64).max(0));
 }
 
 fn object_help(_core: &mut Core, call: &mut Call) {

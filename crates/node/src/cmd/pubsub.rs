@@ -275,11 +275,11 @@ fn subscribe_generic(core: &mut Core, call: &mut Call, pattern: bool) {
     }
 }
 
-/// Writes a (un)subscribe confirmation. In RESP3 it is a push, which Redis delivers even
-/// under CLIENT REPLY OFF, so it goes out through the connection's push path instead of the
-/// command's reply; in RESP2 it is an ordinary reply.
+/// Writes a (un)subscribe confirmation. Redis sends these (like messages) as pushes that
+/// CLIENT REPLY OFF/SKIP do not silence, in RESP2 as well as RESP3, so they go out through
+/// the connection's push path instead of the command's reply.
 fn confirm(core: &mut Core, call: &mut Call, kind: &[u8], name: Option<&[u8]>, count: i64) {
-    let write = |w: &mut ReplyWriter| {
+    core.write_to(call.conn, |w: &mut ReplyWriter| {
         w.push_len(3);
         w.bulk(kind);
         match name {
@@ -287,12 +287,7 @@ fn confirm(core: &mut Core, call: &mut Call, kind: &[u8], name: Option<&[u8]>, c
             None => w.null(),
         }
         w.integer(count);
-    };
-    if call.out.protocol() == lattice_resp::Protocol::Resp3 {
-        core.write_to(call.conn, write);
-    } else {
-        write(&mut call.out);
-    }
+    });
 }
 
 fn subscribe(core: &mut Core, call: &mut Call) {

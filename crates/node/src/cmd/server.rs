@@ -352,7 +352,7 @@ fn info(core: &mut Core, call: &mut Call) {
         }
         write_section(core, section, call.now_ms, &mut text);
     }
-    call.out.bulk(text.as_bytes());
+    call.out.verbatim(b"txt", text.as_bytes());
 }
 
 fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
@@ -661,17 +661,20 @@ fn command_help(_core: &mut Core, call: &mut Call) {
 // ---- CONFIG ----
 
 fn config_get(core: &mut Core, call: &mut Call) {
-    let mut pairs: Vec<(&'static str, String)> = Vec::new();
+    let mut pairs: Vec<(Vec<u8>, String)> = Vec::new();
     for pattern in &call.args[2..] {
+        let is_glob = pattern.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
         for (n, v) in core.config.matching(pattern) {
-            if !pairs.iter().any(|(seen, _)| *seen == n) {
-                pairs.push((n, v.to_string()));
+            // A plain name is echoed as the client typed it, as Redis does.
+            let name = if is_glob { n.as_bytes().to_vec() } else { pattern.to_vec() };
+            if !pairs.iter().any(|(seen, _)| seen.eq_ignore_ascii_case(n.as_bytes())) {
+                pairs.push((name, v.to_string()));
             }
         }
     }
     call.out.map_len(pairs.len());
     for (n, v) in pairs {
-        call.out.bulk(n.as_bytes());
+        call.out.bulk(&n);
         call.out.bulk(v.as_bytes());
     }
 }
