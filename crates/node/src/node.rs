@@ -251,6 +251,18 @@ impl Core {
         let mut call = Call::new(conn, args, now, ReplyWriter::new(out, proto));
         let in_multi = self.clients.get(&conn).is_some_and(|c| c.multi.is_some());
         match resolve(self, args) {
+            Err(message) if args[0].eq_ignore_ascii_case(b"exec") => {
+                // A rejected EXEC (wrong arity) aborts the transaction outright, in or out of
+                // MULTI, as Redis's execCommandAbort does.
+                let reason = message.strip_prefix(b"ERR ").unwrap_or(&message);
+                let mut text = b"EXECABORT Transaction discarded because of: ".to_vec();
+                text.extend_from_slice(reason);
+                if let Some(c) = self.clients.get_mut(&conn) {
+                    c.multi = None;
+                }
+                crate::cmd::tx::unwatch_all(self, conn);
+                call.error_bytes(&text);
+            }
             Err(message) => {
                 if in_multi {
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {

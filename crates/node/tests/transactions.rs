@@ -340,3 +340,18 @@ fn command_getkeys_and_memory_usage() {
     let n: i64 = usage.trim_start_matches(':').trim().parse().unwrap();
     assert!((40..1000).contains(&n), "{usage}");
 }
+
+#[test]
+fn exec_with_wrong_arity_aborts_the_transaction() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(
+        h.cmd(1, &["EXEC", "x"]),
+        "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n"
+    );
+    assert_eq!(h.cmd(1, &["PING"]), "+PONG\r\n", "no longer in MULTI");
+    assert_eq!(h.cmd(1, &["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+}

@@ -11,6 +11,7 @@
 //! map entry per key with a TTL.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 
 use hashbrown::HashTable;
 
@@ -28,7 +29,9 @@ pub struct Entry {
     pub value: Value,
     /// Absolute deadline in ms since the Unix epoch on the node's clock. Private so that every
     /// change goes through [`Db::set_expire`] and the deadline index cannot fall out of step.
-    expire_at_ms: Option<u64>,
+    /// Stored as a non-zero integer so the option costs no space (a deadline of 0 ms, long
+    /// past, is stored as 1 ms: equally past).
+    deadline_ms: Option<NonZeroU64>,
     /// Last time a command read or wrote the key (OBJECT IDLETIME).
     pub access_ms: u64,
 }
@@ -39,14 +42,18 @@ impl Entry {
     }
 
     pub fn expire_at_ms(&self) -> Option<u64> {
-        self.expire_at_ms
+        self.deadline_ms.map(NonZeroU64::get)
     }
 
     /// True when the deadline has passed at `now_ms`. A key expires at its deadline exactly,
     /// as in Redis (`now > when` keeps it alive for the deadline millisecond itself).
     pub fn is_expired(&self, now_ms: u64) -> bool {
-        matches!(self.expire_at_ms, Some(t) if t < now_ms)
+        matches!(self.expire_at_ms(), Some(t) if t < now_ms)
     }
+}
+
+fn pack(deadline_ms: Option<u64>) -> Option<NonZeroU64> {
+    deadline_ms.map(|t| NonZeroU64::new(t).unwrap_or(NonZeroU64::MIN))
 }
 
 #[inline]
@@ -162,8 +169,8 @@ impl Db {
         let slot = slot_of(h);
         match self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key) {
             Some(entry) => {
-                let old_deadline = entry.expire_at_ms;
-                entry.expire_at_ms = expire_at_ms;
+                let old_deadline = entry.expire_at_ms();
+                entry.deadline_ms = pack(expire_at_ms);
                 entry.access_ms = now_ms;
                 let old = std::mem::replace(&mut entry.value, value);
                 self.move_deadline(h, old_deadline, expire_at_ms);
@@ -173,7 +180,7 @@ impl Db {
                 let entry = Entry {
                     key: key.into(),
                     value,
-                    expire_at_ms,
+                    deadline_ms: pack(expire_at_ms),
                     access_ms: now_ms,
                 };
                 self.slots[slot].insert_unique(table_hash(h), entry, rehash);
@@ -191,8 +198,10 @@ impl Db {
         let Some(entry) = self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key) else {
             return false;
         };
-        let old = std::mem::replace(&mut entry.expire_at_ms, expire_at_ms);
-        self.move_deadline(h, old, expire_at_ms);
+        let old = entry.expire_at_ms();
+        entry.deadline_ms = pack(expire_at_ms);
+        let new = entry.expire_at_ms();
+        self.move_deadline(h, old, new);
         true
     }
 
@@ -208,7 +217,7 @@ impl Db {
             .ok()?;
         let (entry, _) = found.remove();
         self.len -= 1;
-        self.move_deadline(h, entry.expire_at_ms, None);
+        self.move_deadline(h, entry.expire_at_ms(), None);
         Some(entry)
     }
 
@@ -252,11 +261,11 @@ impl Db {
             let slot = slot_of(h);
             let th = table_hash(h);
             while let Ok(found) = self.slots[slot].find_entry(th, |e| {
-                e.expire_at_ms == Some(deadline) && key_hash(&e.key) == h
+                e.expire_at_ms() == Some(deadline) && key_hash(&e.key) == h
             }) {
                 let (entry, _) = found.remove();
                 self.len -= 1;
-                self.move_deadline(h, entry.expire_at_ms, None);
+                self.move_deadline(h, entry.expire_at_ms(), None);
                 self.stats.expired_keys += 1;
                 removed += 1;
                 on_expired(&entry);
@@ -324,7 +333,7 @@ impl Db {
             for e in t.iter() {
                 let h = key_hash(&e.key);
                 assert_eq!(slot_of(h), i, "key stored in the wrong slot");
-                if let Some(d) = e.expire_at_ms {
+                if let Some(d) = e.expire_at_ms() {
                     volatile += 1;
                     assert!(
                         self.deadlines.contains_key(&(d, h)),

@@ -128,6 +128,11 @@ impl ZSet {
         }
     }
 
+    /// Switches to the skiplist encoding unconditionally (SORT does this, as in Redis).
+    pub fn convert_to_skiplist(&mut self) {
+        self.skiplist = true;
+    }
+
     /// Approximate heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.tree.node_bytes()

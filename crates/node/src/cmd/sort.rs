@@ -104,10 +104,15 @@ fn sort_generic(core: &mut Core, call: &mut Call, readonly: bool) {
 
     let now_ms = call.now_ms;
     let key = call.arg(1);
-    let kind = match core.lookup_read(key, now_ms).map(|e| &e.value) {
+    let kind = match core.lookup_read(key, now_ms).map(|e| &mut e.value) {
         None | Some(Value::List(_)) => Kind::List,
         Some(Value::Set(_)) => Kind::Set,
-        Some(Value::ZSet(_)) => Kind::ZSet,
+        Some(Value::ZSet(z)) => {
+            // Redis converts a sorted set it sorts to the skiplist encoding (which keeps a
+            // -0 score as -0 from then on), whether or not the SORT succeeds.
+            z.convert_to_skiplist();
+            Kind::ZSet
+        }
         Some(_) => return call.wrong_type(),
     };
 

@@ -532,8 +532,10 @@ fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[
                     call.out.integer(0)
                 };
             }
-            let longest = pairs.iter().map(|p| p.1.len()).max().unwrap_or(0);
-            let z = ZSet::with_hint(pairs.len(), longest, l.entries, l.value);
+            // Like Redis 7.0, the encoding of a new set is chosen from its first member only;
+            // later members convert it as they are inserted.
+            let first_len = pairs.first().map_or(0, |p| p.1.len());
+            let z = ZSet::with_hint(1, first_len, l.entries, l.value);
             core.db.insert(key, Value::ZSet(z), None, now_ms);
             created = true;
         }
@@ -1553,11 +1555,18 @@ fn zscan(core: &mut Core, call: &mut Call) {
     call.out.array_len(2);
     call.out.bulk(next.to_string().as_bytes());
     call.out.array_len(2 * batch.len());
+    // A small (listpack) set stores an integral score within half the i64 range as an
+    // integer, and ZSCAN shows it that way; otherwise the score prints as %.17g.
+    let compact = z.encoding() == "listpack";
     let mut text = Vec::with_capacity(24);
     for (m, s) in batch {
         call.out.bulk(m);
-        text.clear();
-        format_double(s, &mut text);
-        call.out.bulk(&text);
+        if compact && s.fract() == 0.0 && s.abs() <= (i64::MAX / 2) as f64 {
+            call.out.bulk_i64(s as i64);
+        } else {
+            text.clear();
+            format_double(s, &mut text);
+            call.out.bulk(&text);
+        }
     }
 }
