@@ -848,8 +848,7 @@ impl World {
             scan_busy: c.scan_busy,
             disruptive: disruptive && mode == ReplyMode::On,
         };
-        let cmd = (FAMILIES[fam].gen)(&mut g);
-        cmd
+        (FAMILIES[fam].gen)(&mut g)
     }
 
     fn send_batch(&mut self, ci: usize, id: u64) {

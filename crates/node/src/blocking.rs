@@ -164,7 +164,10 @@ mod tests {
         assert_eq!(parse_timeout(b"0.0001", 1000), Ok(Some(1001)));
         assert_eq!(parse_timeout(b"-1", 1000), Err("ERR timeout is negative"));
         assert_eq!(parse_timeout(b"inf", 1000), Err("ERR timeout is negative"));
-        assert_eq!(parse_timeout(b"1e400", 1000), Err("ERR timeout is negative"));
+        assert_eq!(
+            parse_timeout(b"1e400", 1000),
+            Err("ERR timeout is negative")
+        );
         assert_eq!(
             parse_timeout(b"9223372036854775807", 1000),
             Err("ERR timeout is negative")

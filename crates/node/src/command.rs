@@ -125,7 +125,10 @@ impl<'a> Call<'a> {
     /// Like [`Call::error`] for a message holding arbitrary bytes (echoed user input).
     pub fn error_bytes(&mut self, message: &[u8]) {
         if self.error_code.is_none() {
-            let end = message.iter().position(|&b| b == b' ').unwrap_or(message.len());
+            let end = message
+                .iter()
+                .position(|&b| b == b' ')
+                .unwrap_or(message.len());
             self.error_code = Some(String::from_utf8_lossy(&message[..end]).into_owned());
         }
         self.out.error(message);

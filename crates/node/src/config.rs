@@ -114,7 +114,14 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         },
     ),
     // Accepted for Redis's test suite; Lattice runs no scripts.
-    ("lua-time-limit", "5000", Kind::Int { min: 0, max: i64::MAX }),
+    (
+        "lua-time-limit",
+        "5000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     (
         "loglevel",
         "notice",

@@ -229,10 +229,16 @@ fn command_introspection_answers_its_subcommands() {
     let n: i64 = count[1..count.len() - 2].parse().unwrap();
     assert!(n > 50, "COMMAND COUNT {n}");
     let info = h.cmd(1, &["COMMAND", "INFO", "get", "nosuch"]);
-    assert!(info.starts_with("*2\r\n*10\r\n$3\r\nget\r\n:2\r\n"), "{info}");
+    assert!(
+        info.starts_with("*2\r\n*10\r\n$3\r\nget\r\n:2\r\n"),
+        "{info}"
+    );
     assert!(info.ends_with("*-1\r\n"), "{info}");
     let docs = h.cmd(1, &["COMMAND", "DOCS", "get"]);
-    assert!(docs.starts_with("*2\r\n$3\r\nget\r\n*6\r\n$7\r\nsummary\r\n"), "{docs}");
+    assert!(
+        docs.starts_with("*2\r\n$3\r\nget\r\n*6\r\n$7\r\nsummary\r\n"),
+        "{docs}"
+    );
     assert!(h.cmd(1, &["COMMAND", "LIST"]).contains("client|setname"));
     assert!(h.cmd(1, &["COMMAND"]).starts_with(&format!("*{n}\r\n")));
     assert_eq!(
@@ -274,7 +280,10 @@ fn resp3_pushes_arrive_under_client_reply_off() {
     h.connect(2);
     h.cmd(1, &["HELLO", "3"]);
     assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "OFF"]), "");
-    assert_eq!(h.cmd(1, &["SUBSCRIBE", "ch"]), ">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
+    assert_eq!(
+        h.cmd(1, &["SUBSCRIBE", "ch"]),
+        ">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"
+    );
     assert_eq!(h.cmd(2, &["PUBLISH", "ch", "hi"]), ":1\r\n");
     assert_eq!(h.take(1), ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n");
     assert_eq!(h.cmd(1, &["PING"]), "", "ordinary replies stay off");
@@ -317,7 +326,10 @@ fn client_unblock_releases_a_parked_client_and_its_pipeline() {
 fn command_getkeys_and_memory_usage() {
     let mut h = Harness::new();
     h.connect(1);
-    assert_eq!(h.cmd(1, &["COMMAND", "GETKEYS", "set", "a", "b"]), "*1\r\n$1\r\na\r\n");
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYS", "set", "a", "b"]),
+        "*1\r\n$1\r\na\r\n"
+    );
     assert_eq!(
         h.cmd(1, &["COMMAND", "GETKEYS", "mset", "a", "1", "b", "2"]),
         "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
@@ -327,7 +339,10 @@ fn command_getkeys_and_memory_usage() {
         "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
     );
     assert_eq!(
-        h.cmd(1, &["COMMAND", "GETKEYS", "zunionstore", "d", "2", "a", "b"]),
+        h.cmd(
+            1,
+            &["COMMAND", "GETKEYS", "zunionstore", "d", "2", "a", "b"]
+        ),
         "*3\r\n$1\r\nd\r\n$1\r\na\r\n$1\r\nb\r\n"
     );
     assert_eq!(

@@ -172,7 +172,10 @@ mod tests {
 
     #[test]
     fn basics() {
-        assert!(!m("*", ""), "an empty key matches only an empty pattern, as in Redis");
+        assert!(
+            !m("*", ""),
+            "an empty key matches only an empty pattern, as in Redis"
+        );
         assert!(m("", ""));
         assert!(m("*", "anything"));
         assert!(m("h?llo", "hello"));

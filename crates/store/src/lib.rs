@@ -16,8 +16,8 @@ pub mod zset;
 
 pub use db::{Db, DbStats, Entry, SLOT_COUNT};
 pub use glob::glob_match;
-pub use keyhash::key_hash;
 pub use hash::Hash;
+pub use keyhash::key_hash;
 pub use list::List;
 pub use set::Set;
 pub use value::{Str, Value};

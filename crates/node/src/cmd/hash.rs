@@ -11,8 +11,8 @@ use lattice_store::hash::{Hash, Limits};
 use lattice_store::{glob_match, Value};
 
 use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER, OVERFLOW, SYNTAX};
-use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
 use crate::cmd::keys::parse_cursor;
+use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
 use crate::cmd::string::float::{long_double_add, FloatError};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;

@@ -666,8 +666,15 @@ fn config_get(core: &mut Core, call: &mut Call) {
         let is_glob = pattern.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
         for (n, v) in core.config.matching(pattern) {
             // A plain name is echoed as the client typed it, as Redis does.
-            let name = if is_glob { n.as_bytes().to_vec() } else { pattern.to_vec() };
-            if !pairs.iter().any(|(seen, _)| seen.eq_ignore_ascii_case(n.as_bytes())) {
+            let name = if is_glob {
+                n.as_bytes().to_vec()
+            } else {
+                pattern.to_vec()
+            };
+            if !pairs
+                .iter()
+                .any(|(seen, _)| seen.eq_ignore_ascii_case(n.as_bytes()))
+            {
                 pairs.push((name, v.to_string()));
             }
         }
