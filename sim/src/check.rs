@@ -24,6 +24,16 @@ pub enum Check {
     Exact(Frame),
     /// An array of exactly these bulk strings, in any order (KEYS).
     Unordered(Vec<Bytes>),
+    /// These bulk strings in any order: an array, in RESP3 a set (SMEMBERS).
+    Members {
+        items: Vec<Bytes>,
+        resp3: bool,
+    },
+    /// These field/value pairs in any order: a flat array, in RESP3 a map (HGETALL).
+    Pairs {
+        pairs: Vec<(Bytes, Bytes)>,
+        resp3: bool,
+    },
     /// One of the live keys, or a null exactly when there is none (RANDOMKEY).
     RandomKey(Vec<Bytes>),
     Scan(ScanCheck),
@@ -172,6 +182,68 @@ impl Verifier {
                     Ok(())
                 } else {
                     want(&format!("these keys in any order: {}", show_keys(keys)))
+                }
+            }
+            Check::Members { items, resp3 } => {
+                let got_items = match got {
+                    Frame::Set(v) if *resp3 => v,
+                    Frame::Array(v) if !*resp3 => v,
+                    _ => return want(if *resp3 { "a set" } else { "an array" }),
+                };
+                let mut a = Vec::with_capacity(got_items.len());
+                for i in got_items {
+                    match i {
+                        Frame::Bulk(b) => a.push(&b[..]),
+                        _ => return want("bulk strings"),
+                    }
+                }
+                a.sort_unstable();
+                let mut b: Vec<&[u8]> = items.iter().map(|k| &k[..]).collect();
+                b.sort_unstable();
+                if a == b {
+                    Ok(())
+                } else {
+                    want(&format!("these members in any order: {}", show_keys(items)))
+                }
+            }
+            Check::Pairs { pairs, resp3 } => {
+                let flat: Vec<(&Frame, &Frame)> = match got {
+                    Frame::Map(m) if *resp3 => m.iter().map(|(k, v)| (k, v)).collect(),
+                    Frame::Array(v) if !*resp3 && v.len() % 2 == 0 => {
+                        v.chunks(2).map(|c| (&c[0], &c[1])).collect()
+                    }
+                    _ => {
+                        return want(if *resp3 {
+                            "a map"
+                        } else {
+                            "a flat array of pairs"
+                        })
+                    }
+                };
+                let mut a = Vec::with_capacity(flat.len());
+                for (k, v) in flat {
+                    match (k, v) {
+                        (Frame::Bulk(k), Frame::Bulk(v)) => a.push((&k[..], &v[..])),
+                        _ => return want("bulk strings"),
+                    }
+                }
+                a.sort_unstable();
+                let mut b: Vec<(&[u8], &[u8])> =
+                    pairs.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+                b.sort_unstable();
+                if a == b {
+                    Ok(())
+                } else {
+                    let shown: Vec<Bytes> = pairs
+                        .iter()
+                        .map(|(k, v)| {
+                            let mut s = k.to_vec();
+                            s.push(b'=');
+                            s.extend_from_slice(v);
+                            Bytes::from(s)
+                        })
+                        .collect();
+                    want(&format!("these pairs in any order: {}", show_keys(&shown)))
                 }
             }
             Check::RandomKey(live) => match got {

@@ -10,6 +10,8 @@
 //! the process exits with status 1.
 
 mod against;
+#[cfg(test)]
+mod blocking;
 mod check;
 mod client;
 mod clock;

@@ -56,6 +56,11 @@ fn pack(deadline_ms: Option<u64>) -> Option<NonZeroU64> {
     deadline_ms.map(|t| NonZeroU64::new(t).unwrap_or(NonZeroU64::MIN))
 }
 
+/// The deadline as it will be stored (0 becomes 1), so the index and the entry agree.
+fn normalize(deadline_ms: Option<u64>) -> Option<u64> {
+    pack(deadline_ms).map(NonZeroU64::get)
+}
+
 #[inline]
 fn slot_of(hash: u64) -> usize {
     (hash >> (64 - SLOT_BITS)) as usize
@@ -165,6 +170,7 @@ impl Db {
         expire_at_ms: Option<u64>,
         now_ms: u64,
     ) -> Option<Value> {
+        let expire_at_ms = normalize(expire_at_ms);
         let h = key_hash(key);
         let slot = slot_of(h);
         match self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key) {
@@ -193,6 +199,7 @@ impl Db {
 
     /// Changes the deadline of an existing key; false when the key does not exist.
     pub fn set_expire(&mut self, key: &[u8], expire_at_ms: Option<u64>) -> bool {
+        let expire_at_ms = normalize(expire_at_ms);
         let h = key_hash(key);
         let slot = slot_of(h);
         let Some(entry) = self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key) else {
@@ -200,8 +207,7 @@ impl Db {
         };
         let old = entry.expire_at_ms();
         entry.deadline_ms = pack(expire_at_ms);
-        let new = entry.expire_at_ms();
-        self.move_deadline(h, old, new);
+        self.move_deadline(h, old, expire_at_ms);
         true
     }
 
@@ -382,7 +388,8 @@ mod tests {
         let mut seen = Vec::new();
         let (n, more) = db.expire_due(50, 10, |e| seen.push(e.expire_at_ms().unwrap()));
         assert_eq!((n, more), (10, true));
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        // A deadline of 0 is stored as 1 ms: equally long past.
+        assert_eq!(seen, [1, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
         let (n, more) = db.expire_due(50, 1000, |_| {});
         assert_eq!((n, more), (40, false));
         assert_eq!(db.len(), 51);

@@ -241,7 +241,13 @@ fn copy(m: &mut Model, cx: &mut Cx) -> Check {
 fn object_encoding(m: &mut Model, cx: &mut Cx) -> Check {
     match m.db.get(cx.arg(2), cx.now_ms) {
         None => null(),
-        Some(_) => Check::OneOfBulk(vec!["int", "embstr", "raw"]),
+        Some(e) => match e.value {
+            Value::Str(_) => Check::OneOfBulk(vec!["int", "embstr", "raw"]),
+            Value::List(_) => Check::OneOfBulk(vec!["quicklist"]),
+            // Both convert one way only (small to large), so either may be current.
+            Value::Hash(_) => Check::OneOfBulk(vec!["listpack", "hashtable"]),
+            Value::Set(_) => Check::OneOfBulk(vec!["intset", "hashtable"]),
+        },
     }
 }
 

@@ -12,12 +12,18 @@ use bytes::Bytes;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Str(Vec<u8>),
+    List(std::collections::VecDeque<Vec<u8>>),
+    Hash(std::collections::BTreeMap<Vec<u8>, Vec<u8>>),
+    Set(std::collections::BTreeSet<Vec<u8>>),
 }
 
 impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
         }
     }
 }

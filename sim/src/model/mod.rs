@@ -16,9 +16,12 @@ pub mod connection;
 pub mod expire;
 pub mod float;
 pub mod glob;
+pub mod hashes;
 pub mod keys;
 pub mod keyspace;
+pub mod lists;
 pub mod server;
+pub mod sets;
 pub mod strings;
 
 use std::collections::BTreeMap;
@@ -30,9 +33,7 @@ use lattice_resp::Frame;
 use crate::check::Check;
 pub use keyspace::{Keyspace, Value};
 
-/// The reply to a command on a key of another type (strings are the only type so far; the
-/// container families use it).
-#[allow(dead_code)]
+/// The reply to a command on a key of another type.
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const SYNTAX: &str = "ERR syntax error";
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -112,6 +113,9 @@ pub const FAMILIES: &[&[Spec]] = &[
     expire::SPECS,
     server::SPECS,
     connection::SPECS,
+    lists::SPECS,
+    hashes::SPECS,
+    sets::SPECS,
 ];
 
 /// Commands whose work is done by subcommands (`COMMAND` alone is also runnable).
@@ -355,7 +359,6 @@ pub fn map_frame(proto: Proto, pairs: Vec<(Frame, Frame)>) -> Frame {
 }
 
 /// The null array: `*-1` in RESP2, `_` in RESP3 (blocking pops, EXEC aborts).
-#[allow(dead_code)]
 pub fn null_array(proto: Proto) -> Frame {
     match proto {
         Proto::Resp2 => Frame::NullArray,

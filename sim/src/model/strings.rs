@@ -9,7 +9,7 @@ use lattice_resp::Frame;
 use super::float::{self, ParseError};
 use super::{
     bulk, bulk_frame, int, is, map_frame, null, ok, parse_i64, spec, Cx, Model, Spec, Value,
-    NOT_FLOAT, NOT_INTEGER, SYNTAX,
+    NOT_FLOAT, NOT_INTEGER, SYNTAX, WRONGTYPE,
 };
 use crate::check::Check;
 
@@ -51,6 +51,7 @@ fn read_str<'m>(m: &'m Model, key: &[u8], now_ms: u64) -> Result<Option<&'m Vec<
         None => Ok(None),
         Some(e) => match &e.value {
             Value::Str(s) => Ok(Some(s)),
+            _ => Err(Check::err(WRONGTYPE)),
         },
     }
 }
@@ -216,7 +217,7 @@ fn mget(m: &mut Model, cx: &mut Cx) -> Check {
         .iter()
         .map(|k| match m.db.get(k, cx.now_ms).map(|e| &e.value) {
             Some(Value::Str(s)) => bulk_frame(s),
-            None => Frame::Null,
+            Some(_) | None => Frame::Null,
         })
         .collect();
     Check::Exact(Frame::Array(items))

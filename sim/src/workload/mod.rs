@@ -12,8 +12,11 @@
 
 pub mod connection;
 pub mod expire;
+pub mod hashes;
 pub mod keys;
+pub mod lists;
 pub mod server;
+pub mod sets;
 pub mod strings;
 
 use bytes::Bytes;
@@ -229,6 +232,18 @@ pub const FAMILIES: &[Family] = &[
     Family {
         name: "connection",
         gen: connection::gen,
+    },
+    Family {
+        name: "lists",
+        gen: lists::gen,
+    },
+    Family {
+        name: "hashes",
+        gen: hashes::gen,
+    },
+    Family {
+        name: "sets",
+        gen: sets::gen,
     },
 ];
 
