@@ -281,12 +281,12 @@ impl Config {
                 ))
             }
             Kind::Str if lower == "notify-keyspace-events" => {
-                if crate::cmd::pubsub::parse_event_classes(value).is_none() {
-                    return Err(format!(
+                match crate::cmd::pubsub::parse_event_classes(value) {
+                    Some(flags) => crate::cmd::pubsub::event_classes_to_string(flags),
+                    None => return Err(format!(
                         "CONFIG SET failed (possibly related to argument '{pname}') - Invalid event class character. Use 'Ag$lshzxeKEtmd'."
-                    ));
+                    )),
                 }
-                value.to_string()
             }
             Kind::Immutable | Kind::Str => value.to_string(),
             Kind::Int { min, max } => match value.parse::<i64>() {

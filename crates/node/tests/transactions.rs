@@ -370,3 +370,19 @@ fn exec_with_wrong_arity_aborts_the_transaction() {
     assert_eq!(h.cmd(1, &["PING"]), "+PONG\r\n", "no longer in MULTI");
     assert_eq!(h.cmd(1, &["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
 }
+
+#[test]
+fn notify_keyspace_events_reads_back_in_canonical_form() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "KA"]);
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "GET", "notify-keyspace-events"]),
+        "*2\r\n$22\r\nnotify-keyspace-events\r\n$2\r\nAK\r\n"
+    );
+    h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "El$"]);
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "GET", "notify-keyspace-events"]),
+        "*2\r\n$22\r\nnotify-keyspace-events\r\n$3\r\n$lE\r\n"
+    );
+}

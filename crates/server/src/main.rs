@@ -130,11 +130,20 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.threads)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    // One thread: a current-thread runtime, which runs woken connections in the order their
+    // input arrived, like a single event loop (Redis's own behaviour, which its test suite
+    // relies on). More: a multi-thread runtime with one worker per thread.
+    let runtime = if settings.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(settings.threads)
+            .enable_all()
+            .build()
+    }
+    .expect("tokio runtime");
     if let Err(e) = runtime.block_on(run(settings)) {
         eprintln!("lattice-server: {e}");
         std::process::exit(1);

@@ -175,6 +175,43 @@ pub fn parse_event_classes(s: &str) -> Option<u32> {
     Some(flags)
 }
 
+/// The canonical text of a set of event classes, as CONFIG GET shows it (Redis's order, `A`
+/// for all the type classes).
+pub fn event_classes_to_string(flags: u32) -> String {
+    let mut s = String::new();
+    if flags & EVENT_ALL == EVENT_ALL {
+        s.push('A');
+    } else {
+        for (bit, c) in [
+            (EVENT_GENERIC, 'g'),
+            (EVENT_STRING, '$'),
+            (EVENT_LIST, 'l'),
+            (EVENT_SET, 's'),
+            (EVENT_HASH, 'h'),
+            (EVENT_ZSET, 'z'),
+            (EVENT_EXPIRED, 'x'),
+            (EVENT_EVICTED, 'e'),
+            (EVENT_STREAM, 't'),
+            (EVENT_MODULE, 'd'),
+            (EVENT_NEW, 'n'),
+        ] {
+            if flags & bit != 0 {
+                s.push(c);
+            }
+        }
+    }
+    for (bit, c) in [
+        (EVENT_KEYSPACE, 'K'),
+        (EVENT_KEYEVENT, 'E'),
+        (EVENT_KEY_MISS, 'm'),
+    ] {
+        if flags & bit != 0 {
+            s.push(c);
+        }
+    }
+    s
+}
+
 impl Core {
     /// Publishes a keyspace notification for `key` if `class` is enabled, like Redis's
     /// `notifyKeyspaceEvent(class, event, key)`. Write commands call it after each change.
