@@ -14,6 +14,7 @@ use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER, OVERFLOW, SYNTAX};
 use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
 use crate::cmd::string::float::{long_double_add, FloatError};
+use crate::cmd::typed::{self, Typed};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -45,8 +46,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("hscan", -3, R, (1, 1, 1), HASH, "2.8.0", "Incrementally iterate hash fields and associated values", hscan),
 ];
 
-/// The key holds a value of another type.
-struct WrongType;
+pub(crate) use crate::cmd::typed::WrongType;
 
 fn config_usize(core: &Core, name: &str) -> Option<usize> {
     core.config
@@ -81,10 +81,7 @@ fn limits(core: &Core) -> Limits {
 }
 
 fn hash_in(value: &mut Value) -> Option<&mut Hash> {
-    match value {
-        Value::Hash(h) => Some(h),
-        _ => None,
-    }
+    Hash::of_mut(value)
 }
 
 /// The hash at `key` for reading (counts a keyspace hit or miss).
@@ -93,22 +90,16 @@ fn read_hash<'c>(
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut Hash>, WrongType> {
-    match core.lookup_read(key, now_ms) {
-        None => Ok(None),
-        Some(e) => hash_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::read(core, key, now_ms)
 }
 
-/// The hash at `key` for writing (no hit/miss counting).
+/// The hash at `key` for writing.
 fn write_hash<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut Hash>, WrongType> {
-    match core.lookup_write(key, now_ms) {
-        None => Ok(None),
-        Some(e) => hash_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::write(core, key, now_ms)
 }
 
 /// The hash at `key` for writing, created empty (and stored) when missing. The flag says

@@ -15,6 +15,7 @@ use lattice_store::Value;
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY};
 use crate::blocking::{parse_timeout, TimeoutReply};
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_LIST, EVENT_NEW};
+use crate::cmd::typed;
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -58,15 +59,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// `getPositiveLongFromObjectOrReply` without a custom message (any non-integer too).
 const MUST_BE_POSITIVE: &str = "ERR value is out of range, must be positive";
 
-/// The key holds a value of another type.
-pub(crate) struct WrongType;
-
-fn list_in(value: &mut Value) -> Option<&mut List> {
-    match value {
-        Value::List(l) => Some(l),
-        _ => None,
-    }
-}
+pub(crate) use crate::cmd::typed::WrongType;
 
 /// The list at `key` for reading (counts a keyspace hit or miss).
 pub(crate) fn read_list<'c>(
@@ -74,22 +67,16 @@ pub(crate) fn read_list<'c>(
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut List>, WrongType> {
-    match core.lookup_read(key, now_ms) {
-        None => Ok(None),
-        Some(e) => list_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::read(core, key, now_ms)
 }
 
-/// The list at `key` for writing (no hit/miss counting).
+/// The list at `key` for writing.
 pub(crate) fn write_list<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut List>, WrongType> {
-    match core.lookup_write(key, now_ms) {
-        None => Ok(None),
-        Some(e) => list_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::write(core, key, now_ms)
 }
 
 fn end_name(end: End, push: bool) -> &'static str {

@@ -15,6 +15,7 @@ pub mod set;
 pub mod sort;
 pub mod string;
 pub mod tx;
+pub(crate) mod typed;
 pub mod zset;
 
 pub const FAMILIES: &[&[CommandSpec]] = &[

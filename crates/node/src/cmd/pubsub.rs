@@ -193,14 +193,16 @@ pub fn event_classes_to_string(flags: u32) -> String {
             (EVENT_EVICTED, 'e'),
             (EVENT_STREAM, 't'),
             (EVENT_MODULE, 'd'),
-            (EVENT_NEW, 'n'),
         ] {
             if flags & bit != 0 {
                 s.push(c);
             }
         }
     }
+    // `n` is not part of `A`, so it is kept even then: the string is also what the flags are
+    // read back from.
     for (bit, c) in [
+        (EVENT_NEW, 'n'),
         (EVENT_KEYSPACE, 'K'),
         (EVENT_KEYEVENT, 'E'),
         (EVENT_KEY_MISS, 'm'),

@@ -18,6 +18,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::args::{is, parse_i64, NOT_INTEGER, SYNTAX};
 use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_SET};
+use crate::cmd::typed;
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -54,8 +55,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// `getPositiveLongFromObjectOrReply` without a custom message.
 pub(crate) const MUST_BE_POSITIVE: &str = "ERR value is out of range, must be positive";
 
-/// The key holds a value of another type.
-pub(crate) struct WrongType;
+pub(crate) use crate::cmd::typed::WrongType;
 
 /// `set-max-intset-entries`.
 pub(crate) fn max_intset_entries(core: &Core) -> usize {
@@ -69,23 +69,13 @@ pub(crate) fn config_usize(core: &Core, name: &str, default: usize) -> usize {
         .map_or(default, |v| v.min(usize::MAX as u64) as usize)
 }
 
-fn set_in(value: &mut Value) -> Option<&mut Set> {
-    match value {
-        Value::Set(s) => Some(s),
-        _ => None,
-    }
-}
-
 /// The set at `key` for reading (counts a keyspace hit or miss).
 fn read_set<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut Set>, WrongType> {
-    match core.lookup_read(key, now_ms) {
-        None => Ok(None),
-        Some(e) => set_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::read(core, key, now_ms)
 }
 
 /// The set at `key` for writing.
@@ -94,18 +84,11 @@ fn write_set<'c>(
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut Set>, WrongType> {
-    match core.lookup_write(key, now_ms) {
-        None => Ok(None),
-        Some(e) => set_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::write(core, key, now_ms)
 }
 
-/// The set stored at `key`, without expiry or statistics (the caller looked it up already).
 fn peek_set<'d>(db: &'d Db, key: &[u8]) -> Option<&'d Set> {
-    match db.get_raw(key).map(|e| &e.value) {
-        Some(Value::Set(s)) => Some(s),
-        _ => None,
-    }
+    typed::peek(db, key)
 }
 
 /// Reports members removed from the set at `key` by `event`; deletes the key if it is now

@@ -26,6 +26,7 @@ use crate::cmd::set::{
     config_usize, distinct_picks, draw, empty_scan, parse_scan_opts, random_index, WrongType,
     MUST_BE_POSITIVE,
 };
+use crate::cmd::typed::{self, Typed};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -110,41 +111,29 @@ fn limits(core: &Core) -> Limits {
 }
 
 fn zset_in(value: &mut Value) -> Option<&mut ZSet> {
-    match value {
-        Value::ZSet(z) => Some(z),
-        _ => None,
-    }
+    ZSet::of_mut(value)
 }
 
-/// The sorted set at `key` for reading (counts a keyspace hit or miss).
+/// The zset at `key` for reading (counts a keyspace hit or miss).
 fn read_zset<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut ZSet>, WrongType> {
-    match core.lookup_read(key, now_ms) {
-        None => Ok(None),
-        Some(e) => zset_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::read(core, key, now_ms)
 }
 
-/// The sorted set at `key` for writing.
+/// The zset at `key` for writing.
 fn write_zset<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut ZSet>, WrongType> {
-    match core.lookup_write(key, now_ms) {
-        None => Ok(None),
-        Some(e) => zset_in(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::write(core, key, now_ms)
 }
 
 fn peek_zset<'d>(db: &'d Db, key: &[u8]) -> Option<&'d ZSet> {
-    match db.get_raw(key).map(|e| &e.value) {
-        Some(Value::ZSet(z)) => Some(z),
-        _ => None,
-    }
+    typed::peek(db, key)
 }
 
 fn peek_zset_mut<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut ZSet> {
