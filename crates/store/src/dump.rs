@@ -329,7 +329,7 @@ pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
             for _ in 0..n {
                 l.push(crate::list::End::Tail, r.bytes()?);
             }
-            Value::List(l)
+            Value::List(Box::new(l))
         }
         t @ (T_HASH_LISTPACK | T_HASH_TABLE) => {
             // A listpack never converts while restoring; a hashtable converts at once.
@@ -343,7 +343,7 @@ pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
                 let (f, v) = (r.bytes()?, r.bytes()?);
                 ensure(h.insert(f, v, limits))?;
             }
-            Value::Hash(h)
+            Value::Hash(Box::new(h))
         }
         T_SET_INTSET => {
             let n = r.count()?;
@@ -355,7 +355,7 @@ pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
                 last = Some(v);
                 s.insert(v.to_string().as_bytes(), usize::MAX);
             }
-            Value::Set(s)
+            Value::Set(Box::new(s))
         }
         T_SET_TABLE => {
             let n = r.count()?;
@@ -364,7 +364,7 @@ pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
                 // A limit of 0 entries makes the very first insert leave the intset form.
                 ensure(s.insert(r.bytes()?, 0))?;
             }
-            Value::Set(s)
+            Value::Set(Box::new(s))
         }
         t @ (T_ZSET_LISTPACK | T_ZSET_SKIPLIST) => {
             let n = r.count()?;
@@ -377,7 +377,7 @@ pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
                 let (m, s) = (r.bytes()?, r.score()?);
                 ensure(z.insert(m, s).is_none())?;
             }
-            Value::ZSet(z)
+            Value::ZSet(Box::new(z))
         }
         _ => return Err(DumpError::BadFormat),
     };
@@ -531,7 +531,7 @@ mod tests {
                     l.push(end, &m);
                 }
             }
-            Value::List(l)
+            Value::List(Box::new(l))
         })
     }
 
@@ -554,7 +554,7 @@ mod tests {
                         h.insert(&f, &v, limits);
                     }
                 }
-                Value::Hash(h)
+                Value::Hash(Box::new(h))
             })
     }
 
@@ -572,7 +572,7 @@ mod tests {
                         s.insert(&m, max_intset);
                     }
                 }
-                Value::Set(s)
+                Value::Set(Box::new(s))
             })
     }
 
@@ -596,7 +596,7 @@ mod tests {
                         z.convert_if_needed(max_entries, 64);
                     }
                 }
-                Value::ZSet(z)
+                Value::ZSet(Box::new(z))
             })
     }
 
@@ -641,7 +641,7 @@ mod tests {
         ] {
             z.insert(m, s);
         }
-        let v = Value::ZSet(z);
+        let v = Value::ZSet(Box::new(z));
         let back = restore(&dump(&v)).unwrap();
         assert_same(&v, &back);
         let Value::ZSet(z) = back else { panic!() };
@@ -660,7 +660,11 @@ mod tests {
         };
         let mut big = Hash::new();
         big.insert(b"f", b"v", lim);
-        for v in [Value::Set(s), Value::Hash(h), Value::Hash(big)] {
+        for v in [
+            Value::Set(Box::new(s)),
+            Value::Hash(Box::new(h)),
+            Value::Hash(Box::new(big)),
+        ] {
             assert_same(&v, &restore(&dump(&v)).unwrap());
         }
     }

@@ -11,10 +11,12 @@ use crate::{Hash, List, Set, ZSet};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(Str),
-    List(List),
-    Hash(Hash),
-    Set(Set),
-    ZSet(ZSet),
+    // Collections are boxed so a key holding a plain string (the common case) pays only for a
+    // string: the enum stays 32 bytes instead of the largest collection's size.
+    List(Box<List>),
+    Hash(Box<Hash>),
+    Set(Box<Set>),
+    ZSet(Box<ZSet>),
 }
 
 impl Value {

@@ -183,7 +183,7 @@ fn fit_encoding(core: &Core, value: Value) -> Value {
             for (f, v) in h.iter() {
                 out.insert(f, v, limits);
             }
-            Value::Hash(out)
+            Value::Hash(Box::new(out))
         }
         Value::Set(s) => {
             let max = max_intset_entries(core);
@@ -200,7 +200,7 @@ fn fit_encoding(core: &Core, value: Value) -> Value {
             for m in s.iter() {
                 out.insert(&m, limit);
             }
-            Value::Set(out)
+            Value::Set(Box::new(out))
         }
         Value::ZSet(mut z) => {
             let max_entries = listpack_limit(
@@ -227,7 +227,7 @@ fn fit_encoding(core: &Core, value: Value) -> Value {
             for (m, s) in z.iter() {
                 out.insert(m, s);
             }
-            Value::ZSet(out)
+            Value::ZSet(Box::new(out))
         }
         other => other,
     }

@@ -117,7 +117,8 @@ fn write_or_create<'c>(
             false
         }
         None => {
-            core.db.insert(key, Value::Hash(Hash::new()), None, now_ms);
+            core.db
+                .insert(key, Value::Hash(Box::new(Hash::new())), None, now_ms);
             true
         }
     };

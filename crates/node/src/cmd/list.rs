@@ -148,7 +148,7 @@ fn push_into(
                 l.push(end, v);
             }
             let len = l.len();
-            core.db.insert(key, Value::List(l), None, now_ms);
+            core.db.insert(key, Value::List(Box::new(l)), None, now_ms);
             (len, true)
         }
     };

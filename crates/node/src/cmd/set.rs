@@ -111,7 +111,7 @@ fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], result: Set, event
     if n > 0 {
         let created = core
             .db
-            .insert(dst, Value::Set(result), None, now_ms)
+            .insert(dst, Value::Set(Box::new(result)), None, now_ms)
             .is_none();
         call.out.integer(n as i64);
         if created {
@@ -140,7 +140,7 @@ fn sadd(core: &mut Core, call: &mut Call) {
         Ok(None) => {
             let mut s = Set::new();
             let n = members.iter().filter(|m| s.insert(m, max)).count();
-            core.db.insert(key, Value::Set(s), None, now_ms);
+            core.db.insert(key, Value::Set(Box::new(s)), None, now_ms);
             (n, true)
         }
     };
@@ -410,7 +410,7 @@ fn smove(core: &mut Core, call: &mut Call) {
         _ => {
             let mut d = Set::new();
             d.insert(member, max);
-            core.db.insert(dst, Value::Set(d), None, now_ms);
+            core.db.insert(dst, Value::Set(Box::new(d)), None, now_ms);
             (true, true)
         }
     };

@@ -255,7 +255,7 @@ fn sort_generic(core: &mut Core, call: &mut Call, readonly: bool) {
     if output_len > 0 {
         let created = core
             .db
-            .insert(dst, Value::List(result), None, now_ms)
+            .insert(dst, Value::List(Box::new(result)), None, now_ms)
             .is_none();
         if created {
             core.notify(EVENT_NEW, "new", dst);

@@ -165,7 +165,7 @@ fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], mut result: ZSet, 
         result.convert_if_needed(l.entries, l.value);
         let created = core
             .db
-            .insert(dst, Value::ZSet(result), None, now_ms)
+            .insert(dst, Value::ZSet(Box::new(result)), None, now_ms)
             .is_none();
         call.out.integer(n as i64);
         if created {
@@ -525,7 +525,7 @@ fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[
             // later members convert it as they are inserted.
             let first_len = pairs.first().map_or(0, |p| p.1.len());
             let z = ZSet::with_hint(1, first_len, l.entries, l.value);
-            core.db.insert(key, Value::ZSet(z), None, now_ms);
+            core.db.insert(key, Value::ZSet(Box::new(z)), None, now_ms);
             created = true;
         }
     }
