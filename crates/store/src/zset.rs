@@ -434,6 +434,8 @@ mod tests {
     /// the one measured) and 10,000 rank queries of random present members.
     #[test]
     #[ignore]
+    // A wall-clock benchmark (ignored by default) is the one place a pure crate may read a
+    // clock: it measures the code, it is not part of it.
     #[allow(clippy::disallowed_methods, clippy::disallowed_types)]
     fn zset_scaling() {
         use std::time::Instant;

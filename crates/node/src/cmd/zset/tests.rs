@@ -692,6 +692,8 @@ proptest! {
 /// of new members and 10,000 ZRANKs of present ones are timed (request in, reply out).
 #[test]
 #[ignore]
+// A wall-clock benchmark (ignored by default) is the one place a pure crate may read a
+// clock: it measures the code, it is not part of it.
 #[allow(clippy::disallowed_methods, clippy::disallowed_types)]
 fn zset_command_scaling() {
     use std::time::Instant;
