@@ -84,24 +84,6 @@ fn hash_in(value: &mut Value) -> Option<&mut Hash> {
     Hash::of_mut(value)
 }
 
-/// The hash at `key` for reading (counts a keyspace hit or miss).
-fn read_hash<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut Hash>, WrongType> {
-    typed::read(core, key, now_ms)
-}
-
-/// The hash at `key` for writing.
-fn write_hash<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut Hash>, WrongType> {
-    typed::write(core, key, now_ms)
-}
-
 /// The hash at `key` for writing, created empty (and stored) when missing. The flag says
 /// whether it was created; the caller must store something in it before returning.
 fn write_or_create<'c>(
@@ -186,7 +168,7 @@ fn hsetnx(core: &mut Core, call: &mut Call) {
 }
 
 fn hget(core: &mut Core, call: &mut Call) {
-    match read_hash(core, call.arg(1), call.now_ms) {
+    match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(h) => match h.and_then(|h| h.get(call.arg(2))) {
             Some(v) => call.out.bulk(v),
@@ -196,7 +178,7 @@ fn hget(core: &mut Core, call: &mut Call) {
 }
 
 fn hmget(core: &mut Core, call: &mut Call) {
-    match read_hash(core, call.arg(1), call.now_ms) {
+    match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(h) => {
             let h = h.map(|h| &*h);
@@ -214,7 +196,7 @@ fn hmget(core: &mut Core, call: &mut Call) {
 fn hdel(core: &mut Core, call: &mut Call) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
-    let h = match write_hash(core, key, now_ms) {
+    let h = match typed::write::<Hash>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.integer(0),
         Ok(Some(h)) => h,
@@ -243,14 +225,14 @@ fn hdel(core: &mut Core, call: &mut Call) {
 }
 
 fn hlen(core: &mut Core, call: &mut Call) {
-    match read_hash(core, call.arg(1), call.now_ms) {
+    match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(h) => call.out.integer(h.map_or(0, |h| h.len()) as i64),
     }
 }
 
 fn hstrlen(core: &mut Core, call: &mut Call) {
-    match read_hash(core, call.arg(1), call.now_ms) {
+    match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(h) => {
             let n = h.and_then(|h| h.get(call.arg(2))).map_or(0, |v| v.len());
@@ -260,7 +242,7 @@ fn hstrlen(core: &mut Core, call: &mut Call) {
 }
 
 fn hexists(core: &mut Core, call: &mut Call) {
-    match read_hash(core, call.arg(1), call.now_ms) {
+    match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(h) => call
             .out
@@ -276,7 +258,7 @@ enum Part {
 }
 
 fn getall_generic(core: &mut Core, call: &mut Call, part: Part) {
-    let h = match read_hash(core, call.arg(1), call.now_ms) {
+    let h = match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(h) => h,
     };
@@ -327,7 +309,7 @@ fn hincrby(core: &mut Core, call: &mut Call) {
     };
     let (key, field) = (call.arg(1), call.arg(2));
     let now_ms = call.now_ms;
-    let current = match write_hash(core, key, now_ms) {
+    let current = match typed::write::<Hash>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(h) => match h.and_then(|h| h.get(field)) {
             None => 0,
@@ -361,7 +343,7 @@ fn hincrbyfloat(core: &mut Core, call: &mut Call) {
     }
     let (key, field) = (call.arg(1), call.arg(2));
     let now_ms = call.now_ms;
-    let result = match write_hash(core, key, now_ms) {
+    let result = match typed::write::<Hash>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(h) => long_double_add(h.and_then(|h| h.get(field)), incr),
     };
@@ -412,13 +394,13 @@ fn hrandfield(core: &mut Core, call: &mut Call) {
         }
         return hrandfield_count(core, call, count, withvalues);
     }
-    let len = match read_hash(core, call.arg(1), call.now_ms) {
+    let len = match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.null(),
         Ok(Some(h)) => h.len(),
     };
     let i = random_index(core, len);
-    let h = read_hash(core, call.arg(1), call.now_ms)
+    let h = typed::read::<Hash>(core, call.arg(1), call.now_ms)
         .ok()
         .flatten()
         .expect("looked up above");
@@ -429,7 +411,7 @@ fn hrandfield(core: &mut Core, call: &mut Call) {
 fn hrandfield_count(core: &mut Core, call: &mut Call, count: i64, withvalues: bool) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
-    let len = match read_hash(core, key, now_ms) {
+    let len = match typed::read::<Hash>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.array_len(0),
         Ok(Some(h)) => h.len(),
@@ -446,7 +428,7 @@ fn hrandfield_count(core: &mut Core, call: &mut Call, count: i64, withvalues: bo
     } else {
         distinct_picks(core, len, count as usize)
     };
-    let h = read_hash(core, key, now_ms)
+    let h = typed::read::<Hash>(core, key, now_ms)
         .ok()
         .flatten()
         .expect("looked up above");
@@ -472,7 +454,7 @@ fn hscan(core: &mut Core, call: &mut Call) {
     let Some(cursor) = parse_cursor(call.arg(2)) else {
         return call.error("ERR invalid cursor");
     };
-    let h = match read_hash(core, call.arg(1), call.now_ms) {
+    let h = match typed::read::<Hash>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => {
             call.out.array_len(2);

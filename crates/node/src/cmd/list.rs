@@ -61,24 +61,6 @@ const MUST_BE_POSITIVE: &str = "ERR value is out of range, must be positive";
 
 pub(crate) use crate::cmd::typed::WrongType;
 
-/// The list at `key` for reading (counts a keyspace hit or miss).
-pub(crate) fn read_list<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut List>, WrongType> {
-    typed::read(core, key, now_ms)
-}
-
-/// The list at `key` for writing.
-pub(crate) fn write_list<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut List>, WrongType> {
-    typed::write(core, key, now_ms)
-}
-
 fn end_name(end: End, push: bool) -> &'static str {
     match (end, push) {
         (End::Head, true) => "lpush",
@@ -134,7 +116,7 @@ fn push_into(
     create: bool,
     now_ms: u64,
 ) -> Result<Option<usize>, WrongType> {
-    let (len, created) = match write_list(core, key, now_ms)? {
+    let (len, created) = match typed::write::<List>(core, key, now_ms)? {
         Some(l) => {
             for v in values {
                 l.push(end, v);
@@ -206,7 +188,7 @@ fn pop_generic(core: &mut Core, call: &mut Call, end: End) {
     };
     let key = call.arg(1);
     let now_ms = call.now_ms;
-    let list = match write_list(core, key, now_ms) {
+    let list = match typed::write::<List>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) if count.is_some() => return call.out.null_array(),
         Ok(None) => return call.out.null(),
@@ -239,7 +221,7 @@ fn rpop(core: &mut Core, call: &mut Call) {
 }
 
 fn llen(core: &mut Core, call: &mut Call) {
-    match read_list(core, call.arg(1), call.now_ms) {
+    match typed::read::<List>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(l) => call.out.integer(l.map_or(0, |l| l.len()) as i64),
     }
@@ -267,7 +249,7 @@ fn lrange(core: &mut Core, call: &mut Call) {
     let (Some(start), Some(end)) = (parse_i64(call.arg(2)), parse_i64(call.arg(3))) else {
         return call.error(NOT_INTEGER);
     };
-    match read_list(core, call.arg(1), call.now_ms) {
+    match typed::read::<List>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(None) => call.out.array_len(0),
         Ok(Some(l)) => match clamp_range(start, end, l.len()) {
@@ -283,7 +265,7 @@ fn lrange(core: &mut Core, call: &mut Call) {
 }
 
 fn lindex(core: &mut Core, call: &mut Call) {
-    let l = match read_list(core, call.arg(1), call.now_ms) {
+    let l = match typed::read::<List>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.null(),
         Ok(Some(l)) => l,
@@ -299,7 +281,7 @@ fn lindex(core: &mut Core, call: &mut Call) {
 
 fn lset(core: &mut Core, call: &mut Call) {
     let key = call.arg(1);
-    let l = match write_list(core, key, call.now_ms) {
+    let l = match typed::write::<List>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.error(NO_SUCH_KEY),
         Ok(Some(l)) => l,
@@ -327,7 +309,7 @@ fn linsert(core: &mut Core, call: &mut Call) {
         return call.syntax_error();
     };
     let key = call.arg(1);
-    let l = match write_list(core, key, call.now_ms) {
+    let l = match typed::write::<List>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.integer(0),
         Ok(Some(l)) => l,
@@ -349,7 +331,7 @@ fn lrem(core: &mut Core, call: &mut Call) {
     };
     let key = call.arg(1);
     let now_ms = call.now_ms;
-    let l = match write_list(core, key, now_ms) {
+    let l = match typed::write::<List>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.integer(0),
         Ok(Some(l)) => l,
@@ -369,7 +351,7 @@ fn ltrim(core: &mut Core, call: &mut Call) {
     };
     let key = call.arg(1);
     let now_ms = call.now_ms;
-    let l = match write_list(core, key, now_ms) {
+    let l = match typed::write::<List>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.ok(),
         Ok(Some(l)) => l,
@@ -421,7 +403,7 @@ fn lpos(core: &mut Core, call: &mut Call) {
         rank = rank.wrapping_neg();
     }
     let element = call.arg(2);
-    let l = match read_list(core, call.arg(1), call.now_ms) {
+    let l = match typed::read::<List>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) if count.is_some() => return call.out.array_len(0),
         Ok(None) => return call.out.null(),
@@ -482,7 +464,7 @@ fn move_element(core: &mut Core, call: &mut Call, src: &[u8], dst: &[u8], from: 
             return call.wrong_type();
         }
     }
-    let value = match write_list(core, src, now_ms) {
+    let value = match typed::write::<List>(core, src, now_ms) {
         Ok(Some(l)) => l.pop(from).expect("stored lists are never empty"),
         _ => return call.out.null(),
     };
@@ -495,7 +477,7 @@ fn move_element(core: &mut Core, call: &mut Call, src: &[u8], dst: &[u8], from: 
 
 fn lmove_generic(core: &mut Core, call: &mut Call, from: End, to: End) {
     let (src, dst) = (call.arg(1), call.arg(2));
-    match write_list(core, src, call.now_ms) {
+    match typed::write::<List>(core, src, call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(None) => call.out.null(),
         Ok(Some(_)) => move_element(core, call, src, dst, from, to),
@@ -520,7 +502,7 @@ fn blmove_generic(core: &mut Core, call: &mut Call, from: End, to: End, timeout:
     };
     let retry = is_retry(core, call);
     let (src, dst) = (call.arg(1), call.arg(2));
-    match write_list(core, src, call.now_ms) {
+    match typed::write::<List>(core, src, call.now_ms) {
         Err(WrongType) if !retry => call.wrong_type(),
         Ok(Some(_)) => move_element(core, call, src, dst, from, to),
         // Inside MULTI the command cannot block and answers a null bulk string; a client that
@@ -569,7 +551,7 @@ fn pop_first(
 ) -> Popped {
     let now_ms = call.now_ms;
     for key in keys {
-        let l = match write_list(core, key, now_ms) {
+        let l = match typed::write::<List>(core, key, now_ms) {
             Err(WrongType) if skip_wrong_type => continue,
             Err(WrongType) => {
                 call.wrong_type();

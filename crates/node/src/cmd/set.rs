@@ -11,7 +11,7 @@ pub(crate) mod tests;
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use lattice_store::{glob_match, Db, Set, Value};
+use lattice_store::{glob_match, Set, Value};
 use rand_chacha::rand_core::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -69,32 +69,10 @@ pub(crate) fn config_usize(core: &Core, name: &str, default: usize) -> usize {
         .map_or(default, |v| v.min(usize::MAX as u64) as usize)
 }
 
-/// The set at `key` for reading (counts a keyspace hit or miss).
-fn read_set<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut Set>, WrongType> {
-    typed::read(core, key, now_ms)
-}
-
-/// The set at `key` for writing.
-fn write_set<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut Set>, WrongType> {
-    typed::write(core, key, now_ms)
-}
-
-fn peek_set<'d>(db: &'d Db, key: &[u8]) -> Option<&'d Set> {
-    typed::peek(db, key)
-}
-
 /// Reports members removed from the set at `key` by `event`; deletes the key if it is now
 /// empty (with Redis's `del` event).
 fn removed_from(core: &mut Core, key: &[u8], event: &str) {
-    let empty = peek_set(&core.db, key).is_some_and(|s| s.is_empty());
+    let empty = typed::peek::<Set>(&core.db, key).is_some_and(|s| s.is_empty());
     core.modified(key);
     core.notify(EVENT_SET, event, key);
     if empty {
@@ -134,7 +112,7 @@ fn sadd(core: &mut Core, call: &mut Call) {
     let now_ms = call.now_ms;
     let max = max_intset_entries(core);
     let members = &call.args[2..];
-    let (added, created) = match write_set(core, key, now_ms) {
+    let (added, created) = match typed::write::<Set>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(Some(s)) => (members.iter().filter(|m| s.insert(m, max)).count(), false),
         Ok(None) => {
@@ -157,7 +135,7 @@ fn sadd(core: &mut Core, call: &mut Call) {
 fn srem(core: &mut Core, call: &mut Call) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
-    let removed = match write_set(core, key, now_ms) {
+    let removed = match typed::write::<Set>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => 0,
         Ok(Some(s)) => {
@@ -180,7 +158,7 @@ fn srem(core: &mut Core, call: &mut Call) {
 }
 
 fn smembers(core: &mut Core, call: &mut Call) {
-    match read_set(core, call.arg(1), call.now_ms) {
+    match typed::read::<Set>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(None) => call.out.set_len(0),
         Ok(Some(s)) => {
@@ -194,7 +172,7 @@ fn smembers(core: &mut Core, call: &mut Call) {
 
 fn sismember(core: &mut Core, call: &mut Call) {
     let member = call.arg(2);
-    match read_set(core, call.arg(1), call.now_ms) {
+    match typed::read::<Set>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(s) => call
             .out
@@ -203,7 +181,7 @@ fn sismember(core: &mut Core, call: &mut Call) {
 }
 
 fn smismember(core: &mut Core, call: &mut Call) {
-    match read_set(core, call.arg(1), call.now_ms) {
+    match typed::read::<Set>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(s) => {
             let s = s.map(|s| &*s);
@@ -216,7 +194,7 @@ fn smismember(core: &mut Core, call: &mut Call) {
 }
 
 fn scard(core: &mut Core, call: &mut Call) {
-    match read_set(core, call.arg(1), call.now_ms) {
+    match typed::read::<Set>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(s) => call.out.integer(s.map_or(0, |s| s.len()) as i64),
     }
@@ -236,13 +214,13 @@ fn spop(core: &mut Core, call: &mut Call) {
     if call.argc() == 3 {
         return spop_count(core, call);
     }
-    let len = match write_set(core, key, now_ms) {
+    let len = match typed::write::<Set>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.null(),
         Ok(Some(s)) => s.len(),
     };
     let i = random_index(core, len);
-    let Ok(Some(s)) = write_set(core, key, now_ms) else {
+    let Ok(Some(s)) = typed::write::<Set>(core, key, now_ms) else {
         unreachable!("looked up above")
     };
     let m = s.remove_at(i).expect("index in range");
@@ -257,7 +235,7 @@ fn spop_count(core: &mut Core, call: &mut Call) {
         Some(n) if n >= 0 => n as u64,
         _ => return call.error(MUST_BE_POSITIVE),
     };
-    let len = match write_set(core, key, now_ms) {
+    let len = match typed::write::<Set>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.set_len(0),
         Ok(Some(s)) => s.len(),
@@ -283,7 +261,7 @@ fn spop_count(core: &mut Core, call: &mut Call) {
     let mut popped = Vec::with_capacity(count);
     for n in (len - count + 1..=len).rev() {
         let i = random_index(core, n);
-        let Ok(Some(s)) = write_set(core, key, now_ms) else {
+        let Ok(Some(s)) = typed::write::<Set>(core, key, now_ms) else {
             unreachable!("looked up above")
         };
         popped.push(s.remove_at(i).expect("index in range"));
@@ -302,13 +280,13 @@ fn srandmember(core: &mut Core, call: &mut Call) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
     if call.argc() == 2 {
-        let len = match read_set(core, key, now_ms) {
+        let len = match typed::read::<Set>(core, key, now_ms) {
             Err(WrongType) => return call.wrong_type(),
             Ok(None) => return call.out.null(),
             Ok(Some(s)) => s.len(),
         };
         let i = random_index(core, len);
-        let s = peek_set(&core.db, key).expect("looked up above");
+        let s = typed::peek::<Set>(&core.db, key).expect("looked up above");
         return call.out.bulk(&s.get(i).expect("index in range"));
     }
     let count = match parse_i64(call.arg(2)) {
@@ -320,7 +298,7 @@ fn srandmember(core: &mut Core, call: &mut Call) {
         }
         Some(n) => n,
     };
-    let len = match read_set(core, key, now_ms) {
+    let len = match typed::read::<Set>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.array_len(0),
         Ok(Some(s)) => s.len(),
@@ -332,7 +310,7 @@ fn srandmember(core: &mut Core, call: &mut Call) {
         // Repeats allowed: streamed, since the count is the client's to choose.
         let n = count.unsigned_abs();
         call.out.array_len(n as usize);
-        let s = peek_set(&core.db, key).expect("looked up above");
+        let s = typed::peek::<Set>(&core.db, key).expect("looked up above");
         for _ in 0..n {
             let i = draw(&mut core.rng, len);
             call.out.bulk(&s.get(i).expect("index in range"));
@@ -340,7 +318,7 @@ fn srandmember(core: &mut Core, call: &mut Call) {
         return;
     }
     let picks = distinct_picks(core, len, count as u64);
-    let s = peek_set(&core.db, key).expect("looked up above");
+    let s = typed::peek::<Set>(&core.db, key).expect("looked up above");
     call.out.array_len(picks.len());
     for i in picks {
         call.out.bulk(&s.get(i).expect("index in range"));
@@ -394,10 +372,10 @@ fn smove(core: &mut Core, call: &mut Call) {
         return call.wrong_type();
     }
     if src == dst {
-        let s = peek_set(&core.db, src).expect("looked up above");
+        let s = typed::peek::<Set>(&core.db, src).expect("looked up above");
         return call.out.integer(s.contains(member) as i64);
     }
-    let Ok(Some(s)) = write_set(core, src, now_ms) else {
+    let Ok(Some(s)) = typed::write::<Set>(core, src, now_ms) else {
         unreachable!("looked up above")
     };
     if !s.remove(member) {
@@ -405,7 +383,7 @@ fn smove(core: &mut Core, call: &mut Call) {
     }
     removed_from(core, src, "srem");
     let max = max_intset_entries(core);
-    let (added, created) = match write_set(core, dst, now_ms) {
+    let (added, created) = match typed::write::<Set>(core, dst, now_ms) {
         Ok(Some(d)) => (d.insert(member, max), false),
         _ => {
             let mut d = Set::new();
@@ -469,7 +447,7 @@ fn sinter_generic(core: &mut Core, call: &mut Call, keys: &[Bytes], dst: Option<
     }
     let sets: Vec<&Set> = keys
         .iter()
-        .map(|k| peek_set(&core.db, k).expect("looked up above"))
+        .map(|k| typed::peek::<Set>(&core.db, k).expect("looked up above"))
         .collect();
     match dst {
         None => {
@@ -535,7 +513,7 @@ fn sintercard(core: &mut Core, call: &mut Call) {
     }
     let sets: Vec<&Set> = keys
         .iter()
-        .map(|k| peek_set(&core.db, k).expect("looked up above"))
+        .map(|k| typed::peek::<Set>(&core.db, k).expect("looked up above"))
         .collect();
     let n = intersection(&sets, limit).count();
     call.out.integer(n as i64);
@@ -559,7 +537,10 @@ fn sunion_diff_generic(
         return call.wrong_type();
     }
     let max = max_intset_entries(core);
-    let sets: Vec<Option<&Set>> = keys.iter().map(|k| peek_set(&core.db, k)).collect();
+    let sets: Vec<Option<&Set>> = keys
+        .iter()
+        .map(|k| typed::peek::<Set>(&core.db, k))
+        .collect();
     let mut result = Set::new();
     match op {
         Op::Union => {
@@ -666,7 +647,7 @@ fn sscan(core: &mut Core, call: &mut Call) {
         return call.error("ERR invalid cursor");
     };
     let key = call.arg(1);
-    match read_set(core, key, call.now_ms) {
+    match typed::read::<Set>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return empty_scan(call),
         Ok(Some(_)) => {}
@@ -674,7 +655,7 @@ fn sscan(core: &mut Core, call: &mut Call) {
     let Some(opts) = parse_scan_opts(call, 3) else {
         return;
     };
-    let s = peek_set(&core.db, key).expect("looked up above");
+    let s = typed::peek::<Set>(&core.db, key).expect("looked up above");
     let (next, batch) = s.scan(cursor, opts.count);
     let batch: Vec<Cow<[u8]>> = batch
         .into_iter()

@@ -114,28 +114,6 @@ fn zset_in(value: &mut Value) -> Option<&mut ZSet> {
     ZSet::of_mut(value)
 }
 
-/// The zset at `key` for reading (counts a keyspace hit or miss).
-fn read_zset<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut ZSet>, WrongType> {
-    typed::read(core, key, now_ms)
-}
-
-/// The zset at `key` for writing.
-fn write_zset<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut ZSet>, WrongType> {
-    typed::write(core, key, now_ms)
-}
-
-fn peek_zset<'d>(db: &'d Db, key: &[u8]) -> Option<&'d ZSet> {
-    typed::peek(db, key)
-}
-
 fn peek_zset_mut<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut ZSet> {
     db.get_live(key, now_ms, |_| {})
         .and_then(|e| zset_in(&mut e.value))
@@ -144,7 +122,7 @@ fn peek_zset_mut<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut 
 /// Reports members removed from the sorted set at `key` by `event`; deletes the key if it is
 /// now empty (with Redis's `del` event).
 fn removed_from(core: &mut Core, key: &[u8], event: &str) {
-    let empty = peek_zset(&core.db, key).is_some_and(|z| z.is_empty());
+    let empty = typed::peek::<ZSet>(&core.db, key).is_some_and(|z| z.is_empty());
     if empty {
         core.db.remove(key);
     }
@@ -510,7 +488,7 @@ fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[
     let now_ms = call.now_ms;
     let l = limits(core);
     let mut created = false;
-    match write_zset(core, key, now_ms) {
+    match typed::write::<ZSet>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(Some(_)) => {}
         Ok(None) => {
@@ -586,7 +564,7 @@ fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[
 
 fn zrem(core: &mut Core, call: &mut Call) {
     let key = call.arg(1);
-    let removed = match write_zset(core, key, call.now_ms) {
+    let removed = match typed::write::<ZSet>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => 0,
         Ok(Some(z)) => {
@@ -609,7 +587,7 @@ fn zrem(core: &mut Core, call: &mut Call) {
 }
 
 fn zcard(core: &mut Core, call: &mut Call) {
-    match read_zset(core, call.arg(1), call.now_ms) {
+    match typed::read::<ZSet>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(z) => call.out.integer(z.map_or(0, |z| z.len()) as i64),
     }
@@ -617,7 +595,7 @@ fn zcard(core: &mut Core, call: &mut Call) {
 
 fn zscore(core: &mut Core, call: &mut Call) {
     let member = call.arg(2);
-    match read_zset(core, call.arg(1), call.now_ms) {
+    match typed::read::<ZSet>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(z) => match z.and_then(|z| z.score(member)) {
             Some(s) => call.out.double(s),
@@ -627,7 +605,7 @@ fn zscore(core: &mut Core, call: &mut Call) {
 }
 
 fn zmscore(core: &mut Core, call: &mut Call) {
-    match read_zset(core, call.arg(1), call.now_ms) {
+    match typed::read::<ZSet>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(z) => {
             let z = z.map(|z| &*z);
@@ -644,7 +622,7 @@ fn zmscore(core: &mut Core, call: &mut Call) {
 
 fn zrank_generic(core: &mut Core, call: &mut Call, rev: bool) {
     let member = call.arg(2);
-    match read_zset(core, call.arg(1), call.now_ms) {
+    match typed::read::<ZSet>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(z) => {
             let rank = z.and_then(|z| {
@@ -671,7 +649,7 @@ fn zcount(core: &mut Core, call: &mut Call) {
     let Some(range) = parse_score_range(call.arg(2), call.arg(3)) else {
         return call.error(NOT_FLOAT_RANGE);
     };
-    match read_zset(core, call.arg(1), call.now_ms) {
+    match typed::read::<ZSet>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(None) => call.out.integer(0),
         Ok(Some(z)) => {
@@ -685,7 +663,7 @@ fn zlexcount(core: &mut Core, call: &mut Call) {
     let Some(range) = parse_lex_range(call.arg(2), call.arg(3)) else {
         return call.error(NOT_LEX_RANGE);
     };
-    match read_zset(core, call.arg(1), call.now_ms) {
+    match typed::read::<ZSet>(core, call.arg(1), call.now_ms) {
         Err(WrongType) => call.wrong_type(),
         Ok(None) => call.out.integer(0),
         Ok(Some(z)) => {
@@ -834,7 +812,7 @@ fn zrange_generic(
             None => return call.error(NOT_LEX_RANGE),
         },
     };
-    let z = match read_zset(core, key, call.now_ms) {
+    let z = match typed::read::<ZSet>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => {
             return match dst {
@@ -916,7 +894,7 @@ fn zremrange_generic(core: &mut Core, call: &mut Call, rangetype: RangeType) {
             _ => return call.error(NOT_INTEGER),
         },
     };
-    let z = match write_zset(core, key, call.now_ms) {
+    let z = match typed::write::<ZSet>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.integer(0),
         Ok(Some(z)) => z,
@@ -1173,13 +1151,13 @@ fn zrandmember(core: &mut Core, call: &mut Call) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
     if call.argc() == 2 {
-        let len = match read_zset(core, key, now_ms) {
+        let len = match typed::read::<ZSet>(core, key, now_ms) {
             Err(WrongType) => return call.wrong_type(),
             Ok(None) => return call.out.null(),
             Ok(Some(z)) => z.len(),
         };
         let i = random_index(core, len);
-        let z = peek_zset(&core.db, key).expect("looked up above");
+        let z = typed::peek::<ZSet>(&core.db, key).expect("looked up above");
         let (m, _) = z.get_by_rank(i).expect("rank in range");
         return call.out.bulk(m);
     }
@@ -1202,7 +1180,7 @@ fn zrandmember(core: &mut Core, call: &mut Call) {
         }
         _ => return call.syntax_error(),
     };
-    let len = match read_zset(core, key, now_ms) {
+    let len = match typed::read::<ZSet>(core, key, now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return call.out.array_len(0),
         Ok(Some(z)) => z.len(),
@@ -1219,7 +1197,7 @@ fn zrandmember(core: &mut Core, call: &mut Call) {
         } else {
             n as usize
         });
-        let z = peek_zset(&core.db, key).expect("looked up above");
+        let z = typed::peek::<ZSet>(&core.db, key).expect("looked up above");
         for _ in 0..n {
             let (m, s) = z
                 .get_by_rank(draw(&mut core.rng, len))
@@ -1235,7 +1213,7 @@ fn zrandmember(core: &mut Core, call: &mut Call) {
         return;
     }
     let picks = distinct_picks(core, len, count as u64);
-    let z = peek_zset(&core.db, key).expect("looked up above");
+    let z = typed::peek::<ZSet>(&core.db, key).expect("looked up above");
     let items = picks
         .iter()
         .map(|&r| z.get_by_rank(r).expect("rank in range"));
@@ -1527,7 +1505,7 @@ fn zscan(core: &mut Core, call: &mut Call) {
         return call.error("ERR invalid cursor");
     };
     let key = call.arg(1);
-    match read_zset(core, key, call.now_ms) {
+    match typed::read::<ZSet>(core, key, call.now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(None) => return empty_scan(call),
         Ok(Some(_)) => {}
@@ -1535,7 +1513,7 @@ fn zscan(core: &mut Core, call: &mut Call) {
     let Some(opts) = parse_scan_opts(call, 3) else {
         return;
     };
-    let z = peek_zset(&core.db, key).expect("looked up above");
+    let z = typed::peek::<ZSet>(&core.db, key).expect("looked up above");
     let (next, batch) = z.scan(cursor, opts.count);
     let batch: Vec<(&[u8], f64)> = batch
         .into_iter()
