@@ -96,6 +96,7 @@ impl Bench {
                     }
                 }
                 Output::Close { conn } => panic!("node closed c{}", conn.0),
+                Output::PeerSend { .. } => panic!("standalone node sent to a peer"),
             }
         }
         self.node().check_invariants();

@@ -633,6 +633,8 @@ impl World {
                         self.stream_push(id, false, Seg::Fin);
                     }
                 }
+                // Single-node worlds never report PeerUp.
+                Output::PeerSend { .. } => {}
             }
         }
     }

@@ -233,6 +233,13 @@ pub struct Config {
     pub requirepass: Option<String>,
     /// `notify-keyspace-events` as event-class bits (see `cmd::pubsub`).
     pub notify_keyspace_events: u32,
+    /// This replica's identity in the cluster (never reused; breaks timestamp ties).
+    pub node_id: u32,
+    /// Replicas in the cluster, this one included (1 = standalone: no replication metadata is
+    /// kept). Garbage collection of causal metadata waits until this many replicas have
+    /// acknowledged, so a configured peer that never connected holds GC back instead of
+    /// being silently skipped.
+    pub cluster_size: usize,
 }
 
 impl Default for Config {
@@ -247,6 +254,8 @@ impl Default for Config {
             maxmemory_policy: String::new(),
             requirepass: None,
             notify_keyspace_events: 0,
+            node_id: 1,
+            cluster_size: 1,
         };
         c.refresh();
         c

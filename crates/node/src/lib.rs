@@ -19,4 +19,4 @@ pub mod stats;
 pub use buggify::Buggify;
 pub use client::ConnId;
 pub use config::Config;
-pub use node::{Input, Micros, Node, Output, ProcessStats};
+pub use node::{Input, Micros, Node, NodeId, Output, ProcessStats};

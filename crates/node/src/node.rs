@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::{Bytes, BytesMut};
+pub use lattice_crdt::NodeId;
 use lattice_resp::{Protocol, ReplyWriter};
 use lattice_store::{Db, Entry};
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -56,6 +57,15 @@ pub enum Input {
     Closed { conn: ConnId },
     /// Fresh process figures for INFO.
     ProcessStats(ProcessStats),
+    /// The driver has an (authenticated) link to replica `peer`. From now on the node may emit
+    /// [`Output::PeerSend`] for it. Repeating it for a live link is harmless.
+    PeerUp { peer: NodeId },
+    /// One message from `peer`: the payload of one frame (the driver strips its framing). Bytes
+    /// the node cannot decode are counted and dropped, never trusted.
+    PeerMessage { peer: NodeId, data: Bytes },
+    /// The link to `peer` is gone. The node stops sending to it until the next `PeerUp`; what
+    /// was lost in flight is repaired by anti-entropy.
+    PeerDown { peer: NodeId },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -64,6 +74,10 @@ pub enum Output {
     Write { conn: ConnId, data: Bytes },
     /// Close the connection after everything written before.
     Close { conn: ConnId },
+    /// One message for replica `peer`; the driver frames it (the server: 4-byte big-endian
+    /// length, then the payload) and sends it in order on the peer's link. Emitted only
+    /// between `PeerUp` and `PeerDown`; the driver may drop it if the link fails.
+    PeerSend { peer: NodeId, data: Bytes },
 }
 
 /// Keys removed by one active-expiry pass at most; bounds the work of a single timer tick.
@@ -410,6 +424,7 @@ impl Node {
             }
             Input::Closed { conn } => self.core.forget_client(conn),
             Input::ProcessStats(p) => self.core.process = p,
+            Input::PeerUp { .. } | Input::PeerMessage { .. } | Input::PeerDown { .. } => {}
         }
     }
 

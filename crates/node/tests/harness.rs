@@ -59,6 +59,7 @@ impl Harness {
                     .or_default()
                     .extend_from_slice(&data),
                 Output::Close { conn } => self.closed.push(conn.0),
+                Output::PeerSend { .. } => panic!("standalone node sent to a peer"),
             }
         }
         self.node.check_invariants();

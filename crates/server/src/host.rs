@@ -72,6 +72,8 @@ impl Host {
                         let _ = m.send(Mail::Close);
                     }
                 }
+                // No cluster links yet: a standalone server never reports PeerUp.
+                Output::PeerSend { .. } => {}
             }
         }
         close_own
