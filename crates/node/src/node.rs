@@ -684,6 +684,21 @@ impl Node {
         self.core.clients.get(&conn).map(|c| c.last_command)
     }
 
+    /// Digest of this replica's whole replicated state (every key's value, causal metadata,
+    /// tombstones and expiry). Replicas that have exchanged everything have equal digests.
+    /// Standalone nodes (cluster_size 1) keep no replicated state and answer 0.
+    #[must_use]
+    pub fn replication_digest(&self) -> u64 {
+        0 // replaced by the replication layer (issue 5) in the next commits
+    }
+
+    /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
+    /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
+    #[must_use]
+    pub fn string_stamp(&self, _key: &[u8]) -> Option<lattice_crdt::Hlc> {
+        None // replaced by the replication layer (issue 5) in the next commits
+    }
+
     /// Panics if any internal invariant is broken. Cheap enough to run after every simulated
     /// step for the keyspace sizes the simulator uses.
     pub fn check_invariants(&self) {
