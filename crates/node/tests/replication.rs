@@ -27,7 +27,12 @@ impl Cluster {
             let mut config = Config::default();
             config.node_id = i as u32 + 1;
             config.cluster_size = n;
-            let mut node = Node::new(config, i as u64, Buggify::disabled(), Micros::from_millis(now_ms));
+            let mut node = Node::new(
+                config,
+                i as u64,
+                Buggify::disabled(),
+                Micros::from_millis(now_ms),
+            );
             node.handle(
                 Micros::from_millis(now_ms),
                 Input::Connected {
@@ -102,7 +107,10 @@ impl Cluster {
     }
 
     fn cmd(&mut self, i: usize, args: &[&str]) -> String {
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect();
+        let args = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
         self.nodes[i].handle(
             Micros::from_millis(self.now_ms),
             Input::Request {
@@ -126,17 +134,40 @@ impl Cluster {
         }
     }
 
+    /// Cuts node `i` off (or reconnects it). Like a real driver, each side is told the link
+    /// went down or came back up.
     fn partition(&mut self, i: usize, cut: bool) {
+        let now = Micros::from_millis(self.now_ms);
         for j in 0..self.nodes.len() {
             if j != i {
                 self.connected[i][j] = !cut;
                 self.connected[j][i] = !cut;
+                for (a, b) in [(i, j), (j, i)] {
+                    let peer = NodeId(b as u32 + 1);
+                    let input = if cut {
+                        Input::PeerDown { peer }
+                    } else {
+                        Input::PeerUp { peer }
+                    };
+                    self.nodes[a].handle(now, input);
+                }
             }
+        }
+        self.drain_all();
+    }
+
+    /// Loses messages on every link without the nodes noticing (no PeerDown).
+    fn lossy(&mut self, on: bool) {
+        for row in &mut self.connected {
+            row.iter_mut().for_each(|c| *c = !on);
         }
     }
 
     fn digests(&mut self) -> Vec<u64> {
-        self.nodes.iter_mut().map(|n| n.replication_digest()).collect()
+        self.nodes
+            .iter_mut()
+            .map(|n| n.replication_digest())
+            .collect()
     }
 }
 
@@ -176,12 +207,31 @@ fn partitioned_writes_converge_by_anti_entropy() {
     for i in 0..3 {
         assert_eq!(c.cmd(i, &["SCARD", "s"]), ":2\r\n", "node {i}");
         assert_eq!(c.cmd(i, &["GET", "n"]), "$2\r\n12\r\n", "node {i}");
-        assert_eq!(c.cmd(i, &["LRANGE", "l", "0", "-1"]), "*2\r\n$1\r\nx\r\n$1\r\ny\r\n");
+        assert_eq!(
+            c.cmd(i, &["LRANGE", "l", "0", "-1"]),
+            "*2\r\n$1\r\nx\r\n$1\r\ny\r\n"
+        );
         assert_eq!(c.cmd(i, &["HGET", "h", "f"]), "$1\r\n1\r\n");
         assert_eq!(c.cmd(i, &["EXISTS", "gone"]), ":0\r\n");
     }
     let d = c.digests();
     assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+}
+
+#[test]
+fn lost_deltas_are_repaired_without_a_link_failure() {
+    let mut c = Cluster::new(3);
+    c.lossy(true);
+    c.cmd(0, &["INCRBY", "n", "4"]);
+    c.cmd(1, &["SADD", "s", "b"]);
+    c.cmd(2, &["LPUSH", "l", "z"]);
+    c.lossy(false);
+    c.advance(4_000);
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["GET", "n"]), "$1\r\n4\r\n", "node {i}");
+        assert_eq!(c.cmd(i, &["SMEMBERS", "s"]), "*1\r\n$1\r\nb\r\n");
+        assert_eq!(c.cmd(i, &["LLEN", "l"]), ":1\r\n");
+    }
 }
 
 #[test]
@@ -288,7 +338,10 @@ fn anti_entropy_difference(keys: usize) {
     assert_eq!(c.cmd(1, &["DBSIZE"]), format!(":{keys}\r\n"));
     c.partition(1, true);
     for i in 0..10 {
-        c.cmd(0, &["SET", &format!("key:{}", i * (keys / 10 - 3)), "changed"]);
+        c.cmd(
+            0,
+            &["SET", &format!("key:{}", i * (keys / 10 - 3)), "changed"],
+        );
     }
     c.partition(1, false);
     let before = c.delivered_bytes;
