@@ -143,10 +143,8 @@ fn leaf_of_key(key: &[u8]) -> u32 {
 }
 
 fn key_digest(key: &[u8], state: &KeyState) -> u64 {
-    match state.digest_bytes(key) {
-        Some(bytes) => lattice_store::key_hash(&bytes) | 1,
-        None => 0,
-    }
+    // Never 0 for a key with contents: 0 means absent.
+    state.digest(key).map_or(0, |d| d | 1)
 }
 
 impl Replicator {
