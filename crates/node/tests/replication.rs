@@ -394,6 +394,8 @@ fn deleted_keys_are_garbage_collected_once_every_replica_has_seen_them() {
 /// replication -- --ignored --nocapture write_path_cost`.
 #[test]
 #[ignore]
+// A benchmark reads the host clock to time itself; the node under test never does.
+#[allow(clippy::disallowed_methods, clippy::disallowed_types)]
 fn write_path_cost() {
     let n = 200_000;
     let mut solo = Cluster::new(1);
