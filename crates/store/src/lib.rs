@@ -11,6 +11,7 @@ pub mod keyhash;
 pub mod list;
 pub mod ostree;
 pub mod set;
+pub mod stream;
 pub mod value;
 pub mod zset;
 
@@ -20,5 +21,6 @@ pub use hash::Hash;
 pub use keyhash::key_hash;
 pub use list::List;
 pub use set::Set;
+pub use stream::{Stream, StreamId};
 pub use value::{Str, Value};
 pub use zset::ZSet;

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use crate::{Hash, List, Set, ZSet};
+use crate::{Hash, List, Set, Stream, ZSet};
 
 /// A value of any Redis type.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,6 +17,7 @@ pub enum Value {
     Hash(Box<Hash>),
     Set(Box<Set>),
     ZSet(Box<ZSet>),
+    Stream(Box<Stream>),
 }
 
 impl Value {
@@ -28,6 +29,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -40,6 +42,7 @@ impl Value {
             Value::Hash(v) => v.encoding(),
             Value::Set(v) => v.encoding(),
             Value::ZSet(v) => v.encoding(),
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -52,6 +55,7 @@ impl Value {
             Value::Hash(v) => v.heap_bytes(),
             Value::Set(v) => v.heap_bytes(),
             Value::ZSet(v) => v.heap_bytes(),
+            Value::Stream(v) => v.heap_bytes(),
         }
     }
 }
