@@ -13,6 +13,7 @@ pub mod pubsub;
 pub mod server;
 pub mod set;
 pub mod sort;
+pub mod stream;
 pub mod string;
 pub mod tx;
 pub(crate) mod typed;
@@ -32,4 +33,5 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     zset::COMMANDS,
     tx::COMMANDS,
     pubsub::COMMANDS,
+    stream::COMMANDS,
 ];
