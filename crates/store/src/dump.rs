@@ -450,7 +450,7 @@ fn read_stream(r: &mut Reader) -> Res<Stream> {
     let mut prev: Option<StreamId> = None;
     for _ in 0..n {
         let id = read_id(r)?;
-        ensure(prev.map_or(true, |p| p < id))?;
+        ensure(prev.is_none_or(|p| p < id))?;
         prev = Some(id);
         let nf = r.count()?;
         let mut fields = Vec::new();
@@ -462,7 +462,7 @@ fn read_stream(r: &mut Reader) -> Res<Stream> {
         ensure(st.insert_raw(id, fields))?;
     }
     let last = read_id(r)?;
-    ensure(prev.map_or(true, |p| p <= last))?;
+    ensure(prev.is_none_or(|p| p <= last))?;
     let max_del = read_id(r)?;
     let added = r.varint()?;
     st.set_last_id(last, Some(added), Some(max_del));
@@ -484,7 +484,7 @@ fn read_stream(r: &mut Reader) -> Res<Stream> {
         for _ in 0..nc {
             let cname = r.bytes()?.to_vec();
             let seen = r.varint()?;
-            ensure(names.last().map_or(true, |p: &Vec<u8>| *p < cname))?;
+            ensure(names.last().is_none_or(|p: &Vec<u8>| *p < cname))?;
             names.push(cname.clone());
             g.consumers.insert(
                 cname,

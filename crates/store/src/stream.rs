@@ -614,6 +614,7 @@ impl Stream {
     /// for at least `min_idle_ms`, until `count` entries were claimed or dropped or
     /// `10 × count` were looked at. Returns (next cursor, claimed IDs, IDs dropped because
     /// their entries were deleted); None if the group does not exist.
+    #[allow(clippy::too_many_arguments)]
     pub fn auto_claim(
         &mut self,
         group: &[u8],

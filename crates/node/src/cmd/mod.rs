@@ -10,6 +10,7 @@ pub mod hash;
 pub mod keys;
 pub mod list;
 pub mod pubsub;
+pub mod script;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -34,4 +35,5 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     tx::COMMANDS,
     pubsub::COMMANDS,
     stream::COMMANDS,
+    script::COMMANDS,
 ];

@@ -511,7 +511,7 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
             }
         } else if is(o, "streams") && more > 0 {
             streams_at = i + 1;
-            if (call.argc() - streams_at) % 2 != 0 {
+            if !(call.argc() - streams_at).is_multiple_of(2) {
                 let symbol = if group_mode { '>' } else { '$' };
                 return call.error(&format!("ERR Unbalanced '{name}' list of streams: for each stream key an ID or '{symbol}' must be specified."));
             }
@@ -555,7 +555,7 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
             Ok(s) => s,
         };
         if let Some((g, _)) = group {
-            if !s.is_some_and(|s| s.group(g).is_some()) {
+            if s.is_none_or(|s| s.group(g).is_none()) {
                 let mut m = b"NOGROUP No such key '".to_vec();
                 m.extend_from_slice(key);
                 m.extend_from_slice(b"' or consumer group '");
@@ -594,7 +594,7 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
         let entries = match (group, from[k]) {
             (Some((g, c)), ReadFrom::New) => {
                 let last = s.group(g).map(|g| g.last_id).unwrap_or_default();
-                if s.last_entry().map_or(true, |(max, _)| max <= last) {
+                if s.last_entry().is_none_or(|(max, _)| max <= last) {
                     continue;
                 }
                 let created = !s.group(g).is_some_and(|g| g.consumers.contains_key(c));
