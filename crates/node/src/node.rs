@@ -137,6 +137,8 @@ pub struct Core {
     /// Replication state; None for a standalone node (cluster_size 1), which then keeps no
     /// CRDT metadata at all.
     pub(crate) repl: Option<Box<Replicator>>,
+    /// The Lua interpreter and script cache (EVAL, SCRIPT).
+    pub(crate) scripts: crate::cmd::script::Scripts,
 }
 
 impl Core {
@@ -326,6 +328,12 @@ impl Core {
                         .entry(spec.name)
                         .or_default()
                         .rejected_calls += 1;
+                } else if in_multi && spec.flags.contains(&"no-multi") {
+                    // SAVE, SHUTDOWN...: refused while queueing, which aborts the transaction.
+                    if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                        m.errored = true;
+                    }
+                    call.error(crate::cmd::server::NOT_IN_MULTI);
                 } else if in_multi && !RUN_INSIDE_MULTI.contains(&spec.name) {
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                         m.queued.push((spec, args.to_vec()));
@@ -405,6 +413,7 @@ impl Node {
             pending: VecDeque::new(),
             next_cron_ms: now_ms,
             repl,
+            scripts: crate::cmd::script::Scripts::new(),
         };
         Node { core }
     }

@@ -386,3 +386,24 @@ fn notify_keyspace_events_reads_back_in_canonical_form() {
         "*2\r\n$22\r\nnotify-keyspace-events\r\n$3\r\n$lE\r\n"
     );
 }
+
+#[test]
+fn save_and_shutdown_are_refused_inside_multi() {
+    for cmd in ["SAVE", "SHUTDOWN"] {
+        let mut h = Harness::new();
+        h.connect(1);
+        h.cmd(1, &["MULTI"]);
+        h.cmd(1, &["SET", "foo", "bar"]);
+        assert_eq!(
+            h.cmd(1, &[cmd]),
+            "-ERR Command not allowed inside a transaction\r\n"
+        );
+        assert_eq!(
+            h.cmd(1, &["EXEC"]),
+            "-EXECABORT Transaction discarded because of previous errors.\r\n"
+        );
+        assert_eq!(h.cmd(1, &["GET", "foo"]), "$-1\r\n");
+        // Outside MULTI they say plainly that this server cannot do them.
+        assert!(h.cmd(1, &[cmd]).starts_with("-ERR "));
+    }
+}

@@ -264,7 +264,64 @@ pub const COMMANDS: &[CommandSpec] = &[
             ),
         ],
     },
+    spec(
+        "save",
+        1,
+        &["admin", "noscript", "no-async-loading", "no-multi"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Synchronously saves the database(s) to disk.",
+        save,
+    ),
+    spec(
+        "shutdown",
+        -1,
+        &[
+            "admin",
+            "noscript",
+            "loading",
+            "stale",
+            "no-multi",
+            "allow-busy",
+        ],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Synchronously saves the database(s) to disk and shuts down the Redis server.",
+        shutdown,
+    ),
 ];
+
+/// Redis's reply to a `no-multi` command (SAVE, SHUTDOWN, ...) inside MULTI. The dispatcher
+/// rejects such commands while queueing; the handlers check again in case one reaches EXEC.
+pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
+
+/// SAVE. There is no persistence yet (its own issue): answering OK would tell a client its
+/// data is on disk when it is not, so SAVE answers an error that says so.
+fn save(_core: &mut Core, call: &mut Call) {
+    if call.in_exec {
+        return call.error(NOT_IN_MULTI);
+    }
+    call.error("ERR SAVE is not supported: this server has no persistence yet");
+}
+
+/// SHUTDOWN. The node cannot stop its process (drivers own it; there is no output for that),
+/// and with no persistence there is nothing to save: the server stops on SIGINT/SIGTERM.
+fn shutdown(_core: &mut Core, call: &mut Call) {
+    if call.in_exec {
+        return call.error(NOT_IN_MULTI);
+    }
+    for arg in &call.args[1..] {
+        if !["nosave", "save", "now", "force", "abort"]
+            .iter()
+            .any(|w| is(arg, w))
+        {
+            return call.syntax_error();
+        }
+    }
+    call.error("ERR SHUTDOWN is not supported by this server: stop the process with SIGTERM");
+}
 
 fn dbsize(core: &mut Core, call: &mut Call) {
     call.out.integer(core.db.len() as i64);
