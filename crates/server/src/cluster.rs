@@ -1024,6 +1024,94 @@ mod tests {
         );
     }
 
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn host(id: u32) -> Arc<Shared> {
+        use crate::host::{wall_clock_us, Host};
+        use lattice_node::{Buggify, Config, Micros, Node};
+        let now = Micros(wall_clock_us());
+        let mut config = Config::default();
+        config.node_id = id;
+        config.cluster_size = 2;
+        let node = Node::new(config, u64::from(id), Buggify::disabled(), now);
+        Arc::new(Shared::new(
+            Host::new(node, now, Arc::new(LinkStats::default())),
+            0,
+        ))
+    }
+
+    async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Two hosts linked over loopback: what is queued for a peer arrives there in whole frames,
+    /// in batches, and a queue pushed past its bound drops the link, which comes back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_frames_cross_a_real_link_and_an_overflow_relinks() {
+        let (p1, p2) = (free_port(), free_port());
+        let (h1, h2) = (host(1), host(2));
+        for (h, id, me, other) in [(&h1, 1, p1, p2), (&h2, 2, p2, p1)] {
+            let settings = ClusterSettings {
+                auth: auth(id, Some("k")),
+                listen: format!("127.0.0.1:{me}"),
+                peers: vec![format!("127.0.0.1:{other}")],
+            };
+            start(h.clone(), settings).await.unwrap();
+        }
+        let (s1, s2) = (h1.link_stats.clone(), h2.link_stats.clone());
+        wait_for("links up", || {
+            let (a, b) = (s1.snapshot(), s2.snapshot());
+            a.outgoing_up == 1 && b.outgoing_up == 1 && a.incoming_accepted == 1
+        })
+        .await;
+        let queue = h1.host.lock().peer_queue(NodeId(2)).expect("link to 2");
+        let base = s2.snapshot();
+        let frames: Vec<Bytes> = (0..500u32)
+            .map(|i| Bytes::from(vec![i as u8; (i as usize * 131) % 5000]))
+            .collect();
+        let total: u64 = frames.iter().map(|f| f.len() as u64 + 4).sum();
+        for f in &frames {
+            assert!(queue.push(f.clone()));
+        }
+        wait_for("frames received", || {
+            s2.snapshot().bytes_received >= base.bytes_received + total
+        })
+        .await;
+        let sent = s1.snapshot();
+        assert!(sent.frames_sent >= 500, "{sent:?}");
+        assert!(
+            sent.write_calls * 2 <= sent.frames_sent,
+            "frames were not batched: {sent:?}"
+        );
+        assert!(s2.snapshot().frames_received >= base.frames_received + 500);
+
+        // Five 16 MiB frames (one shared buffer) exceed the 64 MiB bound before the first is out.
+        let big = Bytes::from(vec![0u8; MAX_FRAME_BYTES]);
+        let accepted = (0..5).filter(|_| queue.push(big.clone())).count();
+        assert!(accepted < 5);
+        wait_for("relinked after overflow", || {
+            let s = s1.snapshot();
+            s.queue_overflows == 1
+                && s.outgoing_lost == 1
+                && s.outgoing_established == 2
+                && s.outgoing_up == 1
+        })
+        .await;
+        let new_queue = h1.host.lock().peer_queue(NodeId(2)).expect("new link to 2");
+        assert!(!Arc::ptr_eq(&queue, &new_queue));
+        assert!(new_queue.push(Bytes::from_static(b"after")));
+    }
+
     #[test]
     fn queue_overflows_past_its_bound_and_then_refuses() {
         let q = PeerQueue::new(100);

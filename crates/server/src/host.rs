@@ -64,6 +64,12 @@ impl Host {
         Some(generation)
     }
 
+    /// The outgoing queue to `peer`, for tests that feed a link without the node.
+    #[cfg(test)]
+    pub fn peer_queue(&self, peer: NodeId) -> Option<Arc<PeerQueue>> {
+        self.peers.get(&peer).map(|l| l.queue.clone())
+    }
+
     /// Stops routing to the link `generation` of `peer` (a no-op if a newer link replaced it).
     pub fn remove_peer(&mut self, peer: NodeId, generation: u64) {
         if self.peers.get(&peer).map(|l| l.generation) == Some(generation) {
