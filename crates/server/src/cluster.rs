@@ -5,7 +5,9 @@
 //! messages (`Input::PeerMessage`) on the connection P dialed to it. Each connection thus carries
 //! data one way, and there is never a pair of links to elect a winner from. After the handshake a
 //! connection carries frames: a 4-byte big-endian length, then that many payload bytes (at most
-//! [`MAX_FRAME_BYTES`]).
+//! [`MAX_FRAME_BYTES`]). An empty frame is the dialer's heartbeat and never reaches the node; the
+//! acceptor sends one heartbeat byte per second back. Either side drops a link that stayed silent
+//! for [`LINK_SILENCE_LIMIT`].
 //!
 //! Handshake (before any frame), with `D` the dialer and `A` the acceptor:
 //! 1. A -> D, challenge: magic, version, flags (bit 0: A has a secret), A's node id, 32-byte
@@ -60,6 +62,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// within the cap.
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 5_000;
+/// Each side of an idle link shows it is alive this often: the dialer with an empty frame, the
+/// acceptor with one byte back on the otherwise unused direction.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// A link whose other side sent nothing (frame or heartbeat) for this long is dead: a peer host
+/// that vanished without a reset would otherwise hold a link, and the node's view of it, forever.
+/// Long enough that a busy or briefly paused peer is not dropped.
+const LINK_SILENCE_LIMIT: Duration = Duration::from_secs(10);
 /// Slices per vectored write; Linux's IOV_MAX is 1024.
 const MAX_IOVECS: usize = 512;
 /// Frames handed to the node per lock acquisition, so one peer's burst cannot starve clients.
@@ -647,14 +656,32 @@ async fn serve_incoming(
     tracing::info!("cluster: incoming link from node {} ({addr}) up", peer.0);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut frames = Vec::new();
+    let mut heartbeat = tokio::time::interval(HEARTBEAT_INTERVAL);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_heard = tokio::time::Instant::now();
     let reason = loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        match socket.read_buf(&mut buf).await {
-            Ok(0) => break "closed by peer".to_string(),
-            Err(e) => break format!("read failed: {e}"),
-            Ok(_) => {}
+        tokio::select! {
+            read = socket.read_buf(&mut buf) => match read {
+                Ok(0) => break "closed by peer".to_string(),
+                Err(e) => break format!("read failed: {e}"),
+                Ok(_) => last_heard = tokio::time::Instant::now(),
+            },
+            _ = heartbeat.tick() => {
+                if last_heard.elapsed() > LINK_SILENCE_LIMIT {
+                    break format!("peer silent for {LINK_SILENCE_LIMIT:?}");
+                }
+                // Never blocks: nothing else is written on this direction, so a full socket
+                // buffer means the dialer stopped reading, which its own silence limit handles.
+                match socket.try_write(&[0]) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => break format!("write failed: {e}"),
+                }
+                continue;
+            }
         }
         let mut failed = None;
         loop {
@@ -666,8 +693,14 @@ async fn serve_incoming(
                     "frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"
                 ));
             }
+            let split_any = !frames.is_empty();
+            // Empty frames are heartbeats, for the link only.
+            frames.retain(|f| !f.is_empty());
             if frames.is_empty() {
-                break;
+                if failed.is_some() || !split_any {
+                    break;
+                }
+                continue;
             }
             let bytes: usize = frames.iter().map(|f| f.len() + 4).sum();
             LinkStats::add(&stats.frames_received, frames.len() as u64);
@@ -797,26 +830,51 @@ async fn write_loop(socket: TcpStream, queue: &PeerQueue, stats: &LinkStats) -> 
     let (mut rd, mut wr) = socket.into_split();
     let mut frames = Vec::new();
     let mut chunks = VecDeque::new();
+    // The acceptor only ever sends heartbeat bytes on this connection.
     let mut probe = [0u8; 64];
+    let mut heartbeat = tokio::time::interval(HEARTBEAT_INTERVAL);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_heard = tokio::time::Instant::now();
+    let mut last_sent = tokio::time::Instant::now();
+    let silent = || format!("peer silent for {LINK_SILENCE_LIMIT:?}");
+    let read_reason = |read: io::Result<usize>| match read {
+        Ok(0) => Some("closed by peer".to_string()),
+        Ok(_) => None,
+        Err(e) => Some(format!("read failed: {e}")),
+    };
     loop {
         if queue.take(&mut frames).is_err() {
             LinkStats::add(&stats.queue_overflows, 1);
             return format!("outgoing queue exceeded {MAX_QUEUE_BYTES} bytes");
         }
+        // Bytes of this batch that are not in the queue's accounting (a heartbeat).
+        let mut unqueued = 0;
         if frames.is_empty() {
             tokio::select! {
                 _ = queue.wake.notified() => continue,
-                read = rd.read(&mut probe) => return match read {
-                    Ok(0) => "closed by peer".to_string(),
-                    Ok(_) => "peer sent data on a send-only link".to_string(),
-                    Err(e) => format!("read failed: {e}"),
-                },
+                read = rd.read(&mut probe) => {
+                    if let Some(reason) = read_reason(read) {
+                        return reason;
+                    }
+                    last_heard = tokio::time::Instant::now();
+                    continue;
+                }
+                _ = heartbeat.tick() => {
+                    if last_heard.elapsed() > LINK_SILENCE_LIMIT {
+                        return silent();
+                    }
+                    if last_sent.elapsed() < HEARTBEAT_INTERVAL {
+                        continue;
+                    }
+                    frames.push(Bytes::new());
+                    unqueued = 4;
+                }
             }
         }
         let n_frames = frames.len() as u64;
         frame_chunks(&mut frames, &mut chunks);
-        // A stalled peer blocks this write; watch the queue meanwhile so that overflowing it
-        // drops the link at once instead of when the peer wakes up.
+        // A stalled peer blocks this write; meanwhile watch the queue, so that overflowing it
+        // drops the link at once instead of when the peer wakes up, and the peer's heartbeats.
         let write = write_chunks(&mut wr, &mut chunks, stats);
         tokio::pin!(write);
         let result = loop {
@@ -828,11 +886,23 @@ async fn write_loop(socket: TcpStream, queue: &PeerQueue, stats: &LinkStats) -> 
                         return format!("outgoing queue exceeded {MAX_QUEUE_BYTES} bytes");
                     }
                 }
+                read = rd.read(&mut probe) => {
+                    if let Some(reason) = read_reason(read) {
+                        return reason;
+                    }
+                    last_heard = tokio::time::Instant::now();
+                }
+                _ = heartbeat.tick() => {
+                    if last_heard.elapsed() > LINK_SILENCE_LIMIT {
+                        return silent();
+                    }
+                }
             }
         };
+        last_sent = tokio::time::Instant::now();
         match result {
             Ok(n) => {
-                queue.written(n);
+                queue.written(n - unqueued);
                 LinkStats::add(&stats.frames_sent, n_frames);
                 LinkStats::add(&stats.bytes_sent, n as u64);
             }
@@ -1046,10 +1116,15 @@ mod tests {
         ))
     }
 
-    async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    async fn wait_for(what: &str, stats: [&LinkStats; 2], cond: impl Fn() -> bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
         while !cond() {
-            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out: {what}\n{:?}\n{:?}",
+                stats[0].snapshot(),
+                stats[1].snapshot()
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -1069,7 +1144,7 @@ mod tests {
             start(h.clone(), settings).await.unwrap();
         }
         let (s1, s2) = (h1.link_stats.clone(), h2.link_stats.clone());
-        wait_for("links up", || {
+        wait_for("links up", [&s1, &s2], || {
             let (a, b) = (s1.snapshot(), s2.snapshot());
             a.outgoing_up == 1 && b.outgoing_up == 1 && a.incoming_accepted == 1
         })
@@ -1077,13 +1152,13 @@ mod tests {
         let queue = h1.host.lock().peer_queue(NodeId(2)).expect("link to 2");
         let base = s2.snapshot();
         let frames: Vec<Bytes> = (0..500u32)
-            .map(|i| Bytes::from(vec![i as u8; (i as usize * 131) % 5000]))
+            .map(|i| Bytes::from(vec![i as u8; 1 + (i as usize * 131) % 5000]))
             .collect();
         let total: u64 = frames.iter().map(|f| f.len() as u64 + 4).sum();
         for f in &frames {
             assert!(queue.push(f.clone()));
         }
-        wait_for("frames received", || {
+        wait_for("frames received", [&s1, &s2], || {
             s2.snapshot().bytes_received >= base.bytes_received + total
         })
         .await;
@@ -1099,7 +1174,7 @@ mod tests {
         let big = Bytes::from(vec![0u8; MAX_FRAME_BYTES]);
         let accepted = (0..5).filter(|_| queue.push(big.clone())).count();
         assert!(accepted < 5);
-        wait_for("relinked after overflow", || {
+        wait_for("relinked after overflow", [&s1, &s2], || {
             let s = s1.snapshot();
             s.queue_overflows == 1
                 && s.outgoing_lost == 1

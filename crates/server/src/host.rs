@@ -118,6 +118,10 @@ impl Host {
                     // Without a link (it just went down; PeerDown is on its way) or beyond the
                     // frame limit the message is dropped, and anti-entropy repairs the gap. An
                     // overflowing queue makes its writer drop the link.
+                    // An empty frame is a link heartbeat; the node has nothing to say in one.
+                    if data.is_empty() {
+                        continue;
+                    }
                     if data.len() > MAX_FRAME_BYTES {
                         tracing::error!(
                             "node emitted a {}-byte message for node {}, above the frame limit; dropped",
