@@ -1187,6 +1187,35 @@ mod tests {
         assert!(new_queue.push(Bytes::from_static(b"after")));
     }
 
+    /// A peer that completed the handshake and then went silent (a host gone without a reset)
+    /// is dropped after the silence limit.
+    #[tokio::test]
+    async fn a_silent_peer_is_dropped() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let acceptor = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            accept_handshake(&mut s, &auth(2, None)).await.unwrap();
+            // Read (and so keep the socket open) but never send a heartbeat.
+            let mut sink = vec![0u8; 4096];
+            while s.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+        });
+        let (socket, peer) = match dial(&auth(1, None), &addr).await {
+            Ok(x) => x,
+            Err(_) => panic!("dial failed"),
+        };
+        assert_eq!(peer, NodeId(2));
+        let stats = LinkStats::default();
+        let queue = PeerQueue::new(MAX_QUEUE_BYTES);
+        let started = tokio::time::Instant::now();
+        let reason = write_loop(socket, &queue, &stats).await;
+        assert!(reason.contains("silent"), "{reason}");
+        assert!(started.elapsed() >= LINK_SILENCE_LIMIT);
+        // The dialer kept sending heartbeats (empty frames) while it waited.
+        assert!(stats.snapshot().frames_sent >= 5, "{:?}", stats.snapshot());
+        acceptor.abort();
+    }
+
     #[test]
     fn queue_overflows_past_its_bound_and_then_refuses() {
         let q = PeerQueue::new(100);

@@ -258,51 +258,89 @@ type Dump = BTreeMap<String, String>;
 fn dump(c: &mut redis::Connection) -> Result<Dump, String> {
     let mut keys: Vec<String> = query(c, redis::cmd("KEYS").arg("*"))?;
     keys.sort();
+    // One pipeline per step and per type (a few round trips per poll, not several per key), so
+    // the measured time to agreement is not dominated by the probe itself.
+    let kinds: Vec<String> = pipelined(c, &keys, |p, k| {
+        p.cmd("TYPE").arg(k);
+    })?;
+    let ttls: Vec<i64> = pipelined(c, &keys, |p, k| {
+        p.cmd("TTL").arg(k);
+    })?;
+    let of_kind = |kind: &str| -> Vec<String> {
+        keys.iter()
+            .zip(&kinds)
+            .filter(|(_, t)| t.as_str() == kind)
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
+    let strings = of_kind("string");
+    let values: Vec<Option<String>> = pipelined(c, &strings, |p, k| {
+        p.cmd("GET").arg(k);
+    })?;
+    for (k, v) in strings.into_iter().zip(values) {
+        bodies.insert(k, format!("{v:?}"));
+    }
+    let sets = of_kind("set");
+    let members: Vec<Vec<String>> = pipelined(c, &sets, |p, k| {
+        p.cmd("SMEMBERS").arg(k);
+    })?;
+    for (k, mut m) in sets.into_iter().zip(members) {
+        m.sort();
+        bodies.insert(k, format!("{m:?}"));
+    }
+    let hashes = of_kind("hash");
+    let fields: Vec<Vec<String>> = pipelined(c, &hashes, |p, k| {
+        p.cmd("HGETALL").arg(k);
+    })?;
+    for (k, flat) in hashes.into_iter().zip(fields) {
+        let mut pairs: Vec<(String, String)> = flat
+            .chunks(2)
+            .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
+            .collect();
+        pairs.sort();
+        bodies.insert(k, format!("{pairs:?}"));
+    }
+    let lists = of_kind("list");
+    let items: Vec<Vec<String>> = pipelined(c, &lists, |p, k| {
+        p.cmd("LRANGE").arg(k).arg(0).arg(-1);
+    })?;
+    for (k, l) in lists.into_iter().zip(items) {
+        bodies.insert(k, format!("{l:?}"));
+    }
+    let zsets = of_kind("zset");
+    let scored: Vec<Vec<String>> = pipelined(c, &zsets, |p, k| {
+        p.cmd("ZRANGE").arg(k).arg(0).arg(-1).arg("WITHSCORES");
+    })?;
+    for (k, z) in zsets.into_iter().zip(scored) {
+        bodies.insert(k, format!("{z:?}"));
+    }
     let mut out = Dump::new();
-    for key in keys {
-        let kind: String = query(c, redis::cmd("TYPE").arg(&key))?;
-        let body = match kind.as_str() {
-            "none" => continue,
-            "string" => format!(
-                "{:?}",
-                query::<Option<String>>(c, redis::cmd("GET").arg(&key))?
-            ),
-            "set" => {
-                let mut m: Vec<String> = query(c, redis::cmd("SMEMBERS").arg(&key))?;
-                m.sort();
-                format!("{m:?}")
-            }
-            "hash" => {
-                let flat: Vec<String> = query(c, redis::cmd("HGETALL").arg(&key))?;
-                let mut pairs: Vec<(String, String)> = flat
-                    .chunks(2)
-                    .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
-                    .collect();
-                pairs.sort();
-                format!("{pairs:?}")
-            }
-            "list" => format!(
-                "{:?}",
-                query::<Vec<String>>(c, redis::cmd("LRANGE").arg(&key).arg(0).arg(-1))?
-            ),
-            "zset" => format!(
-                "{:?}",
-                query::<Vec<String>>(
-                    c,
-                    redis::cmd("ZRANGE")
-                        .arg(&key)
-                        .arg(0)
-                        .arg(-1)
-                        .arg("WITHSCORES")
-                )?
-            ),
-            other => format!("<{other}>"),
-        };
-        let ttl: i64 = query(c, redis::cmd("TTL").arg(&key))?;
+    for ((key, kind), ttl) in keys.into_iter().zip(kinds).zip(ttls) {
+        if kind == "none" {
+            continue; // gone between KEYS and TYPE
+        }
+        let body = bodies.remove(&key).unwrap_or_else(|| format!("<{kind}>"));
         let ttl = if ttl > 0 { "ttl" } else { "persist" };
         out.insert(key, format!("{kind} {body} {ttl}"));
     }
     Ok(out)
+}
+
+/// One pipeline with `add(pipe, key)` per key; the replies in key order.
+fn pipelined<T: redis::FromRedisValue>(
+    c: &mut redis::Connection,
+    keys: &[String],
+    add: impl Fn(&mut redis::Pipeline, &str),
+) -> Result<Vec<T>, String> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut p = redis::pipe();
+    for k in keys {
+        add(&mut p, k);
+    }
+    p.query(c).map_err(|e| e.to_string())
 }
 
 /// Keys whose entries differ between two dumps, for a readable failure.
@@ -598,9 +636,19 @@ fn node_with_the_wrong_secret_is_refused() {
 }
 
 #[test]
-fn links_come_back_after_a_peer_restarts() {
+fn idle_links_stay_up_and_come_back_after_a_peer_restarts() {
     let _turn = serial();
     let mut cluster = Cluster::start(3);
+    // Idle links stay up past the 10 s silence limit: heartbeats keep them alive.
+    std::thread::sleep(Duration::from_secs(12));
+    for node in &cluster.nodes {
+        assert_eq!(
+            node.log_count(") down"),
+            0,
+            "node {} lost a link while idle",
+            node.id
+        );
+    }
     cluster.nodes[2].kill();
     let deadline = Instant::now() + Duration::from_secs(10);
     for node in &cluster.nodes[..2] {
