@@ -73,6 +73,10 @@ const LINK_SILENCE_LIMIT: Duration = Duration::from_secs(10);
 const MAX_IOVECS: usize = 512;
 /// Frames handed to the node per lock acquisition, so one peer's burst cannot starve clients.
 const MAX_FRAMES_PER_LOCK: usize = 256;
+/// Incoming connections still in their handshake at once, at most: each costs a task and a
+/// socket for up to the handshake timeout, and anyone who can reach the port can open them.
+/// Beyond this, new connections are closed at once (real peers retry with backoff).
+const MAX_PENDING_HANDSHAKES: usize = 64;
 /// Read buffer growth step for incoming frames.
 const READ_CHUNK: usize = 64 * 1024;
 /// Upper bound of a refusal reason in a welcome message (one length byte).
@@ -116,6 +120,8 @@ pub struct LinkStats {
     pub oversize_frames: AtomicU64,
     /// Outgoing links dropped because their queue exceeded [`MAX_QUEUE_BYTES`].
     pub queue_overflows: AtomicU64,
+    /// Incoming connections closed unread because too many handshakes were pending.
+    pub handshakes_shed: AtomicU64,
     /// `PeerSend`s for a peer without an outgoing link (it went down meanwhile), or larger than a
     /// frame may be; dropped, repaired by anti-entropy.
     pub sends_dropped: AtomicU64,
@@ -139,6 +145,7 @@ pub struct LinkStatsSnapshot {
     pub bytes_received: u64,
     pub oversize_frames: u64,
     pub queue_overflows: u64,
+    pub handshakes_shed: u64,
     pub sends_dropped: u64,
 }
 
@@ -161,6 +168,7 @@ impl LinkStats {
             bytes_received: g(&self.bytes_received),
             oversize_frames: g(&self.oversize_frames),
             queue_overflows: g(&self.queue_overflows),
+            handshakes_shed: g(&self.handshakes_shed),
             sends_dropped: g(&self.sends_dropped),
         }
     }
@@ -612,10 +620,25 @@ async fn log_stats(shared: Arc<Shared>) {
 }
 
 async fn accept_loop(shared: Arc<Shared>, auth: Arc<Auth>, listener: TcpListener) {
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
         match listener.accept().await {
             Ok((socket, addr)) => {
-                tokio::spawn(serve_incoming(shared.clone(), auth.clone(), socket, addr));
+                let Ok(permit) = pending.clone().try_acquire_owned() else {
+                    LinkStats::add(&shared.link_stats.handshakes_shed, 1);
+                    tracing::warn!(
+                        "cluster: closing connection from {addr}: {MAX_PENDING_HANDSHAKES} \
+                         handshakes already pending"
+                    );
+                    continue;
+                };
+                tokio::spawn(serve_incoming(
+                    shared.clone(),
+                    auth.clone(),
+                    socket,
+                    addr,
+                    permit,
+                ));
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -632,13 +655,15 @@ async fn serve_incoming(
     auth: Arc<Auth>,
     mut socket: TcpStream,
     addr: SocketAddr,
+    handshake_permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let _ = socket.set_nodelay(true);
     let stats = &shared.link_stats;
-    let peer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_handshake(&mut socket, &auth))
+    let verdict = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_handshake(&mut socket, &auth))
         .await
-        .unwrap_or(Err(HandshakeError::Timeout))
-    {
+        .unwrap_or(Err(HandshakeError::Timeout));
+    drop(handshake_permit);
+    let peer = match verdict {
         Ok(peer) => peer,
         Err(e) => {
             stats.count_failure(&e);
@@ -689,6 +714,11 @@ async fn serve_incoming(
                 split_frames(&mut buf, &mut frames, MAX_FRAMES_PER_LOCK)
             {
                 LinkStats::add(&stats.oversize_frames, 1);
+                tracing::warn!(
+                    "cluster: node {} sent a frame of {len} bytes, above the \
+                     {MAX_FRAME_BYTES}-byte limit; closing its link",
+                    peer.0
+                );
                 failed = Some(format!(
                     "frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"
                 ));
@@ -757,15 +787,22 @@ fn jittered(ms: u64) -> Duration {
 async fn dial_loop(shared: Arc<Shared>, auth: Arc<Auth>, seed: String) {
     let stats = &shared.link_stats;
     let mut backoff_ms = BACKOFF_MIN_MS;
+    // The last connection error, so a peer that stays unreachable is reported once per cause,
+    // not once per attempt.
+    let mut last_error = String::new();
     loop {
         match dial(&auth, &seed).await {
             Ok((socket, peer)) => {
                 backoff_ms = BACKOFF_MIN_MS;
+                last_error.clear();
                 run_outgoing(&shared, socket, peer, &seed).await;
             }
             Err(DialError::Connect(e)) => {
-                // The usual state of a peer that is not up yet: not worth a warning.
-                tracing::debug!("cluster: cannot reach {seed}: {e}");
+                let error = e.to_string();
+                if error != last_error {
+                    tracing::info!("cluster: cannot reach {seed}: {error} (retrying)");
+                    last_error = error;
+                }
             }
             Err(DialError::Handshake(e)) => {
                 stats.count_failure(&e);
