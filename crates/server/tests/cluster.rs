@@ -761,4 +761,63 @@ fn cluster_flags_are_validated() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster secret is empty"));
+
+    // The config file takes the same keys; seeds as a list.
+    let dir = TempDir(std::env::temp_dir().join(format!(
+        "lattice-cluster-config-{}-{}",
+        std::process::id(),
+        free_port()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let (port, cport) = (free_port(), free_port());
+    let config = dir.0.join("lattice.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "port = {port}\nbind = \"127.0.0.1\"\ncluster-port = {cport}\n\
+             seeds = [\"127.0.0.1:{cport}\", \"127.0.0.1:1\"]\ncluster-secret = \"s\"\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("LATTICE_CLUSTER_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seeds needs --node-id"));
+    std::fs::write(
+        &config,
+        format!("{}node-id = 7\n", std::fs::read_to_string(&config).unwrap()),
+    )
+    .unwrap();
+    let log = dir.0.join("node.log");
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("--dir")
+        .arg(dir.0.join("data"))
+        .env_remove("LATTICE_CLUSTER_SECRET")
+        .env("NO_COLOR", "1")
+        .stderr(File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("ready") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    // Its own address is among the seeds, so the cluster has two replicas.
+    assert!(
+        text.contains(&format!(
+            "node 7 listening for replicas on 127.0.0.1:{cport}, dialing [127.0.0.1:1], cluster size 2, links authenticated"
+        )),
+        "{text}"
+    );
 }
