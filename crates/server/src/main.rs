@@ -83,7 +83,7 @@ struct ClusterArgs {
 }
 
 /// Two seed spellings name the same address when they are equal as text or as socket addresses
-/// (`127.0.0.1:7000` and `127.0.0.1:07000`). Host names are not resolved here: a name for this
+/// (`[::1]:7000` and `[0:0:0:0:0:0:0:1]:7000`). Host names are not resolved here: a name for this
 /// node's own address is found at its first handshake instead.
 fn same_address(a: &str, b: &str) -> bool {
     if a == b {
