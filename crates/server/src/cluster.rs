@@ -1224,6 +1224,60 @@ mod tests {
         assert!(new_queue.push(Bytes::from_static(b"after")));
     }
 
+    /// Link throughput on loopback for small and larger messages (a figure, not a check):
+    /// `cargo test --release -p lattice-server --bin lattice-server -- --ignored --nocapture link_throughput`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn link_throughput() {
+        let (p1, p2) = (free_port(), free_port());
+        let (h1, h2) = (host(1), host(2));
+        for (h, id, me, other) in [(&h1, 1, p1, p2), (&h2, 2, p2, p1)] {
+            let settings = ClusterSettings {
+                auth: auth(id, Some("k")),
+                listen: format!("127.0.0.1:{me}"),
+                peers: vec![format!("127.0.0.1:{other}")],
+            };
+            start(h.clone(), settings).await.unwrap();
+        }
+        let (s1, s2) = (h1.link_stats.clone(), h2.link_stats.clone());
+        wait_for("links up", [&s1, &s2], || {
+            s1.snapshot().outgoing_up == 1 && s2.snapshot().incoming_accepted == 1
+        })
+        .await;
+        let queue = h1.host.lock().peer_queue(NodeId(2)).unwrap();
+        for (size, count) in [(64usize, 1_000_000u64), (4096, 100_000), (1 << 20, 400)] {
+            let frame = Bytes::from(vec![7u8; size]);
+            let base = s2.snapshot().frames_received;
+            let started = std::time::Instant::now();
+            let mut pushed = 0;
+            while pushed < count {
+                // Stay under the queue bound: push while less than 32 MiB is outstanding.
+                let received = s2.snapshot().frames_received - base;
+                if (pushed - received) * (size as u64 + 4) < 32 << 20 {
+                    assert!(queue.push(frame.clone()));
+                    pushed += 1;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+            }
+            wait_for("all received", [&s1, &s2], || {
+                s2.snapshot().frames_received - base >= count
+            })
+            .await;
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "link_throughput: {size}-byte messages: {:.0} msg/s, {:.0} MiB/s",
+                count as f64 / secs,
+                count as f64 * size as f64 / secs / (1 << 20) as f64
+            );
+        }
+        let s = s1.snapshot();
+        println!(
+            "link_throughput: {} frames in {} vectored writes",
+            s.frames_sent, s.write_calls
+        );
+    }
+
     /// A peer that completed the handshake and then went silent (a host gone without a reset)
     /// is dropped after the silence limit.
     #[tokio::test]
