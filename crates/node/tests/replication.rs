@@ -27,7 +27,12 @@ impl Cluster {
             let mut config = Config::default();
             config.node_id = i as u32 + 1;
             config.cluster_size = n;
-            let mut node = Node::new(config, i as u64, Buggify::disabled(), Micros::from_millis(now_ms));
+            let mut node = Node::new(
+                config,
+                i as u64,
+                Buggify::disabled(),
+                Micros::from_millis(now_ms),
+            );
             node.handle(
                 Micros::from_millis(now_ms),
                 Input::Connected {
@@ -102,7 +107,10 @@ impl Cluster {
     }
 
     fn cmd(&mut self, i: usize, args: &[&str]) -> String {
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect();
+        let args = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
         self.nodes[i].handle(
             Micros::from_millis(self.now_ms),
             Input::Request {
@@ -136,7 +144,10 @@ impl Cluster {
     }
 
     fn digests(&mut self) -> Vec<u64> {
-        self.nodes.iter_mut().map(|n| n.replication_digest()).collect()
+        self.nodes
+            .iter_mut()
+            .map(|n| n.replication_digest())
+            .collect()
     }
 }
 
@@ -176,7 +187,10 @@ fn partitioned_writes_converge_by_anti_entropy() {
     for i in 0..3 {
         assert_eq!(c.cmd(i, &["SCARD", "s"]), ":2\r\n", "node {i}");
         assert_eq!(c.cmd(i, &["GET", "n"]), "$2\r\n12\r\n", "node {i}");
-        assert_eq!(c.cmd(i, &["LRANGE", "l", "0", "-1"]), "*2\r\n$1\r\nx\r\n$1\r\ny\r\n");
+        assert_eq!(
+            c.cmd(i, &["LRANGE", "l", "0", "-1"]),
+            "*2\r\n$1\r\nx\r\n$1\r\ny\r\n"
+        );
         assert_eq!(c.cmd(i, &["HGET", "h", "f"]), "$1\r\n1\r\n");
         assert_eq!(c.cmd(i, &["EXISTS", "gone"]), ":0\r\n");
     }
@@ -288,7 +302,10 @@ fn anti_entropy_difference(keys: usize) {
     assert_eq!(c.cmd(1, &["DBSIZE"]), format!(":{keys}\r\n"));
     c.partition(1, true);
     for i in 0..10 {
-        c.cmd(0, &["SET", &format!("key:{}", i * (keys / 10 - 3)), "changed"]);
+        c.cmd(
+            0,
+            &["SET", &format!("key:{}", i * (keys / 10 - 3)), "changed"],
+        );
     }
     c.partition(1, false);
     let before = c.delivered_bytes;

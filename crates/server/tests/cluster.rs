@@ -522,8 +522,13 @@ fn paused_node_catches_up_and_all_agree_on_a_full_dump() {
             *s += a;
         }
     }
+    println!(
+        "  {} ms after SIGCONT: writers stopped",
+        resumed.elapsed().as_millis()
+    );
     let mut conns = cluster.clients();
     let mut last: Vec<Result<Dump, String>> = Vec::new();
+    let mut next_report = Duration::from_secs(1);
     loop {
         let dumps: Vec<Result<Dump, String>> = conns.iter_mut().map(dump).collect();
         if dumps.iter().all(Result::is_ok) && dumps.windows(2).all(|w| w[0] == w[1]) {
@@ -532,6 +537,23 @@ fn paused_node_catches_up_and_all_agree_on_a_full_dump() {
         if resumed.elapsed() > CONVERGE_DEADLINE {
             last = dumps;
             break;
+        }
+        // Progress once a second, for whoever measures: how many keys still differ.
+        if resumed.elapsed() >= next_report {
+            next_report += Duration::from_secs(1);
+            if let [Ok(a), Ok(b), Ok(c)] = &dumps[..] {
+                let (ab, ac) = (dump_diff(a, b), dump_diff(a, c));
+                println!(
+                    "  {} ms after SIGCONT: node 2 differs from node 1 in {} keys, node 3 in {}{}",
+                    resumed.elapsed().as_millis(),
+                    ab.len(),
+                    ac.len(),
+                    ab.first()
+                        .or(ac.first())
+                        .map(|d| format!(" (e.g. {d})"))
+                        .unwrap_or_default()
+                );
+            }
         }
         std::thread::sleep(POLL);
     }
@@ -555,6 +577,20 @@ fn paused_node_catches_up_and_all_agree_on_a_full_dump() {
         "cluster-pause: all 3 nodes agree {} ms after SIGCONT (node 2 paused 3000 ms under writes)",
         took.as_millis()
     );
+    // What the replicas did to get there (retransmissions, deltas applied, CPU), for the record.
+    for (i, c) in conns.iter_mut().enumerate() {
+        let info: String = query(c, redis::cmd("INFO").arg("replication")).unwrap_or_default();
+        let cpu: String = query(c, redis::cmd("INFO").arg("cpu")).unwrap_or_default();
+        println!(
+            "  node {} {}",
+            i + 1,
+            (info + &cpu)
+                .split("\r\n")
+                .filter(|l| l.contains(':'))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     let dump1 = dump(&mut conns[0]).unwrap();
     assert!(dump1.len() > 10, "the workload wrote too little: {dump1:?}");
     for (slot, sum) in sums.iter().enumerate() {

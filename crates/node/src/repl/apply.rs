@@ -148,9 +148,7 @@ pub fn same_content(a: &Value, b: &Value) -> bool {
         (Value::Hash(x), Value::Hash(y)) => {
             x.len() == y.len() && x.iter().all(|(f, v)| y.get(f) == Some(v))
         }
-        (Value::Set(x), Value::Set(y)) => {
-            x.len() == y.len() && x.iter().all(|m| y.contains(&m))
-        }
+        (Value::Set(x), Value::Set(y)) => x.len() == y.len() && x.iter().all(|m| y.contains(&m)),
         (Value::ZSet(x), Value::ZSet(y)) => {
             x.len() == y.len()
                 && x.iter().all(|(m, s)| {

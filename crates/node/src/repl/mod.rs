@@ -430,7 +430,11 @@ impl Replicator {
 
     fn gc_round(&mut self) {
         self.stats.gc_rounds += 1;
-        let reports: Vec<&VersionVector> = self.peers.values().filter_map(|p| p.seen.as_ref()).collect();
+        let reports: Vec<&VersionVector> = self
+            .peers
+            .values()
+            .filter_map(|p| p.seen.as_ref())
+            .collect();
         if reports.len() + 1 < self.cluster_size {
             return; // a configured replica has not reported yet: nothing is stable
         }
@@ -688,9 +692,7 @@ impl Replicator {
             let lag = p
                 .last_heard_ms
                 .map_or(-1, |t| now_ms.saturating_sub(t) as i64);
-            let last_ae = p
-                .last_ae_ms
-                .map_or(-1, |t| now_ms.saturating_sub(t) as i64);
+            let last_ae = p.last_ae_ms.map_or(-1, |t| now_ms.saturating_sub(t) as i64);
             let _ = write!(
                 out,
                 "peer{i}:id={},state={},last_heard_ms_ago={lag},queued_keys={},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
@@ -716,7 +718,10 @@ impl Replicator {
         for p in self.peers.values() {
             let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
             assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
-            assert!(p.queue.len() <= MAX_QUEUED_KEYS, "peer queue over its bound");
+            assert!(
+                p.queue.len() <= MAX_QUEUED_KEYS,
+                "peer queue over its bound"
+            );
         }
     }
 }
@@ -740,9 +745,7 @@ pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
     match name {
         "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "hincrby" | "hincrbyfloat"
         | "zincrby" => Intent::Increment,
-        "zadd" if args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")) => {
-            Intent::Increment
-        }
+        "zadd" if args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")) => Intent::Increment,
         _ => Intent::Assign,
     }
 }

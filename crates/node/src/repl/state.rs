@@ -275,9 +275,10 @@ impl KeyState {
     /// treated as "absent with context `stable`".
     pub fn collectable(&self, stable: &VersionVector) -> bool {
         self.is_empty()
-            && self.contexts().iter().all(|c| {
-                c.cloud().is_empty() && stable.dominates(c.vv())
-            })
+            && self
+                .contexts()
+                .iter()
+                .all(|c| c.cloud().is_empty() && stable.dominates(c.vv()))
             && self.list.tombstones() == 0
     }
 
@@ -529,7 +530,11 @@ impl KeyState {
             }
         }
         // Insert the new middle in order, each after the previous one.
-        let mut anchor = if prefix > 0 { Some(old[prefix - 1].0) } else { None };
+        let mut anchor = if prefix > 0 {
+            Some(old[prefix - 1].0)
+        } else {
+            None
+        };
         for (i, v) in inserted.iter().enumerate() {
             let id = Hlc {
                 logical: st.ts.logical.wrapping_add(i as u32),
@@ -876,7 +881,10 @@ mod tests {
                     Some(Value::Str(x)) => x.as_i64().unwrap_or(0),
                     _ => 0,
                 };
-                r.write(Some(s(&(cur + i64::from(arg)).to_string())), Intent::Increment)
+                r.write(
+                    Some(s(&(cur + i64::from(arg)).to_string())),
+                    Intent::Increment,
+                )
             }
             2 => {
                 let mut set = match r.value() {
@@ -900,7 +908,10 @@ mod tests {
                     Some(Value::List(x)) => *x,
                     _ => List::new(),
                 };
-                l.push(if arg % 2 == 0 { End::Head } else { End::Tail }, m.as_bytes());
+                l.push(
+                    if arg % 2 == 0 { End::Head } else { End::Tail },
+                    m.as_bytes(),
+                );
                 r.write(Some(Value::List(Box::new(l))), Intent::Assign)
             }
             5 => {
