@@ -10,12 +10,31 @@ cleanup() {
     kill -CONT "$pid" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
   done
+  # A server still busy after 3 s is killed outright.
+  for _ in $(seq 30); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
   for pid in "${PIDS[@]}"; do
+    kill -9 "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+
+# SIGTERM to server $1, SIGKILL if it is still there after 3 s.
+stop_pid() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 30); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 
 # True when something accepts connections on 127.0.0.1:$1.
 port_open() {

@@ -71,8 +71,10 @@ const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 const LINK_SILENCE_LIMIT: Duration = Duration::from_secs(10);
 /// Slices per vectored write; Linux's IOV_MAX is 1024.
 const MAX_IOVECS: usize = 512;
-/// Frames handed to the node per lock acquisition, so one peer's burst cannot starve clients.
+/// Frames, and payload bytes, handed to the node per lock acquisition (at least one frame), so
+/// one peer's burst cannot starve clients: merging a large batch of deltas can take long.
 const MAX_FRAMES_PER_LOCK: usize = 256;
+const MAX_BYTES_PER_LOCK: usize = 256 * 1024;
 /// Incoming connections still in their handshake at once, at most: each costs a task and a
 /// socket for up to the handshake timeout, and anyone who can reach the port can open them.
 /// Beyond this, new connections are closed at once (real peers retry with backoff).
@@ -735,14 +737,20 @@ async fn serve_incoming(
             let bytes: usize = frames.iter().map(|f| f.len() + 4).sum();
             LinkStats::add(&stats.frames_received, frames.len() as u64);
             LinkStats::add(&stats.bytes_received, bytes as u64);
-            let mut host = shared.host.lock();
-            let now = host.now();
-            for data in frames.drain(..) {
-                host.node.handle(now, Input::PeerMessage { peer, data });
+            let mut pending = frames.drain(..).peekable();
+            while pending.peek().is_some() {
+                let mut host = shared.host.lock();
+                let now = host.now();
+                let mut handed = 0;
+                while let Some(data) = pending.next_if(|_| handed < MAX_BYTES_PER_LOCK) {
+                    handed += data.len();
+                    host.node.handle(now, Input::PeerMessage { peer, data });
+                }
+                host.drain(None, &mut Vec::new());
+                shared.check_timer(&host);
+                drop(host);
             }
-            host.drain(None, &mut Vec::new());
-            shared.check_timer(&host);
-            drop(host);
+            drop(pending);
             if failed.is_some() {
                 break;
             }
