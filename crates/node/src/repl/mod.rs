@@ -381,18 +381,30 @@ impl Replicator {
             if !p.up {
                 continue;
             }
-            let mut resend = Vec::new();
+            // Only the oldest overdue message is resent (a probe); the others wait for it.
+            // A peer that is merely slow or paused then receives one duplicate per timeout
+            // instead of its whole backlog again, which it would have to chew through when it
+            // resumes.
+            let mut resend = None;
             let mut give_up = false;
+            let mut probe_due = None;
             for u in p.unacked.values_mut() {
-                if u.due_ms <= now_ms {
-                    if u.tries >= MAX_RETRIES {
-                        give_up = true;
-                        break;
+                if u.due_ms > now_ms {
+                    continue;
+                }
+                match probe_due {
+                    None => {
+                        if u.tries >= MAX_RETRIES {
+                            give_up = true;
+                            break;
+                        }
+                        u.tries += 1;
+                        u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
+                        u.due_ms = now_ms + u.rto_ms;
+                        probe_due = Some(u.due_ms);
+                        resend = Some(u.data.clone());
                     }
-                    u.tries += 1;
-                    u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
-                    u.due_ms = now_ms + u.rto_ms;
-                    resend.push(u.data.clone());
+                    Some(due) => u.due_ms = due,
                 }
             }
             if give_up {
@@ -400,10 +412,10 @@ impl Replicator {
                 p.unacked_bytes = 0;
                 p.needs_ae = true;
                 p.next_ae_ms = now_ms;
-                resend.clear();
+                resend = None;
             }
-            p.retransmits += resend.len() as u64;
-            for data in resend {
+            if let Some(data) = resend {
+                p.retransmits += 1;
                 self.outbox.push_back((id, data));
             }
             let p = self.peers.get_mut(&id).expect("listed");
