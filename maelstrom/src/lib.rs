@@ -9,4 +9,6 @@
 //!   records the history (`lattice-maelstrom-harness`).
 
 pub mod adapter;
+pub mod check;
+pub mod history;
 pub mod proto;
