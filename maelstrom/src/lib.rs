@@ -10,5 +10,6 @@
 
 pub mod adapter;
 pub mod check;
+pub mod harness;
 pub mod history;
 pub mod proto;
