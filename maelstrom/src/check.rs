@@ -289,6 +289,9 @@ fn search_key(ops: &[SearchOp], budget: u64) -> KeyResult {
     }
 }
 
+/// Non-linearizable keys whose neighbouring operations are listed; the rest get one line each.
+const MAX_DETAILED_KEYS: usize = 2;
+
 /// Linearizability of a lin-kv history, key by key. `budget` bounds the search steps per key.
 pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
     let mut by_key: BTreeMap<String, Vec<&Op>> = BTreeMap::new();
@@ -304,6 +307,7 @@ pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
     let mut notes = Vec::new();
     let mut valid = Some(true);
     let mut gave_up = 0;
+    let mut failed_keys = 0;
     for (key, ops) in &by_key {
         let search = to_search_ops(ops);
         match search_key(&search, budget) {
@@ -324,6 +328,7 @@ pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
                 states,
             } => {
                 valid = Some(false);
+                failed_keys += 1;
                 let op = &history[stuck_at];
                 let states: Vec<String> = states
                     .iter()
@@ -336,7 +341,10 @@ pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
                     op.describe(),
                     states.join(" or ")
                 ));
-                // Show what was concurrent with it or completed just before: the evidence.
+                if failed_keys > MAX_DETAILED_KEYS {
+                    continue;
+                }
+                // Show what was concurrent with it or completed shortly before: the evidence.
                 let lo = op.invoke_us.saturating_sub(500_000);
                 let mut shown = 0;
                 for other in ops.iter() {
@@ -356,9 +364,10 @@ pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
     notes.insert(
         0,
         format!(
-            "{} keys, {} ops checked, {} keys undecided",
+            "{} keys, {} ops checked, {} keys not linearizable, {} undecided",
             by_key.len(),
             by_key.values().map(Vec::len).sum::<usize>(),
+            failed_keys,
             gave_up
         ),
     );

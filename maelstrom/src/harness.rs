@@ -654,7 +654,8 @@ impl World {
             self.deliver(d);
         }
         for c in 0..self.clients.len() {
-            let timed_out = matches!(&self.clients[c].inflight, Some(inf) if inf.deadline_us <= now);
+            let timed_out =
+                matches!(&self.clients[c].inflight, Some(inf) if inf.deadline_us <= now);
             if timed_out {
                 let inf = self.clients[c].inflight.take().expect("checked above");
                 self.history[inf.op].outcome = Outcome::Info {
@@ -685,7 +686,11 @@ impl World {
     }
 
     /// Sends an administrative request to every node and waits for all replies.
-    fn admin_all(&mut self, body: impl Fn(usize) -> Value, timeout: Duration) -> Result<(), String> {
+    fn admin_all(
+        &mut self,
+        body: impl Fn(usize) -> Value,
+        timeout: Duration,
+    ) -> Result<(), String> {
         let mut ids = Vec::new();
         for n in 0..self.opts.nodes {
             let id = self.next_msg_id;
@@ -899,8 +904,7 @@ pub fn run(opts: Options) -> Result<Summary, String> {
             report.push_str(n);
         }
         report.push('\n');
-        std::fs::write(dir.join("summary.txt"), report)
-            .map_err(|e| format!("summary.txt: {e}"))?;
+        std::fs::write(dir.join("summary.txt"), report).map_err(|e| format!("summary.txt: {e}"))?;
         history_path = Some(path);
     } else {
         // A valid run keeps nothing: its logs would only crowd out the failures'.
