@@ -356,7 +356,7 @@ impl World {
     }
 
     /// A line a node wrote: route it by `dest`.
-    fn from_node(&mut self, src: usize, line: String) {
+    fn route_from_node(&mut self, src: usize, line: String) {
         let msg = match Message::parse(&line) {
             Ok(m) => m,
             Err(e) => {
@@ -638,7 +638,7 @@ impl World {
         }
         for e in pending {
             match e {
-                Event::Line(i, l) => self.from_node(i, l),
+                Event::Line(i, l) => self.route_from_node(i, l),
                 Event::Closed(i) => {
                     self.stdins[i] = None;
                     self.exited.push(format!("n{}", i + 1));
