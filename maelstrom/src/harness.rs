@@ -612,7 +612,13 @@ impl World {
         if let Some((&(at, _), _)) = self.queue.first_key_value() {
             wake = wake.min(at);
         }
-        if self.issuing {
+        // Only worth waking for the next issue if some client is free to take it; otherwise the
+        // next reply or timeout wakes the loop.
+        if self.issuing
+            && self.clients[..self.opts.clients]
+                .iter()
+                .any(|c| c.inflight.is_none())
+        {
             wake = wake.min(self.next_issue_us);
         }
         for c in &self.clients {
