@@ -748,6 +748,42 @@ mod tests {
         assert_eq!(v.valid, Some(true), "{:?}", v.notes);
     }
 
+    #[test]
+    fn one_corrupted_read_in_a_long_concurrent_history_is_found() {
+        // The same construction as above, then one read in the middle returns a value that no
+        // write near it produced.
+        let mut ops = Vec::new();
+        let mut value = 0i64;
+        let mut t = 0u64;
+        for i in 0..400u64 {
+            let point = t + 5;
+            let (call, out) = match i % 3 {
+                0 => {
+                    value = (i % 5) as i64;
+                    (w(value), ok())
+                }
+                1 if i == 199 => (r(), read_ok(99)),
+                1 => (r(), read_ok(value)),
+                _ => {
+                    let from = value;
+                    value = (i % 4) as i64;
+                    (cas(from, value), ok())
+                }
+            };
+            ops.push((
+                i % 10,
+                call,
+                point.saturating_sub(40),
+                Some(point + 40),
+                out,
+            ));
+            t += 10;
+        }
+        let v = check_lin_kv(&h(ops), DEFAULT_SEARCH_BUDGET);
+        assert_eq!(v.valid, Some(false), "{:?}", v.notes);
+        assert!(v.notes.iter().any(|n| n.contains("#199")), "{:?}", v.notes);
+    }
+
     fn add(d: i64, out: Outcome) -> (u64, Call, u64, Option<u64>, Outcome) {
         (0, Call::Add { delta: d }, 0, Some(10), out)
     }
