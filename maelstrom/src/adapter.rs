@@ -256,7 +256,7 @@ impl Adapter {
         }
         let mut config = Config::default();
         config.node_id = me.0;
-        config.cluster_size = ids.len();
+        config.cluster_size = peers.len() + 1; // duplicates in node_ids count once
         let seed = self.seed ^ (u64::from(me.0)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut node = Node::new(config, seed, Buggify::disabled(), now);
         node.handle(
