@@ -291,6 +291,8 @@ fn search_key(ops: &[SearchOp], budget: u64) -> KeyResult {
 
 /// Non-linearizable keys whose neighbouring operations are listed; the rest get one line each.
 const MAX_DETAILED_KEYS: usize = 2;
+/// Operations listed around a violation: enough to see the write it missed.
+const MAX_NEIGHBOURS: usize = 10;
 
 /// Linearizability of a lin-kv history, key by key. `budget` bounds the search steps per key.
 pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
@@ -344,19 +346,18 @@ pub fn check_lin_kv(history: &[Op], budget: u64) -> Verdict {
                 if failed_keys > MAX_DETAILED_KEYS {
                     continue;
                 }
-                // Show what was concurrent with it or completed shortly before: the evidence.
-                let lo = op.invoke_us.saturating_sub(500_000);
-                let mut shown = 0;
-                for other in ops.iter() {
-                    let end = other.complete_us.unwrap_or(u64::MAX);
-                    if other.index != op.index
-                        && end >= lo
-                        && other.invoke_us <= op.complete_us.unwrap_or(u64::MAX)
-                        && shown < 12
-                    {
-                        notes.push(format!("    near it: {}", other.describe()));
-                        shown += 1;
-                    }
+                // The evidence: the operations on this key that overlap it, and the last few
+                // that completed before it began, in time order.
+                let stuck_end = op.complete_us.unwrap_or(u64::MAX);
+                let mut near: Vec<&&Op> = ops
+                    .iter()
+                    .filter(|o| o.index != op.index && o.invoke_us <= stuck_end)
+                    .collect();
+                near.sort_by_key(|o| std::cmp::Reverse(o.complete_us.unwrap_or(u64::MAX)));
+                near.truncate(MAX_NEIGHBOURS);
+                near.sort_by_key(|o| o.invoke_us);
+                for other in near {
+                    notes.push(format!("    near it: {}", other.describe()));
                 }
             }
         }
