@@ -53,6 +53,8 @@ case "$MODE" in
     run valid --workload lin-kv --nodes 1 --clients 10 --ops 400 --rate 1000 --client-loss 0.01 --op-timeout-ms 300
     run valid --workload pn-counter --nodes 1 --clients 4 --ops 200 --rate 1000
     run valid --workload g-set --nodes 1 --clients 4 --ops 200 --rate 1000
+    run valid --workload pn-counter --nodes 3 --clients 6 --ops 600 --rate 250 "${MULTI[@]}"
+    run valid --workload g-set --nodes 3 --clients 6 --ops 600 --rate 250 "${MULTI[@]}"
     ;;
   *) echo "usage: $0 full|quick" >&2; exit 2 ;;
 esac

@@ -2,9 +2,8 @@
 //! binary and the harness (peer messages as `lattice_peer` Maelstrom messages), without
 //! processes or wall-clock time, so convergence is checked deterministically.
 //!
-//! These need replication in the node (`cluster_size > 1` emitting and merging peer
-//! messages); until it is on this branch they are ignored. Run them with
-//! `cargo test -p lattice-maelstrom --test cluster -- --include-ignored`.
+//! They rely on the node's replication (`cluster_size > 1` emitting and merging peer
+//! messages), including its repair of what a partition dropped.
 
 use std::collections::BTreeMap;
 
@@ -143,7 +142,6 @@ impl Cluster {
 }
 
 #[test]
-#[ignore = "needs replication in lattice-node"]
 fn g_set_adds_on_every_node_converge_across_a_partition() {
     let mut c = Cluster::new(3, Workload::GSet);
     c.isolated = vec![0];
@@ -161,7 +159,6 @@ fn g_set_adds_on_every_node_converge_across_a_partition() {
 }
 
 #[test]
-#[ignore = "needs replication in lattice-node"]
 fn pn_counter_adds_on_every_node_sum_up() {
     let mut c = Cluster::new(3, Workload::PnCounter);
     let mut sum = 0;
@@ -181,7 +178,6 @@ fn pn_counter_adds_on_every_node_sum_up() {
 }
 
 #[test]
-#[ignore = "needs replication in lattice-node"]
 fn broadcast_messages_reach_every_node() {
     let mut c = Cluster::new(5, Workload::Broadcast);
     for m in 0..25 {
