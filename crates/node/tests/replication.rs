@@ -134,12 +134,32 @@ impl Cluster {
         }
     }
 
+    /// Cuts node `i` off (or reconnects it). Like a real driver, each side is told the link
+    /// went down or came back up.
     fn partition(&mut self, i: usize, cut: bool) {
+        let now = Micros::from_millis(self.now_ms);
         for j in 0..self.nodes.len() {
             if j != i {
                 self.connected[i][j] = !cut;
                 self.connected[j][i] = !cut;
+                for (a, b) in [(i, j), (j, i)] {
+                    let peer = NodeId(b as u32 + 1);
+                    let input = if cut {
+                        Input::PeerDown { peer }
+                    } else {
+                        Input::PeerUp { peer }
+                    };
+                    self.nodes[a].handle(now, input);
+                }
             }
+        }
+        self.drain_all();
+    }
+
+    /// Loses messages on every link without the nodes noticing (no PeerDown).
+    fn lossy(&mut self, on: bool) {
+        for row in &mut self.connected {
+            row.iter_mut().for_each(|c| *c = !on);
         }
     }
 
@@ -196,6 +216,22 @@ fn partitioned_writes_converge_by_anti_entropy() {
     }
     let d = c.digests();
     assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+}
+
+#[test]
+fn lost_deltas_are_repaired_without_a_link_failure() {
+    let mut c = Cluster::new(3);
+    c.lossy(true);
+    c.cmd(0, &["INCRBY", "n", "4"]);
+    c.cmd(1, &["SADD", "s", "b"]);
+    c.cmd(2, &["LPUSH", "l", "z"]);
+    c.lossy(false);
+    c.advance(4_000);
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["GET", "n"]), "$1\r\n4\r\n", "node {i}");
+        assert_eq!(c.cmd(i, &["SMEMBERS", "s"]), "*1\r\n$1\r\nb\r\n");
+        assert_eq!(c.cmd(i, &["LLEN", "l"]), ":1\r\n");
+    }
 }
 
 #[test]

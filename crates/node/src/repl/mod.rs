@@ -395,7 +395,15 @@ impl Replicator {
             }
             let p = self.peers.get_mut(&id).expect("listed");
             if p.next_ae_ms <= now_ms {
+                // Periodic rounds are started by the lower node id only (push-pull repairs
+                // both sides, two concurrent sessions would double the traffic); a link that
+                // came up or a queue that overflowed starts one from either side.
+                let starts = p.needs_ae || self.node < id;
                 p.needs_ae = false;
+                p.next_ae_ms = now_ms + AE_INTERVAL_MS;
+                if !starts {
+                    continue;
+                }
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
@@ -499,7 +507,7 @@ impl Replicator {
         let mut effects = Vec::new();
         match env.body {
             Some(Body::Deltas(d)) => {
-                let changed = self.merge_blobs(&d.entries, true);
+                let (changed, _) = self.merge_blobs(&d.entries, true);
                 effects.push(Effect::Keys(changed));
                 let seen = self.own_seen();
                 let (seen_nodes, seen_counters) = seen.iter().map(|(n, c)| (n.0, c)).unzip();
@@ -525,10 +533,11 @@ impl Replicator {
             }
             Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms),
             Some(Body::States(s)) => {
-                let changed = self.merge_blobs(&s.entries, false);
+                let (changed, in_sync) = self.merge_blobs(&s.entries, false);
                 effects.push(Effect::Keys(changed));
                 if !s.want_leaves.is_empty() {
-                    self.send_leaves(peer, &s.want_leaves, Vec::new(), now_ms);
+                    let in_sync = in_sync.into_iter().collect();
+                    self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms);
                 }
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
@@ -537,8 +546,11 @@ impl Replicator {
         effects
     }
 
-    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> Vec<Bytes> {
+    /// Merges received states; returns the keys whose contents changed here and the keys that
+    /// are now equal to what the sender holds (no need to send them back).
+    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
+        let mut in_sync = Vec::new();
         for b in entries {
             let Ok(st) = bincode::deserialize::<KeyState>(&b.state) else {
                 self.stats.bad_messages += 1;
@@ -564,11 +576,12 @@ impl Replicator {
             if digest != before {
                 self.merkle.update(id.0 as usize, before, digest);
                 changed.push(b.key.clone());
-            } else if entry.state.is_empty() && digest == 0 && before == 0 {
-                // A tombstone for a key we had no content for: nothing visible changed.
+            }
+            if !deltas && digest == key_digest(&b.key, &st) {
+                in_sync.push(b.key.clone());
             }
         }
-        changed
+        (changed, in_sync)
     }
 
     /// A large difference takes several rounds (each bounded): run the next one soon instead
@@ -623,18 +636,29 @@ impl Replicator {
             );
         } else {
             let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
-            self.send_leaves(peer, &leaves, leaves.clone(), now_ms);
+            self.send_leaves(peer, &leaves, leaves.clone(), &Default::default(), now_ms);
         }
     }
 
-    /// Sends the states of every key in `leaves` (bounded per message; a leaf cut short is
-    /// finished by the next round), asking for the peer's states of `want` in return.
-    fn send_leaves(&mut self, peer: NodeId, leaves: &[u32], want: Vec<u32>, now_ms: u64) {
+    /// Sends the states of every key in `leaves` except `skip` (bounded per message; a leaf
+    /// cut short is finished by the next round), asking for the peer's states of `want` in
+    /// return.
+    fn send_leaves(
+        &mut self,
+        peer: NodeId,
+        leaves: &[u32],
+        want: Vec<u32>,
+        skip: &std::collections::BTreeSet<Bytes>,
+        now_ms: u64,
+    ) {
         let mut entries = Vec::new();
         let mut bytes = 0;
         'outer: for &leaf in leaves {
             let lo = (leaf, Bytes::new());
             for ((_, k), e) in self.keys.range(lo..).take_while(|((l, _), _)| *l == leaf) {
+                if skip.contains(k) {
+                    continue;
+                }
                 let blob = encode_state(&e.state);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
