@@ -39,6 +39,9 @@ fn one_node_runs_of_every_workload_are_valid() {
 fn a_missing_binary_is_reported() {
     let mut o = quick(Workload::LinKv);
     o.bin = PathBuf::from("/nonexistent/lattice-maelstrom");
+    o.out = o.out.join("missing-binary");
+    let out = o.out.clone();
     let err = run(o).err().expect("must fail");
     assert!(err.contains("cannot start"), "{err}");
+    let _ = std::fs::remove_dir_all(out);
 }
