@@ -10,7 +10,12 @@ fn quick(workload: Workload) -> Options {
         PathBuf::from(env!("CARGO_BIN_EXE_lattice-maelstrom")),
         workload,
     );
-    o.out = std::env::temp_dir().join(format!("lattice-maelstrom-test-{}", std::process::id()));
+    // One directory per run, so the tests (run in parallel) never remove each other's.
+    o.out = std::env::temp_dir().join(format!(
+        "lattice-maelstrom-test-{}-{}",
+        std::process::id(),
+        workload.name()
+    ));
     o.clients = 4;
     o.ops = 200;
     o.rate = 1000.0;
@@ -39,7 +44,10 @@ fn one_node_runs_of_every_workload_are_valid() {
 fn a_missing_binary_is_reported() {
     let mut o = quick(Workload::LinKv);
     o.bin = PathBuf::from("/nonexistent/lattice-maelstrom");
-    o.out = o.out.join("missing-binary");
+    o.out = o.out.with_file_name(format!(
+        "lattice-maelstrom-test-{}-missing-binary",
+        std::process::id()
+    ));
     let out = o.out.clone();
     let err = run(o).err().expect("must fail");
     assert!(err.contains("cannot start"), "{err}");
