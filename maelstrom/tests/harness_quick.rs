@@ -28,7 +28,11 @@ fn quick(workload: Workload) -> Options {
 #[test]
 fn one_node_runs_of_every_workload_are_valid() {
     for w in Workload::ALL {
-        let s = run(quick(w)).expect("run");
+        let o = quick(w);
+        let out = o.out.clone();
+        let s = run(o).expect("run");
+        assert!(s.history_path.is_none(), "a valid run keeps nothing");
+        let _ = std::fs::remove_dir_all(out);
         assert_eq!(
             s.verdict.valid,
             Some(true),
