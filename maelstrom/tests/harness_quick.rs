@@ -31,8 +31,6 @@ fn one_node_runs_of_every_workload_are_valid() {
         let o = quick(w);
         let out = o.out.clone();
         let s = run(o).expect("run");
-        assert!(s.history_path.is_none(), "a valid run keeps nothing");
-        let _ = std::fs::remove_dir_all(out);
         assert_eq!(
             s.verdict.valid,
             Some(true),
@@ -41,6 +39,8 @@ fn one_node_runs_of_every_workload_are_valid() {
             s.verdict.notes
         );
         assert!(s.line.contains("valid?=true"));
+        assert!(s.history_path.is_none(), "a valid run keeps nothing");
+        let _ = std::fs::remove_dir_all(out);
     }
 }
 
