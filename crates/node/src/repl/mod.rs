@@ -56,6 +56,8 @@ const MAX_RETRIES: u32 = 6;
 pub const AE_INTERVAL_MS: u64 = 1_000;
 /// Delay before the next anti-entropy round when the last one was cut short by a bound.
 const AE_FOLLOW_UP_MS: u64 = 10;
+/// The `Ack` sequence number of a report that acknowledges no message.
+const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// Period of GC rounds.
 const GC_INTERVAL_MS: u64 = 1_000;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
@@ -141,10 +143,8 @@ fn leaf_of_key(key: &[u8]) -> u32 {
 }
 
 fn key_digest(key: &[u8], state: &KeyState) -> u64 {
-    match state.digest_bytes(key) {
-        Some(bytes) => lattice_store::key_hash(&bytes) | 1,
-        None => 0,
-    }
+    // Never 0 for a key with contents: 0 means absent.
+    state.digest(key).map_or(0, |d| d | 1)
 }
 
 impl Replicator {
@@ -421,6 +421,18 @@ impl Replicator {
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
             self.gc_round();
+            // Tell every peer what we have merged, even when no deltas flow (acks carry it
+            // otherwise): GC needs fresh reports from everyone to make progress.
+            let report = self.seen_report(REPORT_ONLY_SEQ);
+            let ups: Vec<NodeId> = self
+                .peers
+                .iter()
+                .filter(|(_, p)| p.up)
+                .map(|(n, _)| *n)
+                .collect();
+            for n in ups {
+                self.outbox.push_back((n, report.clone()));
+            }
         }
     }
 
@@ -430,6 +442,16 @@ impl Replicator {
             p.ae_bytes += data.len() as u64;
         }
         self.outbox.push_back((peer, data));
+    }
+
+    /// An `Ack` of `seq` carrying our seen-set frontier.
+    fn seen_report(&self, seq: u64) -> Bytes {
+        let (seen_nodes, seen_counters) = self.seen.vv().iter().map(|(n, c)| (n.0, c)).unzip();
+        self.envelope(Body::Ack(Ack {
+            seq,
+            seen_nodes,
+            seen_counters,
+        }))
     }
 
     fn own_seen(&self) -> VersionVector {
@@ -509,13 +531,7 @@ impl Replicator {
             Some(Body::Deltas(d)) => {
                 let (changed, _) = self.merge_blobs(&d.entries, true);
                 effects.push(Effect::Keys(changed));
-                let seen = self.own_seen();
-                let (seen_nodes, seen_counters) = seen.iter().map(|(n, c)| (n.0, c)).unzip();
-                let data = self.envelope(Body::Ack(Ack {
-                    seq: d.seq,
-                    seen_nodes,
-                    seen_counters,
-                }));
+                let data = self.seen_report(d.seq);
                 self.outbox.push_back((peer, data));
             }
             Some(Body::Ack(a)) => {
