@@ -7,12 +7,13 @@
 //! only moves when the driver says so.
 //!
 //! Delivery, per peer link:
-//! - Local writes are captured after each command and queued per peer, coalesced per key
-//!   (a second write to a queued key merges into the queued delta). The queue is bounded
-//!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and the peer is marked for anti-entropy,
+//! - Local writes are captured after each command and queued, coalesced per key (a second
+//!   write to a queued key merges into the queued delta). The queue is bounded
+//!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and every peer is marked for anti-entropy,
 //!   which ships whatever it lacks: nothing is silently lost.
-//! - Queued deltas are flushed as one `Deltas` message per peer after each batch of input
-//!   (the server calls the node once per pipeline), numbered by a per-link sequence.
+//! - The queue is flushed after each batch of input (the server calls the node once per
+//!   pipeline): encoded once, sent to every live peer in a `Deltas` message numbered by a
+//!   per-link sequence.
 //! - Unacknowledged messages are resent with exponential backoff (`RTO_*`); after
 //!   `MAX_RETRIES`, or when the unacknowledged bytes exceed `MAX_UNACKED_BYTES`, they are
 //!   dropped and the peer is marked for anti-entropy.
@@ -41,9 +42,9 @@ use lattice_store::Value;
 
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Intent, KeyState, Stamper};
-use self::wire::{Ack, Body, Deltas, Digests, Envelope, KeyBlob, Publish, States};
+use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
-/// Keys queued for one peer before the queue is dropped in favour of anti-entropy.
+/// Keys queued before the queue is dropped in favour of anti-entropy.
 const MAX_QUEUED_KEYS: usize = 100_000;
 /// Bytes of one outgoing `Deltas` or `States` message (well under the 16 MiB frame limit).
 const MAX_BATCH_BYTES: usize = 1 << 20;
@@ -56,6 +57,8 @@ const MAX_RETRIES: u32 = 6;
 pub const AE_INTERVAL_MS: u64 = 1_000;
 /// Delay before the next anti-entropy round when the last one was cut short by a bound.
 const AE_FOLLOW_UP_MS: u64 = 10;
+/// The `Ack` sequence number of a report that acknowledges no message.
+const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// Period of GC rounds.
 const GC_INTERVAL_MS: u64 = 1_000;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
@@ -79,7 +82,6 @@ struct Unacked {
 #[derive(Default)]
 struct Peer {
     up: bool,
-    queue: BTreeMap<Bytes, KeyState>,
     next_seq: u64,
     unacked: BTreeMap<u64, Unacked>,
     unacked_bytes: usize,
@@ -130,6 +132,8 @@ pub struct Replicator {
     keys: BTreeMap<(u32, Bytes), KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
+    /// Deltas captured since the last flush, coalesced per key, for every live peer.
+    pending: BTreeMap<Bytes, KeyState>,
     /// Keys changed by the command being executed, captured when it finishes.
     pub dirty: Vec<Bytes>,
     outbox: VecDeque<(NodeId, Bytes)>,
@@ -141,10 +145,8 @@ fn leaf_of_key(key: &[u8]) -> u32 {
 }
 
 fn key_digest(key: &[u8], state: &KeyState) -> u64 {
-    match state.digest_bytes(key) {
-        Some(bytes) => lattice_store::key_hash(&bytes) | 1,
-        None => 0,
-    }
+    // Never 0 for a key with contents: 0 means absent.
+    state.digest(key).map_or(0, |d| d | 1)
 }
 
 impl Replicator {
@@ -161,6 +163,7 @@ impl Replicator {
             keys: BTreeMap::new(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
+            pending: BTreeMap::new(),
             dirty: Vec::new(),
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
@@ -215,21 +218,21 @@ impl Replicator {
         if delta == KeyState::default() {
             return;
         }
-        for peer in self.peers.values_mut() {
-            if peer.needs_ae && !peer.up {
-                continue; // the next anti-entropy ships the whole difference anyway
+        if !self.peers.values().any(|p| p.up) {
+            return; // the next anti-entropy ships the whole difference anyway
+        }
+        let full = self.pending.len() >= MAX_QUEUED_KEYS;
+        match self.pending.get_mut(&id.1) {
+            Some(q) => q.merge(&delta),
+            None if full => {
+                self.pending.clear();
+                for p in self.peers.values_mut() {
+                    p.needs_ae = true;
+                    p.overflows += 1;
+                }
             }
-            let full = peer.queue.len() >= MAX_QUEUED_KEYS;
-            match peer.queue.get_mut(&id.1) {
-                Some(q) => q.merge(&delta),
-                None if full => {
-                    peer.queue.clear();
-                    peer.needs_ae = true;
-                    peer.overflows += 1;
-                }
-                None => {
-                    peer.queue.insert(id.1.clone(), delta.clone());
-                }
+            None => {
+                self.pending.insert(id.1, delta);
             }
         }
     }
@@ -285,38 +288,48 @@ impl Replicator {
     pub fn peer_down(&mut self, peer: NodeId) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.up = false;
-            p.queue.clear();
             p.unacked.clear();
             p.unacked_bytes = 0;
             p.needs_ae = true;
         }
     }
 
-    /// Turns queued deltas into messages. Called after each batch of input.
+    /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
+    /// each batch of input.
     pub fn flush(&mut self, now_ms: u64) {
-        let ids: Vec<NodeId> = self.peers.keys().copied().collect();
-        for id in ids {
-            loop {
-                let p = self.peers.get_mut(&id).expect("listed");
-                if !p.up || p.queue.is_empty() {
+        let ups: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.up)
+            .map(|(n, _)| *n)
+            .collect();
+        if ups.is_empty() {
+            self.pending.clear();
+            return;
+        }
+        while !self.pending.is_empty() {
+            let mut entries = Vec::new();
+            let mut bytes = 0;
+            while let Some((k, st)) = self.pending.pop_first() {
+                let blob = encode_state(&st);
+                bytes += blob.len() + k.len();
+                entries.push(KeyBlob {
+                    key: k,
+                    state: blob,
+                });
+                if bytes >= MAX_BATCH_BYTES {
                     break;
                 }
-                let mut entries = Vec::new();
-                let mut bytes = 0;
-                while let Some((k, st)) = p.queue.pop_first() {
-                    let blob = encode_state(&st);
-                    bytes += blob.len() + k.len();
-                    entries.push(KeyBlob {
-                        key: k,
-                        state: blob,
-                    });
-                    if bytes >= MAX_BATCH_BYTES {
-                        break;
-                    }
-                }
+            }
+            let batch = Bytes::from(prost::Message::encode_to_vec(&DeltaBatch { entries }));
+            for &id in &ups {
+                let p = self.peers.get_mut(&id).expect("listed");
                 let seq = p.next_seq;
                 p.next_seq += 1;
-                let data = self.envelope(Body::Deltas(Deltas { seq, entries }));
+                let data = self.envelope(Body::Deltas(Deltas {
+                    seq,
+                    batch: batch.clone(),
+                }));
                 let p = self.peers.get_mut(&id).expect("listed");
                 p.delta_bytes += data.len() as u64;
                 if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
@@ -345,7 +358,7 @@ impl Replicator {
     }
 
     pub fn has_queued(&self) -> bool {
-        self.peers.values().any(|p| p.up && !p.queue.is_empty())
+        !self.pending.is_empty()
     }
 
     /// When [`Replicator::tick`] next has work.
@@ -368,18 +381,30 @@ impl Replicator {
             if !p.up {
                 continue;
             }
-            let mut resend = Vec::new();
+            // Only the oldest overdue message is resent (a probe); the others wait for it.
+            // A peer that is merely slow or paused then receives one duplicate per timeout
+            // instead of its whole backlog again, which it would have to chew through when it
+            // resumes.
+            let mut resend = None;
             let mut give_up = false;
+            let mut probe_due = None;
             for u in p.unacked.values_mut() {
-                if u.due_ms <= now_ms {
-                    if u.tries >= MAX_RETRIES {
-                        give_up = true;
-                        break;
+                if u.due_ms > now_ms {
+                    continue;
+                }
+                match probe_due {
+                    None => {
+                        if u.tries >= MAX_RETRIES {
+                            give_up = true;
+                            break;
+                        }
+                        u.tries += 1;
+                        u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
+                        u.due_ms = now_ms + u.rto_ms;
+                        probe_due = Some(u.due_ms);
+                        resend = Some(u.data.clone());
                     }
-                    u.tries += 1;
-                    u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
-                    u.due_ms = now_ms + u.rto_ms;
-                    resend.push(u.data.clone());
+                    Some(due) => u.due_ms = due,
                 }
             }
             if give_up {
@@ -387,15 +412,23 @@ impl Replicator {
                 p.unacked_bytes = 0;
                 p.needs_ae = true;
                 p.next_ae_ms = now_ms;
-                resend.clear();
+                resend = None;
             }
-            p.retransmits += resend.len() as u64;
-            for data in resend {
+            if let Some(data) = resend {
+                p.retransmits += 1;
                 self.outbox.push_back((id, data));
             }
             let p = self.peers.get_mut(&id).expect("listed");
             if p.next_ae_ms <= now_ms {
+                // Periodic rounds are started by the lower node id only (push-pull repairs
+                // both sides, two concurrent sessions would double the traffic); a link that
+                // came up or a queue that overflowed starts one from either side.
+                let starts = p.needs_ae || self.node < id;
                 p.needs_ae = false;
+                p.next_ae_ms = now_ms + AE_INTERVAL_MS;
+                if !starts {
+                    continue;
+                }
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
@@ -413,6 +446,18 @@ impl Replicator {
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
             self.gc_round();
+            // Tell every peer what we have merged, even when no deltas flow (acks carry it
+            // otherwise): GC needs fresh reports from everyone to make progress.
+            let report = self.seen_report(REPORT_ONLY_SEQ);
+            let ups: Vec<NodeId> = self
+                .peers
+                .iter()
+                .filter(|(_, p)| p.up)
+                .map(|(n, _)| *n)
+                .collect();
+            for n in ups {
+                self.outbox.push_back((n, report.clone()));
+            }
         }
     }
 
@@ -422,6 +467,16 @@ impl Replicator {
             p.ae_bytes += data.len() as u64;
         }
         self.outbox.push_back((peer, data));
+    }
+
+    /// An `Ack` of `seq` carrying our seen-set frontier.
+    fn seen_report(&self, seq: u64) -> Bytes {
+        let (seen_nodes, seen_counters) = self.seen.vv().iter().map(|(n, c)| (n.0, c)).unzip();
+        self.envelope(Body::Ack(Ack {
+            seq,
+            seen_nodes,
+            seen_counters,
+        }))
     }
 
     fn own_seen(&self) -> VersionVector {
@@ -499,15 +554,13 @@ impl Replicator {
         let mut effects = Vec::new();
         match env.body {
             Some(Body::Deltas(d)) => {
-                let changed = self.merge_blobs(&d.entries, true);
+                let Ok(batch) = <DeltaBatch as prost::Message>::decode(&d.batch[..]) else {
+                    self.stats.bad_messages += 1;
+                    return effects;
+                };
+                let (changed, _) = self.merge_blobs(&batch.entries, true);
                 effects.push(Effect::Keys(changed));
-                let seen = self.own_seen();
-                let (seen_nodes, seen_counters) = seen.iter().map(|(n, c)| (n.0, c)).unzip();
-                let data = self.envelope(Body::Ack(Ack {
-                    seq: d.seq,
-                    seen_nodes,
-                    seen_counters,
-                }));
+                let data = self.seen_report(d.seq);
                 self.outbox.push_back((peer, data));
             }
             Some(Body::Ack(a)) => {
@@ -525,10 +578,11 @@ impl Replicator {
             }
             Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms),
             Some(Body::States(s)) => {
-                let changed = self.merge_blobs(&s.entries, false);
+                let (changed, in_sync) = self.merge_blobs(&s.entries, false);
                 effects.push(Effect::Keys(changed));
                 if !s.want_leaves.is_empty() {
-                    self.send_leaves(peer, &s.want_leaves, Vec::new(), now_ms);
+                    let in_sync = in_sync.into_iter().collect();
+                    self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms);
                 }
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
@@ -537,8 +591,11 @@ impl Replicator {
         effects
     }
 
-    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> Vec<Bytes> {
+    /// Merges received states; returns the keys whose contents changed here and the keys that
+    /// are now equal to what the sender holds (no need to send them back).
+    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
+        let mut in_sync = Vec::new();
         for b in entries {
             let Ok(st) = bincode::deserialize::<KeyState>(&b.state) else {
                 self.stats.bad_messages += 1;
@@ -564,11 +621,12 @@ impl Replicator {
             if digest != before {
                 self.merkle.update(id.0 as usize, before, digest);
                 changed.push(b.key.clone());
-            } else if entry.state.is_empty() && digest == 0 && before == 0 {
-                // A tombstone for a key we had no content for: nothing visible changed.
+            }
+            if !deltas && digest == key_digest(&b.key, &st) {
+                in_sync.push(b.key.clone());
             }
         }
-        changed
+        (changed, in_sync)
     }
 
     /// A large difference takes several rounds (each bounded): run the next one soon instead
@@ -623,18 +681,29 @@ impl Replicator {
             );
         } else {
             let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
-            self.send_leaves(peer, &leaves, leaves.clone(), now_ms);
+            self.send_leaves(peer, &leaves, leaves.clone(), &Default::default(), now_ms);
         }
     }
 
-    /// Sends the states of every key in `leaves` (bounded per message; a leaf cut short is
-    /// finished by the next round), asking for the peer's states of `want` in return.
-    fn send_leaves(&mut self, peer: NodeId, leaves: &[u32], want: Vec<u32>, now_ms: u64) {
+    /// Sends the states of every key in `leaves` except `skip` (bounded per message; a leaf
+    /// cut short is finished by the next round), asking for the peer's states of `want` in
+    /// return.
+    fn send_leaves(
+        &mut self,
+        peer: NodeId,
+        leaves: &[u32],
+        want: Vec<u32>,
+        skip: &std::collections::BTreeSet<Bytes>,
+        now_ms: u64,
+    ) {
         let mut entries = Vec::new();
         let mut bytes = 0;
         'outer: for &leaf in leaves {
             let lo = (leaf, Bytes::new());
             for ((_, k), e) in self.keys.range(lo..).take_while(|((l, _), _)| *l == leaf) {
+                if skip.contains(k) {
+                    continue;
+                }
                 let blob = encode_state(&e.state);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
@@ -688,6 +757,7 @@ impl Replicator {
             self.stats.keys_collected,
             self.stats.skew_exceeded,
         );
+        let _ = write!(out, "queued_keys:{}\r\n", self.pending.len());
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
                 .last_heard_ms
@@ -695,10 +765,9 @@ impl Replicator {
             let last_ae = p.last_ae_ms.map_or(-1, |t| now_ms.saturating_sub(t) as i64);
             let _ = write!(
                 out,
-                "peer{i}:id={},state={},last_heard_ms_ago={lag},queued_keys={},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
+                "peer{i}:id={},state={},last_heard_ms_ago={lag},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
                 id.0,
                 if p.up { "up" } else { "down" },
-                p.queue.len(),
                 p.unacked.len(),
                 p.unacked_bytes,
                 p.delta_bytes,
@@ -715,13 +784,13 @@ impl Replicator {
     }
 
     pub fn check_invariants(&self) {
+        assert!(
+            self.pending.len() <= MAX_QUEUED_KEYS,
+            "delta queue over its bound"
+        );
         for p in self.peers.values() {
             let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
             assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
-            assert!(
-                p.queue.len() <= MAX_QUEUED_KEYS,
-                "peer queue over its bound"
-            );
         }
     }
 }
