@@ -221,7 +221,22 @@ fn xreadgroup_blocks_until_an_entry_arrives() {
     );
     h.advance(100);
     assert_eq!(h.take(2), "*-1\r\n");
+    // XREAD BLOCK with `$` is woken by the next entry, not by whatever is last on re-run.
+    assert_eq!(h.cmd(2, &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]), "");
+    h.cmd(1, &["XADD", "s", "6-0", "k", "w"]);
+    assert_eq!(
+        h.take(2),
+        "*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n6-0\r\n*2\r\n$1\r\nk\r\n$1\r\nw\r\n"
+    );
+    // On a missing key, `$` is 0-0: the first entry wakes it.
+    assert_eq!(
+        h.cmd(2, &["XREAD", "BLOCK", "0", "STREAMS", "fresh", "$"]),
+        ""
+    );
+    h.cmd(1, &["XADD", "fresh", "1-1", "a", "b"]);
+    assert!(h.take(2).contains("1-1"));
     // Inside MULTI a blocking read answers at once.
+    assert_eq!(h.cmd(1, &["XGROUP", "CREATE", "s", "g2", "$"]), "+OK\r\n");
     h.cmd(1, &["MULTI"]);
     h.cmd(1, &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
     h.cmd(
@@ -229,7 +244,7 @@ fn xreadgroup_blocks_until_an_entry_arrives() {
         &[
             "XREADGROUP",
             "GROUP",
-            "g",
+            "g2",
             "c",
             "BLOCK",
             "0",

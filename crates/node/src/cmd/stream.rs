@@ -6,9 +6,8 @@
 //!
 //! Blocking (`BLOCK ms`) uses the node's generic re-run mechanism: the request runs again when
 //! a stream key changes. For XREADGROUP `>` and XREAD with explicit IDs that is exact. XREAD
-//! with `$` would resolve `$` again on every re-run and so never see the entry that woke it;
-//! until the node can park a rewritten request, `XREAD BLOCK ... $` outside MULTI answers an
-//! error telling the client to pass the last ID it has (inside MULTI it never blocks).
+//! with `$` parks a copy of the request with `$` replaced by the stream's last ID at the time
+//! of the call, so that the re-run serves what arrived since (inside MULTI it never blocks).
 //! Streams are not replicated yet (`repl::state` treats a stream key as absent).
 
 use bytes::Bytes;
@@ -17,7 +16,7 @@ use lattice_store::stream::{AddError, Fields, NewId, ReadEntry};
 use lattice_store::{Stream, StreamId, Value};
 
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY, SYNTAX};
-use crate::blocking::TimeoutReply;
+use crate::blocking::{BlockRequest, TimeoutReply};
 use crate::cmd::pubsub::{EVENT_NEW, EVENT_STREAM};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
@@ -582,8 +581,16 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
         };
         from.push(f);
     }
-    if block.is_some() && !call.in_exec && from.contains(&ReadFrom::Last) {
-        return call.error("ERR XREAD BLOCK with '$' is not supported by this server yet: pass the last ID you have read instead");
+    // `$` means "after the last ID now": remembered as that ID in case the client parks.
+    let mut last_ids = vec![StreamId::MIN; nstreams];
+    for (k, key) in keys.iter().enumerate() {
+        if from[k] == ReadFrom::Last {
+            if let Some(e) = core.db.get_raw(key) {
+                if let Value::Stream(s) = &e.value {
+                    last_ids[k] = s.last_id;
+                }
+            }
+        }
     }
     // Serve what can be served now.
     let mut served: Vec<(usize, Vec<ReadEntry>)> = Vec::new();
@@ -653,6 +660,23 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
     match block {
         Some(deadline) if !call.in_exec => {
             let keys = keys.to_vec();
+            if from.contains(&ReadFrom::Last) {
+                // Park the request with `$` replaced by the IDs it stood for: a re-run must
+                // serve entries added after this moment, not after whatever is last then.
+                // The dispatcher's own parking then keeps this place (first park wins).
+                let mut args = call.args.to_vec();
+                for (k, f) in from.iter().enumerate() {
+                    if *f == ReadFrom::Last {
+                        args[streams_at + nstreams + k] = Bytes::from(last_ids[k].to_string());
+                    }
+                }
+                let req = BlockRequest {
+                    keys: keys.clone(),
+                    deadline_ms: deadline,
+                    on_timeout: TimeoutReply::NullArray,
+                };
+                core.park(call.conn, &args, req);
+            }
             core.block(call, &keys, deadline, TimeoutReply::NullArray);
         }
         _ => call.out.null_array(),
