@@ -2,9 +2,11 @@
 //!
 //! Entries live in an ordered map keyed by [`StreamId`] (`ms-seq`), which gives range reads in
 //! both directions, deletion and trimming from the head in O(log n) per entry. Redis keeps a
-//! radix tree of listpacks instead; the difference is visible only in memory use and in the
-//! approximate (`~`) trimming granularity, which we emulate with blocks of
-//! [`NODE_MAX_ENTRIES`] entries (see [`Stream::trim`]).
+//! radix tree of listpack nodes instead. Which entries share a node is visible to clients:
+//! approximate (`~`) trimming and LIMIT remove whole nodes only. So the stream also keeps the
+//! node *boundaries* Redis would have (a [`Block`] per node: last ID, slots used, live entries,
+//! bytes), filled by the same rules (`stream-node-max-entries`, `stream-node-max-bytes`,
+//! deleted entries still occupying their slot), without storing entries in them.
 //!
 //! Consumer groups follow Redis 7.0: each group has a last-delivered ID, a logical read
 //! counter (`entries-read`, unknown after some operations), a pending entries list (PEL) of
@@ -15,10 +17,47 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// Entries per listpack node in Redis's default configuration (`stream-node-max-entries`):
-/// approximate trimming removes whole blocks of this many entries only, as Redis removes
-/// whole nodes only.
+/// Entries per listpack node in Redis's default configuration (`stream-node-max-entries`).
 pub const NODE_MAX_ENTRIES: usize = 100;
+/// Bytes per listpack node in Redis's default configuration (`stream-node-max-bytes`).
+pub const NODE_MAX_BYTES: usize = 4096;
+
+/// When a new node starts (Redis's `stream-node-max-entries` / `-bytes`; 0 = no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLimits {
+    pub max_entries: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits {
+            max_entries: NODE_MAX_ENTRIES,
+            max_bytes: NODE_MAX_BYTES,
+        }
+    }
+}
+
+/// Where Redis would have a listpack node boundary: entries up to `last` since the previous
+/// block belong to this one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Block {
+    last: StreamId,
+    /// Entries ever appended to the node (deleted ones keep their slot).
+    slots: usize,
+    /// Entries still present.
+    live: usize,
+    /// Approximate encoded size.
+    bytes: usize,
+}
+
+/// Approximate listpack bytes of one entry: its fields and values plus per-element overhead.
+fn entry_bytes(fields: &Fields) -> usize {
+    4 + fields
+        .iter()
+        .map(|(f, v)| f.len() + v.len() + 4)
+        .sum::<usize>()
+}
 
 /// A stream entry ID: milliseconds and a sequence number, ordered as a pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -202,10 +241,12 @@ impl Group {
     }
 }
 
-/// A stream value.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A stream value. Equality ignores node boundaries (they only steer approximate trimming
+/// and are rebuilt, not stored, by RESTORE).
+#[derive(Clone, Debug, Default)]
 pub struct Stream {
     entries: BTreeMap<StreamId, Fields>,
+    blocks: std::collections::VecDeque<Block>,
     /// The greatest ID ever added (or set by XSETID); new IDs must exceed it.
     pub last_id: StreamId,
     /// The greatest ID ever deleted (XDEL; trimming counts as well).
@@ -214,6 +255,18 @@ pub struct Stream {
     pub entries_added: u64,
     groups: BTreeMap<Vec<u8>, Group>,
 }
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+            && self.last_id == other.last_id
+            && self.max_deleted_id == other.max_deleted_id
+            && self.entries_added == other.entries_added
+            && self.groups == other.groups
+    }
+}
+
+impl Eq for Stream {}
 
 /// One entry as read: its ID and fields (None in a PEL history read of a deleted entry).
 pub type ReadEntry = (StreamId, Option<Fields>);
@@ -291,18 +344,51 @@ impl Stream {
         Ok(id)
     }
 
-    /// Appends an entry; `id` must come from [`Stream::next_id`] (greater than the last).
+    /// Appends an entry with Redis's default node limits.
     pub fn add(&mut self, id: StreamId, fields: Fields) -> Result<(), AddError> {
+        self.add_with(id, fields, NodeLimits::default())
+    }
+
+    /// Appends an entry; `id` must come from [`Stream::next_id`] (greater than the last).
+    pub fn add_with(
+        &mut self,
+        id: StreamId,
+        fields: Fields,
+        limits: NodeLimits,
+    ) -> Result<(), AddError> {
         if id.is_zero() {
             return Err(AddError::Zero);
         }
         if id <= self.last_id {
             return Err(AddError::NotGreater);
         }
+        self.place(id, entry_bytes(&fields), limits);
         self.entries.insert(id, fields);
         self.last_id = id;
         self.entries_added += 1;
         Ok(())
+    }
+
+    /// Records a new last entry in the node Redis would append it to.
+    fn place(&mut self, id: StreamId, bytes: usize, limits: NodeLimits) {
+        let fits = self.blocks.back().is_some_and(|b| {
+            (limits.max_bytes == 0 || b.bytes + bytes < limits.max_bytes)
+                && (limits.max_entries == 0 || b.slots < limits.max_entries)
+        });
+        match self.blocks.back_mut() {
+            Some(b) if fits => {
+                b.last = id;
+                b.slots += 1;
+                b.live += 1;
+                b.bytes += bytes;
+            }
+            _ => self.blocks.push_back(Block {
+                last: id,
+                slots: 1,
+                live: 1,
+                bytes,
+            }),
+        }
     }
 
     /// Entries with `start <= id <= end`, ascending (or descending when `rev`), at most
@@ -326,20 +412,27 @@ impl Stream {
         }
     }
 
-    /// Deletes an entry; true if it existed.
+    /// Deletes an entry (XDEL); true if it existed. A node left empty goes, as in Redis.
     pub fn delete(&mut self, id: StreamId) -> bool {
-        if self.entries.remove(&id).is_some() {
-            self.max_deleted_id = self.max_deleted_id.max(id);
-            true
-        } else {
-            false
+        if self.entries.remove(&id).is_none() {
+            return false;
         }
+        self.max_deleted_id = self.max_deleted_id.max(id);
+        let at = self.blocks.partition_point(|b| b.last < id);
+        if let Some(b) = self.blocks.get_mut(at) {
+            b.live -= 1;
+            if b.live == 0 {
+                self.blocks.remove(at);
+            }
+        }
+        true
     }
 
-    /// Removes entries from the head: all those below `min_id` and/or beyond the newest
-    /// `max_len`. With `approx`, only whole blocks of [`NODE_MAX_ENTRIES`] go (Redis removes
-    /// whole listpack nodes only), and at most `limit` entries go (0: no limit). Returns the
-    /// number removed.
+    /// Removes entries from the head, as Redis's `streamTrim`: while the stream is longer than
+    /// `max_len` (or its first node ends below `min_id`), whole nodes go; with `approx` it stops
+    /// at the first node that cannot go whole, otherwise it deletes entries inside that node.
+    /// `limit` (0: none) caps the entries removed, in whole nodes. Returns the number removed.
+    /// Trimming does not move `max_deleted_id` (only XDEL does, as in Redis).
     pub fn trim(
         &mut self,
         max_len: Option<usize>,
@@ -347,28 +440,56 @@ impl Stream {
         approx: bool,
         limit: usize,
     ) -> usize {
-        let mut want = 0usize;
-        if let Some(max) = max_len {
-            want = self.len().saturating_sub(max);
-        }
-        if let Some(min) = min_id {
-            let below = self.entries.range(..min).count();
-            want = want.max(below);
-        }
-        if approx {
-            want -= want % NODE_MAX_ENTRIES;
-            if limit > 0 {
-                want = want.min(limit - limit % NODE_MAX_ENTRIES);
+        let mut deleted = 0usize;
+        while let Some(first) = self.blocks.front() {
+            if limit > 0 && deleted >= limit {
+                break;
             }
-        } else if limit > 0 {
-            want = want.min(limit);
-        }
-        for _ in 0..want {
-            if let Some((id, _)) = self.entries.pop_first() {
-                self.max_deleted_id = self.max_deleted_id.max(id);
+            if max_len.is_some_and(|m| self.len() <= m) {
+                break;
             }
+            let whole = match (max_len, min_id) {
+                (Some(m), _) => self.len() - first.live >= m,
+                (None, Some(min)) => first.last < min,
+                (None, None) => false,
+            };
+            if whole {
+                if limit > 0 && deleted + first.live > limit {
+                    break;
+                }
+                let last = first.last;
+                let n = first.live;
+                self.blocks.pop_front();
+                while self
+                    .entries
+                    .first_key_value()
+                    .is_some_and(|(k, _)| *k <= last)
+                {
+                    self.entries.pop_first();
+                }
+                deleted += n;
+                continue;
+            }
+            if approx {
+                break;
+            }
+            // Delete inside the first node; it keeps at least one entry (else it went whole).
+            while let Some((&id, _)) = self.entries.first_key_value() {
+                let go = match (max_len, min_id) {
+                    (Some(m), _) => self.len() > m,
+                    (None, Some(min)) => id < min,
+                    (None, None) => false,
+                };
+                if !go {
+                    break;
+                }
+                self.entries.pop_first();
+                self.blocks[0].live -= 1;
+                deleted += 1;
+            }
+            break;
         }
-        want
+        deleted
     }
 
     /// XSETID: the new last ID, and optionally the added counter and the max deleted ID.
@@ -681,9 +802,15 @@ impl Stream {
         self.entries.iter().map(|(k, v)| (*k, v))
     }
 
-    /// Inserts an entry without touching the counters (RESTORE rebuilds them itself).
+    /// Appends an entry in ID order without touching the counters (RESTORE sets them itself);
+    /// node boundaries are rebuilt with the default limits. False if not after the last.
     pub fn insert_raw(&mut self, id: StreamId, fields: Fields) -> bool {
-        self.entries.insert(id, fields).is_none()
+        if self.entries.last_key_value().is_some_and(|(k, _)| *k >= id) {
+            return false;
+        }
+        self.place(id, entry_bytes(&fields), NodeLimits::default());
+        self.entries.insert(id, fields);
+        true
     }
 
     /// Inserts a group as it was dumped (RESTORE).
@@ -693,6 +820,33 @@ impl Stream {
 
     /// Checks the structure's invariants (tests and the node's invariant checker).
     pub fn check(&self) -> Result<(), String> {
+        let live: usize = self.blocks.iter().map(|b| b.live).sum();
+        if live != self.len() {
+            return Err(format!(
+                "nodes hold {live} live entries, the stream {}",
+                self.len()
+            ));
+        }
+        let mut prev = StreamId::MIN;
+        for (i, b) in self.blocks.iter().enumerate() {
+            if b.live == 0 || b.live > b.slots || (i > 0 && b.last <= prev) {
+                return Err(format!("node {i} malformed: {b:?}"));
+            }
+            let lo = if i == 0 {
+                StreamId::MIN
+            } else {
+                prev.next().unwrap_or(StreamId::MAX)
+            };
+            let n = if i == 0 {
+                self.entries.range(..=b.last).count()
+            } else {
+                self.entries.range(lo..=b.last).count()
+            };
+            if n != b.live {
+                return Err(format!("node {i} counts {} live, holds {n}", b.live));
+            }
+            prev = b.last;
+        }
         if let Some((id, _)) = self.last_entry() {
             if id > self.last_id {
                 return Err(format!("entry {id} beyond last id {}", self.last_id));
@@ -786,15 +940,60 @@ mod tests {
         assert!(s.delete(id(5, 0)));
         assert!(!s.delete(id(5, 0)));
         assert_eq!(s.max_deleted_id, id(5, 0));
-        // Approximate: only whole blocks of 100 go.
-        assert_eq!(s.trim(Some(60), None, true, 0), 100);
-        assert_eq!(s.len(), 149);
-        // Exact with MINID.
-        assert_eq!(s.trim(None, Some(id(200, 0)), false, 0), 98);
-        assert_eq!(s.first_id(), id(200, 0));
-        assert_eq!(s.max_deleted_id, id(199, 0));
-        assert_eq!(s.trim(Some(10), None, false, 5), 5);
-        assert_eq!(s.len(), 46);
+        // Nodes of 100: [1..=100] (one deleted), [101..=200], [201..=250].
+        // Approximate: only whole nodes go, and only while the rest stays >= MAXLEN.
+        assert_eq!(s.trim(Some(60), None, true, 0), 99);
+        assert_eq!(s.len(), 150);
+        assert_eq!(s.trim(Some(60), None, true, 0), 0);
+        assert_eq!(s.trim(Some(50), None, true, 0), 100);
+        assert_eq!(s.len(), 50);
+        s.check().unwrap();
+        // Exact with MINID deletes inside the first node; trimming leaves max_deleted_id.
+        assert_eq!(s.trim(None, Some(id(220, 0)), false, 0), 19);
+        assert_eq!(s.first_id(), id(220, 0));
+        assert_eq!(s.max_deleted_id, id(5, 0));
+        assert_eq!(s.trim(Some(10), None, false, 0), 21);
+        assert_eq!(s.len(), 10);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn approximate_trimming_follows_node_boundaries() {
+        // Redis's own expectations (unit/type/stream): MAXLEN ~ and LIMIT act on whole nodes.
+        let limits = NodeLimits {
+            max_entries: 10,
+            max_bytes: 4096,
+        };
+        let mut s = Stream::new();
+        for i in 1..=101 {
+            s.add_with(id(i, 0), f("xitem", "v"), limits).unwrap();
+        }
+        assert_eq!(s.trim(Some(55), None, true, 30), 30);
+        assert_eq!(s.len(), 71);
+        s.add_with(id(102, 0), f("xitem", "v"), limits).unwrap();
+        assert_eq!(s.trim(Some(55), None, true, 30), 10);
+        assert_eq!(s.len(), 62);
+        let limits = NodeLimits {
+            max_entries: 2,
+            max_bytes: 4096,
+        };
+        let mut s = Stream::new();
+        for i in 1..=3 {
+            s.add_with(id(i, 0), f("xitem", "v"), limits).unwrap();
+        }
+        assert_eq!(s.trim(Some(0), None, true, 1), 0);
+        assert_eq!(s.trim(Some(0), None, true, 2), 2);
+        // Exact trims leave a partly deleted first node, which ~ then removes whole.
+        let mut s = Stream::new();
+        for i in 1..=1000 {
+            s.add(id(i, 0), f("xitem", "v")).unwrap();
+        }
+        s.trim(Some(666), None, false, 0);
+        s.trim(Some(555), None, false, 0);
+        assert_eq!(s.trim(Some(444), None, true, 0), 55);
+        assert_eq!(s.len(), 500);
+        s.trim(Some(400), None, true, 0);
+        assert_eq!(s.len(), 400);
         s.check().unwrap();
     }
 

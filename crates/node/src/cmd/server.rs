@@ -336,6 +336,12 @@ fn flush(core: &mut Core, call: &mut Call) {
     core.touch_all_watched();
     core.capture_flush();
     core.db.clear();
+    // Parked clients re-check their keys: a blocked XREADGROUP learns its stream is gone
+    // (Redis answers it UNBLOCKED); list and zset pops simply stay parked.
+    let parked: Vec<_> = core.blocked_on.keys().cloned().collect();
+    for key in parked {
+        core.touched_by_peer(&key);
+    }
     call.ok();
 }
 

@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 use lattice_resp::{Protocol, ReplyWriter};
-use lattice_store::stream::{AddError, Fields, NewId, ReadEntry};
+use lattice_store::stream::{AddError, Fields, NewId, NodeLimits, ReadEntry};
 use lattice_store::{Stream, StreamId, Value};
 
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY, SYNTAX};
@@ -85,6 +85,27 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// The key holds another type.
 struct WrongType;
 
+/// Node sizes from `stream-node-max-entries` / `stream-node-max-bytes` (Redis's defaults
+/// when unset or unreadable).
+fn node_limits(core: &Core) -> NodeLimits {
+    let get = |name: &str, default: usize| {
+        core.config
+            .get(name)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(default, |v| v.min(usize::MAX as u64) as usize)
+    };
+    NodeLimits {
+        max_entries: get(
+            "stream-node-max-entries",
+            lattice_store::stream::NODE_MAX_ENTRIES,
+        ),
+        max_bytes: get(
+            "stream-node-max-bytes",
+            lattice_store::stream::NODE_MAX_BYTES,
+        ),
+    }
+}
+
 /// The stream at `key` (lazy expiry; `read` counts a keyspace hit or miss).
 fn lookup<'c>(
     core: &'c mut Core,
@@ -123,10 +144,11 @@ fn loose_id(arg: &[u8], missing_seq: u64) -> Result<StreamId, &'static str> {
     }
 }
 
-/// A range bound: `-`, `+`, an ID, or `(ID` for an exclusive bound, turned inclusive.
+/// A range bound: `-`, `+`, an ID, or `(ID` for an exclusive bound (not `(-`/`(+`), turned
+/// inclusive.
 fn interval_start(arg: &[u8]) -> Result<StreamId, &'static str> {
     match arg.strip_prefix(b"(") {
-        Some(rest) => loose_id(rest, 0)?
+        Some(rest) => strict_id(rest, 0)?
             .next()
             .ok_or("ERR invalid start ID for the interval"),
         None => loose_id(arg, 0),
@@ -135,7 +157,7 @@ fn interval_start(arg: &[u8]) -> Result<StreamId, &'static str> {
 
 fn interval_end(arg: &[u8]) -> Result<StreamId, &'static str> {
     match arg.strip_prefix(b"(") {
-        Some(rest) => loose_id(rest, u64::MAX)?
+        Some(rest) => strict_id(rest, u64::MAX)?
             .prev()
             .ok_or("ERR invalid end ID for the interval"),
         None => loose_id(arg, u64::MAX),
@@ -218,7 +240,11 @@ struct AddArgs {
 
 /// Parses trimming options (and, for XADD, NOMKSTREAM and the ID) from argument 2 on, with
 /// 7.0's `streamParseAddOrTrimArgsOrReply` rules and errors.
-fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<AddArgs, &'static str> {
+fn parse_add_or_trim(
+    args: &[Bytes],
+    xadd: bool,
+    limits: NodeLimits,
+) -> Result<AddArgs, &'static str> {
     let mut trim = Trim::default();
     let mut limit: Option<i64> = None;
     let mut nomkstream = false;
@@ -285,8 +311,13 @@ fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<AddArgs, &'static str
             return Err("ERR syntax error, LIMIT cannot be used without the special ~ option")
         }
         Some(n) => trim.limit = n as usize,
-        // Redis's default for `~`: 100 nodes' worth of entries.
-        None if trim.approx => trim.limit = 100 * lattice_store::stream::NODE_MAX_ENTRIES,
+        // Redis's default for `~`: 100 nodes' worth of entries, 10,000 if that is out of range.
+        None if trim.approx => {
+            trim.limit = match 100usize.saturating_mul(limits.max_entries) {
+                n if n == 0 || n > 1_000_000 => 10_000,
+                n => n,
+            }
+        }
         None => trim.limit = 0,
     }
     Ok(AddArgs {
@@ -298,7 +329,8 @@ fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<AddArgs, &'static str
 }
 
 fn xadd(core: &mut Core, call: &mut Call) {
-    let a = match parse_add_or_trim(call.args, true) {
+    let limits = node_limits(core);
+    let a = match parse_add_or_trim(call.args, true, limits) {
         Ok(a) => a,
         Err(e) => return call.error(e),
     };
@@ -344,7 +376,8 @@ fn xadd(core: &mut Core, call: &mut Call) {
         .chunks_exact(2)
         .map(|p| (p[0].to_vec(), p[1].to_vec()))
         .collect();
-    s.add(id, fields).expect("next_id chose a valid id");
+    s.add_with(id, fields, limits)
+        .expect("next_id chose a valid id");
     let trimmed = if a.trim.any() {
         s.trim(a.trim.max_len, a.trim.min_id, a.trim.approx, a.trim.limit)
     } else {
@@ -366,7 +399,7 @@ fn xadd(core: &mut Core, call: &mut Call) {
 }
 
 fn xtrim(core: &mut Core, call: &mut Call) {
-    let a = match parse_add_or_trim(call.args, false) {
+    let a = match parse_add_or_trim(call.args, false, node_limits(core)) {
         Ok(a) => a,
         Err(e) => return call.error(e),
     };
@@ -546,13 +579,33 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
     let nstreams = (call.argc() - streams_at) / 2;
     let keys = &call.args[streams_at..streams_at + nstreams];
     let now_ms = call.now_ms;
+    // A parked request running again because one of its keys changed.
+    let retry = !call.in_exec
+        && core
+            .clients
+            .get(&call.conn)
+            .is_some_and(|c| c.blocked.is_some());
     let mut from = Vec::with_capacity(nstreams);
     for (k, key) in keys.iter().enumerate() {
         let id_arg = call.arg(streams_at + nstreams + k);
         let s = match lookup(core, key, now_ms, true) {
+            // A parked XREAD whose key now holds another type keeps waiting (Redis wakes
+            // it only for streams); a parked XREADGROUP has lost its group.
+            Err(WrongType) if retry && !group_mode => None,
+            Err(WrongType) | Ok(None) if retry && group_mode => {
+                return call.error("UNBLOCKED the stream key no longer exists")
+            }
             Err(WrongType) => return call.wrong_type(),
             Ok(s) => s,
         };
+        if retry && group_mode {
+            let g = group.map(|(g, _)| g).unwrap_or_default();
+            if s.as_ref().is_some_and(|s| s.group(g).is_none()) {
+                return call.error(
+                    "NOGROUP the consumer group this client was blocked on no longer exists",
+                );
+            }
+        }
         if let Some((g, _)) = group {
             if s.is_none_or(|s| s.group(g).is_none()) {
                 let mut m = b"NOGROUP No such key '".to_vec();
