@@ -1180,13 +1180,6 @@ fn xclaim(core: &mut Core, call: &mut Call) {
 
 fn xautoclaim(core: &mut Core, call: &mut Call) {
     let (key, group, consumer, now_ms) = (call.arg(1), call.arg(2), call.arg(3), call.now_ms);
-    match lookup(core, key, now_ms, true) {
-        Err(WrongType) => return call.wrong_type(),
-        Ok(s) if s.as_ref().and_then(|s| s.group(group)).is_none() => {
-            return no_group(call, key, group)
-        }
-        Ok(_) => {}
-    }
     let min_idle = match parse_i64(call.arg(4)) {
         Some(n) => n.max(0) as u64,
         None => return call.error("ERR Invalid min-idle-time argument for XAUTOCLAIM"),
@@ -1215,8 +1208,11 @@ fn xautoclaim(core: &mut Core, call: &mut Call) {
         }
         j += 1;
     }
-    let Ok(Some(s)) = lookup(core, key, now_ms, false) else {
-        unreachable!("checked above")
+    // Arguments first, then the key and group (Redis 7.0's order of errors).
+    let s = match lookup(core, key, now_ms, true) {
+        Err(WrongType) => return call.wrong_type(),
+        Ok(Some(s)) if s.group(group).is_some() => s,
+        Ok(_) => return no_group(call, key, group),
     };
     let had_consumer = s
         .group(group)
