@@ -36,6 +36,7 @@ pub mod wire;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bincode::Options as _;
 use bytes::Bytes;
 use lattice_crdt::{CausalContext, Crdt, Hlc, HlcClock, NodeId, VersionVector};
 use lattice_store::Value;
@@ -597,7 +598,7 @@ impl Replicator {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
         for b in entries {
-            let Ok(st) = bincode::deserialize::<KeyState>(&b.state) else {
+            let Ok(st) = state::codec().deserialize::<KeyState>(&b.state) else {
                 self.stats.bad_messages += 1;
                 continue;
             };
@@ -806,7 +807,11 @@ fn fresh_state(frontier: &VersionVector) -> KeyState {
 }
 
 fn encode_state(st: &KeyState) -> Bytes {
-    Bytes::from(bincode::serialize(st).expect("in-memory states always encode"))
+    Bytes::from(
+        state::codec()
+            .serialize(st)
+            .expect("in-memory states always encode"),
+    )
 }
 
 /// The intent of a command's numeric changes (see [`Intent`]).
