@@ -133,6 +133,9 @@ pub struct Replicator {
     keys: BTreeMap<(u32, Bytes), KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
+    /// Keys whose state may hold collectable metadata (written or merged since they were last
+    /// found fully compact): what a GC round visits.
+    gc_pending: std::collections::BTreeSet<(u32, Bytes)>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
     pending: BTreeMap<Bytes, KeyState>,
     /// Keys changed by the command being executed, captured when it finishes.
@@ -165,6 +168,7 @@ impl Replicator {
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
             pending: BTreeMap::new(),
+            gc_pending: std::collections::BTreeSet::new(),
             dirty: Vec::new(),
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
@@ -202,6 +206,7 @@ impl Replicator {
             return; // nothing known, nothing to remove
         }
         let ts = self.hlc.now(now_ms);
+        self.gc_pending.insert(id.clone());
         let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
             state: fresh_state(&self.frontier),
             digest: 0,
@@ -513,12 +518,20 @@ impl Replicator {
         self.frontier.merge(stable);
         let frontier = self.frontier.clone();
         let mut drop = Vec::new();
-        for (id, e) in self.keys.iter_mut() {
+        // Only keys changed since they were last fully compact need a visit: the sweep costs
+        // what was written, not the keyspace.
+        let candidates = std::mem::take(&mut self.gc_pending);
+        for id in candidates {
+            let Some(e) = self.keys.get_mut(&id) else {
+                continue;
+            };
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
             e.state.gc(&frontier);
             if e.state.collectable(&frontier) {
                 drop.push(id.clone());
+            } else if !e.state.is_compact() {
+                self.gc_pending.insert(id.clone());
             }
             if had_tombstones {
                 let d = key_digest(&id.1, &e.state);
@@ -611,6 +624,7 @@ impl Replicator {
                 self.seen.merge(c);
             }
             let id = (leaf_of_key(&b.key), b.key.clone());
+            self.gc_pending.insert(id.clone());
             let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
                 state: fresh_state(&self.frontier),
                 digest: 0,

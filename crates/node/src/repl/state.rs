@@ -309,6 +309,14 @@ impl KeyState {
             && self.list.tombstones() == 0
     }
 
+    /// Nothing left for GC to do: no dots outside the contexts' vectors, no list tombstones,
+    /// and the key has contents (a tombstoned key waits to be forgotten).
+    pub fn is_compact(&self) -> bool {
+        !self.is_empty()
+            && self.list.tombstones() == 0
+            && self.contexts().iter().all(|c| c.cloud().is_empty())
+    }
+
     /// Tombstones held (list elements removed but not yet collected), a GC metric.
     pub fn tombstones(&self) -> usize {
         self.list.tombstones()
