@@ -5,7 +5,7 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run build test deps lint gate unit difftest sim soak determinism compat compat-quick bench clean
+.PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick bench clean
 
 ## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
 run:
@@ -16,7 +16,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick
+test: deps lint gate unit difftest sim compat-quick sim-cluster
 	@echo "make test: all layers passed"
 
 deps:
@@ -58,6 +58,12 @@ difftest:
 sim:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --strict
+
+## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,
+## counter, set, register and list checkers over the history of every request.
+sim-cluster:
+	$(CARGO) build --release -p lattice-sim
+	./target/release/lattice-sim --seeds 0..200 --replicated
 
 soak:
 	$(CARGO) build --release -p lattice-sim

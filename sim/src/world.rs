@@ -1905,6 +1905,63 @@ mod tests {
         (w.tracer.digest(), w.failure.clone(), w.stats.clone())
     }
 
+    /// A short replicated run of `seed` (the drain keeps its 30 s for anti-entropy).
+    fn short_replicated(seed: u64) -> World {
+        let mut cfg = RunConfig::replicated_from_seed(seed);
+        cfg.safety_us = 1_500_000;
+        cfg.client_timeout_us = 300_000;
+        cfg.backoff_max_us = 50_000;
+        cfg.liveness_us = 800_000;
+        cfg.clients = cfg.clients.min(3);
+        let mut w = World::new(cfg, false, Tracer::new(8));
+        w.run();
+        w
+    }
+
+    #[test]
+    fn replicated_runs_replay_exactly_and_link_every_replica() {
+        let a = short_replicated(4);
+        let b = short_replicated(4);
+        assert_eq!(
+            a.tracer.digest(),
+            b.tracer.digest(),
+            "a seed replays exactly"
+        );
+        assert!(a.stats.requests > 50, "did work: {:?}", a.stats);
+        // Every running replica ends linked to every other one's current incarnation.
+        let n = a.cfg.nodes;
+        for x in 0..n {
+            for y in 0..n {
+                if x != y {
+                    assert_eq!(a.link_peer[x * n + y], Some(a.hosts[y].node_id()));
+                }
+            }
+        }
+    }
+
+    /// Needs replication in the node: until replicas exchange state this fails on
+    /// convergence.
+    #[cfg(not(feature = "planted-bug"))]
+    #[test]
+    fn replicated_runs_converge() {
+        for seed in 0..3 {
+            let w = short_replicated(seed);
+            assert_eq!(w.failure, None, "seed {seed}");
+            assert!(w.stats.peer_delivered > 0, "seed {seed}: {:?}", w.stats);
+            assert!(w.stats.acked > 50, "seed {seed}: {:?}", w.stats);
+        }
+    }
+
+    #[cfg(feature = "planted-bug")]
+    #[test]
+    fn the_planted_bug_is_caught_in_replicated_mode() {
+        let caught = (0..20).find_map(|seed| {
+            let w = short_replicated(seed);
+            w.failure.filter(|f| !f.starts_with("liveness"))
+        });
+        caught.expect("the canary must be caught within 20 short replicated runs");
+    }
+
     #[cfg(not(feature = "planted-bug"))]
     #[test]
     fn runs_pass_and_replay_exactly() {
