@@ -33,6 +33,10 @@ use crate::rng::Rand;
 use crate::trace::{escape, TraceEvent, Tracer};
 use crate::workload::{inline_safe, Cmd, Gen, Tag, FAMILIES};
 
+/// The largest peer message a replica may hand a driver (the real driver's frame limit); a
+/// bigger one is a node bug, reported as a failure.
+const MAX_PEER_MESSAGE_BYTES: usize = 16 << 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     Safety,
@@ -1190,6 +1194,13 @@ impl World {
     /// or whose link failed since). Returns whether the message entered the network.
     fn peer_send(&mut self, from: usize, to_id: u32, data: Bytes) -> bool {
         let n = self.cfg.nodes;
+        if data.len() > MAX_PEER_MESSAGE_BYTES {
+            self.fail(format!(
+                "n{from} sent a {} byte peer message to id{to_id}: the frame limit is {MAX_PEER_MESSAGE_BYTES}",
+                data.len()
+            ));
+            return false;
+        }
         let (to, _) = Host::host_of(to_id);
         let dropped = if !self.replicated {
             Some("not a replicated world")
