@@ -455,6 +455,18 @@ fn summary(
     for (r, _) in results {
         all.update(r.digest.as_bytes());
     }
+    if replicated {
+        let sum = |f: fn(&world::RunStats) -> u64| -> u64 {
+            results.iter().map(|(r, _)| f(&r.stats)).sum()
+        };
+        println!(
+            "replicated: peer messages delivered {} of {} sent; requests acknowledged {}, indeterminate {}",
+            sum(|s| s.peer_delivered),
+            sum(|s| s.peer_sent),
+            sum(|s| s.acked),
+            sum(|s| s.indeterminate)
+        );
+    }
     println!(
         "seeds={} failed={} ops={} wall={:.1}s jobs={} ops/s={} (per core {}) trace={:016x}",
         results.len(),
