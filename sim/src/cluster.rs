@@ -424,6 +424,19 @@ impl History {
         };
     }
 
+    /// Counts acknowledged and indeterminate requests (for the run's report).
+    pub fn tally(&mut self) {
+        self.acked = 0;
+        self.indeterminate = 0;
+        for op in &self.ops {
+            match op.outcome {
+                Outcome::Acked => self.acked += 1,
+                Outcome::Unknown => self.indeterminate += 1,
+                Outcome::Error(_) => {}
+            }
+        }
+    }
+
     fn fate(&self, op: &Op, alive: &[u32]) -> Fate {
         let Some((host, incarnation)) = op.executed else {
             return Fate::Never;
@@ -451,15 +464,6 @@ impl History {
     /// The end-of-run checks. `alive[host]` is each host's incarnation at the end; `views` is
     /// what every replica shows.
     pub fn check_end(&mut self, alive: &[u32], views: &[NodeView]) -> Result<(), String> {
-        self.acked = 0;
-        self.indeterminate = 0;
-        for op in &self.ops {
-            match op.outcome {
-                Outcome::Acked => self.acked += 1,
-                Outcome::Unknown => self.indeterminate += 1,
-                Outcome::Error(_) => {}
-            }
-        }
         // A SET that reached a replica must have been stamped there: the register checker
         // orders writes by these stamps.
         if let Some(op) = self.ops.iter().find(|o| {

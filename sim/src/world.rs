@@ -1863,15 +1863,15 @@ impl World {
             });
         }
         let alive: Vec<u32> = self.hosts.iter().map(|h| h.incarnation).collect();
-        let result = self.history.check_end(&alive, &views);
-        self.stats.acked = self.history.acked;
-        self.stats.indeterminate = self.history.indeterminate;
-        if let Err(e) = result {
+        if let Err(e) = self.history.check_end(&alive, &views) {
             self.fail(e);
         }
     }
 
     fn finish_counts(&mut self) {
+        self.history.tally();
+        self.stats.acked = self.history.acked;
+        self.stats.indeterminate = self.history.indeterminate;
         let s = self.peers.stats.clone();
         self.faults.add(FaultClass::PeerDrop, s.dropped);
         self.faults.add(FaultClass::PeerDuplicate, s.duplicated);
