@@ -200,6 +200,9 @@ enum Fate {
 #[derive(Default)]
 pub struct History {
     ops: Vec<Op>,
+    /// Per key, everything any request sent so far wrote there: values, members, elements,
+    /// `field=value` pairs. A read may only ever show these.
+    written: BTreeMap<Bytes, BTreeSet<Bytes>>,
     pub acked: u64,
     pub indeterminate: u64,
 }
@@ -390,7 +393,97 @@ impl History {
                 push(&mut self.ops, read, Check::NotError, Kind::Other);
             }
         }
+        for (_, args) in &out {
+            let Some(key) = args.get(1) else {
+                continue;
+            };
+            let w = self.written.entry(key.clone()).or_default();
+            match &args[0][..] {
+                b"SET" | b"SADD" | b"LPUSH" | b"RPUSH" => w.extend(args[2..].iter().cloned()),
+                b"HSET" => {
+                    for p in args[2..].chunks(2) {
+                        w.insert(Bytes::from([&p[0][..], b"=", &p[1][..]].concat()));
+                    }
+                }
+                _ => {}
+            }
+        }
         out
+    }
+
+    /// Online check of a read's reply on any replica, whatever the others did concurrently:
+    /// it may only show what some request wrote to that key, a list never holds an element
+    /// twice, counters are integers.
+    pub fn check_read(&self, op: u64, reply: &Frame) -> Result<(), String> {
+        let args = &self.ops[op as usize].args;
+        let (Some(cmd), Some(key)) = (args.first(), args.get(1)) else {
+            return Ok(());
+        };
+        let empty = BTreeSet::new();
+        let written = self.written.get(key).unwrap_or(&empty);
+        let counter = key.starts_with(b"cnt:");
+        let shown = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+        let known = |b: &Bytes| -> Result<(), String> {
+            if written.contains(b) {
+                Ok(())
+            } else {
+                Err(format!("{} was never written there", shown(b)))
+            }
+        };
+        let integer = |b: &Bytes| -> Result<(), String> {
+            match std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+            {
+                Some(_) => Ok(()),
+                None => Err(format!("{} is not an integer", shown(b))),
+            }
+        };
+        let bulks = |f: &Frame| -> Result<Vec<Bytes>, String> {
+            match f {
+                Frame::Array(items) => items
+                    .iter()
+                    .map(|i| match i {
+                        Frame::Bulk(b) => Ok(b.clone()),
+                        other => Err(format!("a non-string element {}", show_frame(other))),
+                    })
+                    .collect(),
+                other => Err(format!("not an array: {}", show_frame(other))),
+            }
+        };
+        match (&cmd[..], reply) {
+            (b"GET", Frame::Null) => Ok(()),
+            (b"GET", Frame::Bulk(v)) if counter => integer(v),
+            (b"GET", Frame::Bulk(v)) => known(v),
+            (b"GET", other) => Err(format!("not a string: {}", show_frame(other))),
+            (b"SMEMBERS", f) => bulks(f)?.iter().try_for_each(known),
+            (b"LRANGE", f) => {
+                let elems = bulks(f)?;
+                let mut seen = BTreeSet::new();
+                for e in &elems {
+                    known(e)?;
+                    if !seen.insert(e) {
+                        return Err(format!("{} appears twice", shown(e)));
+                    }
+                }
+                Ok(())
+            }
+            (b"HGETALL", f) => {
+                let items = bulks(f)?;
+                for p in items.chunks(2) {
+                    let [field, value] = p else {
+                        return Err("an odd number of elements".into());
+                    };
+                    if field.starts_with(b"n") {
+                        integer(value)?;
+                    } else {
+                        known(&Bytes::from([&field[..], b"=", &value[..]].concat()))?;
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The reply check of request `op`.
@@ -969,6 +1062,39 @@ mod tests {
         });
         let e = h.check_end(&alive, &[stale]).unwrap_err();
         assert!(e.starts_with("register:"), "{e}");
+    }
+
+    #[test]
+    fn reads_show_only_what_was_written() {
+        let mut h = History::default();
+        let mut rng = Rand::new(5);
+        let only =
+            |name: &str| -> Vec<u32> { CLASSES.iter().map(|c| u32::from(*c == name)).collect() };
+        let set = h.generate(&mut rng, &only("register"));
+        let (key, value) = (set[0].1[1].clone(), set[0].1[2].clone());
+        let push = h.generate(&mut rng, &only("list"));
+        let (list, elem) = (push[0].1[1].clone(), push[0].1[2].clone());
+        let read = |h: &mut History, args: Vec<Bytes>| -> u64 {
+            let id = h.ops.len() as u64;
+            h.ops.push(Op {
+                args,
+                check: Check::NotError,
+                kind: Kind::Other,
+                executed: None,
+                stamp: None,
+                outcome: Outcome::Unknown,
+            });
+            id
+        };
+        let get = read(&mut h, vec![bytes("GET"), key]);
+        assert_eq!(h.check_read(get, &Frame::Bulk(value)), Ok(()));
+        assert_eq!(h.check_read(get, &Frame::Null), Ok(()));
+        assert!(h.check_read(get, &bulk("v999999")).is_err());
+        let lrange = read(&mut h, vec![bytes("LRANGE"), list, bytes("0"), bytes("-1")]);
+        let once = Frame::Array(vec![Frame::Bulk(elem.clone())]);
+        assert_eq!(h.check_read(lrange, &once), Ok(()));
+        let twice = Frame::Array(vec![Frame::Bulk(elem.clone()), Frame::Bulk(elem)]);
+        assert!(h.check_read(lrange, &twice).unwrap_err().contains("twice"));
     }
 
     #[test]

@@ -1119,6 +1119,17 @@ impl World {
             return;
         }
         if let Some(op) = exp.op {
+            if let Err(why) = self.history.check_read(op, &frame) {
+                let cmd: Vec<String> = exp.args.iter().map(|a| escape(a, 80)).collect();
+                self.fail(format!(
+                    "n{node} c{id}: reply to `{}` (executed at node time {}.{:06}) is wrong: {why}: {}",
+                    cmd.join(" "),
+                    exp.at_us / 1_000_000,
+                    exp.at_us % 1_000_000,
+                    crate::trace::show_frame(&frame)
+                ));
+                return;
+            }
             self.history.replied(op, &frame);
         }
         let c = &mut self.clients[ci];
