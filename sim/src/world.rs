@@ -37,6 +37,9 @@ use crate::workload::{inline_safe, Cmd, Gen, Tag, FAMILIES};
 /// bigger one is a node bug, reported as a failure.
 const MAX_PEER_MESSAGE_BYTES: usize = 16 << 20;
 
+/// Peer messages kept for a paused node (see `on_peer_tick`).
+const PAUSED_INBOX_MAX: usize = 65_536;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     Safety,
@@ -1391,7 +1394,11 @@ impl World {
                 continue;
             }
             if host.paused {
-                host.inbox.push((d.from, d.tag, d.msg));
+                // Bounded like a socket buffer: a replica paused for seconds under heavy
+                // traffic loses the excess, which replication must repair anyway.
+                if host.inbox.len() < PAUSED_INBOX_MAX {
+                    host.inbox.push((d.from, d.tag, d.msg));
+                }
                 continue;
             }
             if self.replicated {
