@@ -267,6 +267,27 @@ impl World {
 
     /// Runs the whole simulation; returns with `failure` set if a check failed.
     pub fn run(&mut self) {
+        self.start();
+        self.run_until(u64::MAX);
+        self.stats.virtual_us = self.now;
+        self.finish_counts();
+    }
+
+    /// Processes events due up to `until`, stopping early on a failure or at the end.
+    fn run_until(&mut self, until: u64) {
+        while self.queue.peek().is_some_and(|Reverse(s)| s.at <= until) {
+            let Reverse(s) = self.queue.pop().expect("peeked");
+            self.now = s.at;
+            self.stats.events += 1;
+            self.handle(s.ev);
+            if self.failure.is_some() || self.phase == Phase::End {
+                break;
+            }
+        }
+    }
+
+    /// Starts every node, links the replicas, and schedules clients, the nemesis and the phases.
+    fn start(&mut self) {
         self.trace(TraceEvent::Phase("safety"));
         for i in 0..self.hosts.len() {
             let (seed, bug) = (self.rng.next(), self.rng.next());
@@ -297,17 +318,6 @@ impl World {
         let l = s + self.cfg.liveness_us;
         self.at(l, Ev::Phase(Phase::Drain));
         self.at(l + self.cfg.drain_us, Ev::Phase(Phase::End));
-
-        while let Some(Reverse(s)) = self.queue.pop() {
-            self.now = s.at;
-            self.stats.events += 1;
-            self.handle(s.ev);
-            if self.failure.is_some() || self.phase == Phase::End {
-                break;
-            }
-        }
-        self.stats.virtual_us = self.now;
-        self.finish_counts();
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -1945,6 +1955,62 @@ mod tests {
         let mut w = World::new(cfg, false, Tracer::new(8));
         w.run();
         w
+    }
+
+    /// The driver's side of replication, whatever the node does: a PeerSend to a linked replica
+    /// arrives as one PeerMessage; one sent before its link failed, or to a replica the sender
+    /// has no link to, never does; a restarted host comes back under a new id.
+    #[test]
+    fn peer_messages_follow_the_links() {
+        let mut cfg = RunConfig::replicated_from_seed(11);
+        cfg.nodes = 3;
+        cfg.clocks.truncate(3);
+        cfg.clients = 0;
+        cfg.injected.clear();
+        cfg.peer = PeerFaults::default();
+        let mut w = World::new(cfg, false, Tracer::new(8));
+        w.start();
+        let id1 = w.hosts[1].node_id();
+        assert_eq!(id1, 2);
+        assert_eq!(w.link_peer[1], Some(id1), "n0 was told n1 is up");
+        assert!(w.peer_send(0, id1, Bytes::from_static(b"hello")));
+        w.schedule_peer_tick();
+        w.run_until(1_000_000);
+        assert_eq!((w.stats.peer_sent, w.stats.peer_delivered), (1, 1));
+        assert!(w.heartbeats[1] > 0, "n1 heard from n0");
+
+        // In flight while the link fails and comes back: lost with the old connection.
+        assert!(w.peer_send(0, id1, Bytes::from_static(b"lost")));
+        w.schedule_peer_tick();
+        w.net.block(0, 1);
+        w.sync_links();
+        assert_eq!(w.link_peer[1], None, "n0 was told n1 is down");
+        assert!(!w.peer_send(0, id1, Bytes::from_static(b"no link")));
+        w.net.heal_partitions();
+        w.sync_links();
+        assert_eq!(w.link_peer[1], Some(id1));
+        w.run_until(2_000_000);
+        assert_eq!((w.stats.peer_sent, w.stats.peer_delivered), (2, 1));
+
+        // A crashed host's peers see the link fail; it restarts as a new replica.
+        w.crash(1);
+        assert_eq!(w.link_peer[1], None);
+        assert!(!w.peer_send(0, id1, Bytes::from_static(b"gone")));
+        w.restart(1);
+        let new = w.hosts[1].node_id();
+        assert_eq!(new, 102);
+        assert_eq!(w.link_peer[1], Some(new));
+        assert_eq!(
+            w.link_peer[3],
+            Some(w.hosts[0].node_id()),
+            "n1 was told n0 is up"
+        );
+        assert!(!w.peer_send(0, id1, Bytes::from_static(b"old id")));
+        assert!(w.peer_send(0, new, Bytes::from_static(b"new id")));
+        w.schedule_peer_tick();
+        w.run_until(3_000_000);
+        assert_eq!((w.stats.peer_sent, w.stats.peer_delivered), (3, 2));
+        assert_eq!(w.failure, None);
     }
 
     #[test]
