@@ -102,6 +102,14 @@ impl<E: Ord + Clone> OrSet<E> {
         &self.kernel.cc
     }
 
+    /// A copy without the causal context, for digests (see `DotKernel::stripped`).
+    #[must_use]
+    pub fn stripped(&self) -> OrSet<E> {
+        OrSet {
+            kernel: self.kernel.stripped(),
+        }
+    }
+
     /// The dots currently supporting `elem` (more than one after concurrent adds).
     pub fn dots<Q>(&self, elem: &Q) -> impl Iterator<Item = Dot> + '_
     where

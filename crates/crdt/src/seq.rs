@@ -314,6 +314,15 @@ impl<V: Clone> Rga<V> {
         &self.cc
     }
 
+    /// A copy without the causal context, for digests: elements and tombstones only.
+    #[must_use]
+    pub fn stripped(&self) -> Rga<V> {
+        Rga {
+            elems: self.elems.clone(),
+            cc: CausalContext::new(),
+        }
+    }
+
     /// Number of tombstones held (a metric for GC).
     #[must_use]
     pub fn tombstones(&self) -> usize {

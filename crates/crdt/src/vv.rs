@@ -219,17 +219,51 @@ impl CausalContext {
         }
         if dot.counter == self.vv.get(dot.node) + 1 {
             self.vv.raise(dot.node, dot.counter);
-            self.compact();
+            self.compact_node(dot.node);
         } else {
             self.cloud.insert(dot);
         }
     }
 
-    /// Set union.
+    /// Set union. Costs O(size of `other` x log), not O(size of `self`): a node-wide context
+    /// with a large cloud merges many small ones.
     pub fn merge(&mut self, other: &CausalContext) {
         self.vv.merge(&other.vv);
         self.cloud.merge(&other.cloud);
-        self.compact();
+        let mut last = None;
+        for node in other
+            .vv
+            .iter()
+            .map(|(n, _)| n)
+            .chain(other.cloud.iter().map(|d| d.node))
+        {
+            if last != Some(node) {
+                self.compact_node(node);
+                last = Some(node);
+            }
+        }
+    }
+
+    /// Canonical form for one node's dots: drop cloud dots the vector covers, absorb the chain
+    /// that extends it.
+    fn compact_node(&mut self, node: NodeId) {
+        let have = self.vv.get(node);
+        let covered: Vec<Dot> = self
+            .cloud
+            .dots
+            .range(Dot::new(node, 0)..=Dot::new(node, have))
+            .copied()
+            .collect();
+        for d in covered {
+            self.cloud.dots.remove(&d);
+        }
+        let mut top = have;
+        while self.cloud.dots.remove(&Dot::new(node, top + 1)) {
+            top += 1;
+        }
+        if top > have {
+            self.vv.raise(node, top);
+        }
     }
 
     /// Re-establishes the canonical form: drops cloud dots covered by the vector and folds
@@ -256,7 +290,9 @@ impl CausalContext {
     /// delivered everywhere), so claiming them is harmless and turns the cloud into a vector.
     pub fn raise_to(&mut self, frontier: &VersionVector) {
         self.vv.merge(frontier);
-        self.compact();
+        for (node, _) in frontier.iter() {
+            self.compact_node(node);
+        }
     }
 
     /// A dot for `node` above every dot of `node` seen here. Useful when dots are numbered per

@@ -14,6 +14,7 @@ use crate::buggify::Buggify;
 use crate::client::{Client, ConnId, ReplyMode};
 use crate::command::{find_subcommand, Call, CommandSpec, CommandTable};
 use crate::config::Config;
+use crate::repl::Replicator;
 use crate::stats::Stats;
 
 /// Microseconds since the Unix epoch on this node's clock. There is no `now()`: the driver
@@ -133,6 +134,9 @@ pub struct Core {
     /// Connections with output or a close pending, in the order they became pending.
     pending: VecDeque<ConnId>,
     next_cron_ms: u64,
+    /// Replication state; None for a standalone node (cluster_size 1), which then keeps no
+    /// CRDT metadata at all.
+    pub(crate) repl: Option<Box<Replicator>>,
 }
 
 impl Core {
@@ -189,6 +193,15 @@ impl Core {
     /// once per changed key after the change, like Redis's `signalModifiedKey`. WATCH,
     /// parked blocking clients and (with replication) delta capture hang off this one hook.
     pub fn modified(&mut self, key: &[u8]) {
+        if let Some(r) = self.repl.as_mut() {
+            r.note_modified(key);
+        }
+        self.touched_by_peer(key);
+    }
+
+    /// A key changed by replication (a merged peer state): WATCH and parked clients see it like
+    /// a local write, but it is not captured again.
+    pub(crate) fn touched_by_peer(&mut self, key: &[u8]) {
         if !self.watched_keys.is_empty() {
             if let Some(watchers) = self.watched_keys.get(key) {
                 for conn in watchers {
@@ -337,6 +350,9 @@ impl Core {
         let handler = spec.handler.expect("resolve returns runnable commands");
         let errors_before = call.error_code.is_some();
         handler(self, call);
+        if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
+            self.capture_dirty(crate::repl::intent_of(spec.name, call.args));
+        }
         self.stats.total_commands_processed += 1;
         let s = self.stats.commands.entry(spec.name).or_default();
         s.calls += 1;
@@ -359,6 +375,13 @@ impl Node {
             .map(|_| format!("{:02x}", rng.next_u64() as u8))
             .collect();
         let now_ms = now.as_millis();
+        let repl = (config.cluster_size > 1).then(|| {
+            Box::new(Replicator::new(
+                NodeId(config.node_id),
+                config.cluster_size,
+                now_ms,
+            ))
+        });
         let core = Core {
             db: Db::new(),
             config,
@@ -381,6 +404,7 @@ impl Node {
             released: Vec::new(),
             pending: VecDeque::new(),
             next_cron_ms: now_ms,
+            repl,
         };
         Node { core }
     }
@@ -424,7 +448,41 @@ impl Node {
             }
             Input::Closed { conn } => self.core.forget_client(conn),
             Input::ProcessStats(p) => self.core.process = p,
-            Input::PeerUp { .. } | Input::PeerMessage { .. } | Input::PeerDown { .. } => {}
+            Input::PeerUp { peer } => {
+                let now_ms = self.core.now.as_millis();
+                if let Some(r) = self.core.repl.as_mut() {
+                    r.peer_up(peer, now_ms);
+                }
+            }
+            Input::PeerDown { peer } => {
+                if let Some(r) = self.core.repl.as_mut() {
+                    r.peer_down(peer);
+                }
+            }
+            Input::PeerMessage { peer, data } => self.peer_message(peer, &data),
+        }
+    }
+
+    fn peer_message(&mut self, peer: NodeId, data: &[u8]) {
+        let now_ms = self.core.now.as_millis();
+        let Some(r) = self.core.repl.as_mut() else {
+            return;
+        };
+        for effect in r.on_message(peer, data, now_ms) {
+            match effect {
+                crate::repl::Effect::Keys(keys) => {
+                    for k in &keys {
+                        self.core.apply_remote(k);
+                    }
+                }
+                crate::repl::Effect::Publish(channel, message) => {
+                    self.core.deliver_publish(&channel, &message);
+                }
+            }
+        }
+        self.serve_ready_keys();
+        for conn in std::mem::take(&mut self.core.released) {
+            self.run_queued(conn);
         }
     }
 
@@ -571,6 +629,9 @@ impl Node {
         self.advance(now);
         let now_ms = self.core.now.as_millis();
         self.expire_blocked(now_ms);
+        if let Some(r) = self.core.repl.as_mut() {
+            r.tick(now_ms);
+        }
         if now_ms < self.core.next_cron_ms {
             return;
         }
@@ -587,6 +648,7 @@ impl Node {
         for key in &expired {
             core.after_expiry(key);
         }
+        core.capture_dirty(crate::repl::state::Intent::Assign);
         core.stats.sample(now_ms);
         if core.config.timeout_s > 0 {
             let limit_ms = core.config.timeout_s * 1000;
@@ -628,10 +690,13 @@ impl Node {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Micros> {
         let cron = self.core.next_cron_ms;
-        let next = match self.core.next_block_deadline_ms() {
+        let mut next = match self.core.next_block_deadline_ms() {
             Some(d) => cron.min(d),
             None => cron,
         };
+        if let Some(r) = self.core.repl.as_ref() {
+            next = next.min(r.next_deadline_ms());
+        }
         Some(Micros::from_millis(next))
     }
 
@@ -667,6 +732,14 @@ impl Node {
                 return Some(Output::Close { conn });
             }
         }
+        if let Some(r) = core.repl.as_mut() {
+            if r.has_queued() {
+                r.flush(core.now.as_millis());
+            }
+            if let Some((peer, data)) = r.poll_send() {
+                return Some(Output::PeerSend { peer, data });
+            }
+        }
         None
     }
 
@@ -688,15 +761,15 @@ impl Node {
     /// tombstones and expiry). Replicas that have exchanged everything have equal digests.
     /// Standalone nodes (cluster_size 1) keep no replicated state and answer 0.
     #[must_use]
-    pub fn replication_digest(&self) -> u64 {
-        0 // replaced by the replication layer (issue 5) in the next commits
+    pub fn replication_digest(&mut self) -> u64 {
+        self.core.repl.as_mut().map_or(0, |r| r.digest())
     }
 
     /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
     /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
     #[must_use]
-    pub fn string_stamp(&self, _key: &[u8]) -> Option<lattice_crdt::Hlc> {
-        None // replaced by the replication layer (issue 5) in the next commits
+    pub fn string_stamp(&self, key: &[u8]) -> Option<lattice_crdt::Hlc> {
+        self.core.repl.as_ref()?.state(key)?.string_stamp()
     }
 
     /// Panics if any internal invariant is broken. Cheap enough to run after every simulated
@@ -704,6 +777,7 @@ impl Node {
     pub fn check_invariants(&self) {
         let core = &self.core;
         core.db.check_invariants();
+        core.check_replica_invariants();
         for conn in &core.pending {
             if let Some(c) = core.clients.get(conn) {
                 assert!(c.pending, "queued connection not flagged pending");

@@ -142,7 +142,7 @@ fn restore(core: &mut Core, call: &mut Call) {
 }
 
 /// The smaller of a `*-listpack-*` parameter and its `*-ziplist-*` alias.
-fn listpack_limit(core: &Core, listpack: &str, ziplist: &str, default: usize) -> usize {
+pub(crate) fn listpack_limit(core: &Core, listpack: &str, ziplist: &str, default: usize) -> usize {
     config_usize(core, listpack, default).min(config_usize(core, ziplist, default))
 }
 

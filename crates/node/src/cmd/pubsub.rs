@@ -236,7 +236,16 @@ impl Core {
 
     /// Delivers `message` to subscribers of `channel` and of matching patterns; returns how
     /// many received it.
+    /// PUBLISH: local subscribers now, and every peer's subscribers (replication).
     pub fn publish(&mut self, channel: &[u8], message: &[u8]) -> usize {
+        if let Some(r) = self.repl.as_mut() {
+            r.publish(channel, message);
+        }
+        self.deliver_publish(channel, message)
+    }
+
+    /// Delivers a message to this node's subscribers; returns how many received it.
+    pub fn deliver_publish(&mut self, channel: &[u8], message: &[u8]) -> usize {
         let mut receivers = 0;
         let direct: Vec<ConnId> = self
             .channels

@@ -277,6 +277,7 @@ fn flush(core: &mut Core, call: &mut Call) {
         _ => return call.syntax_error(),
     }
     core.touch_all_watched();
+    core.capture_flush();
     core.db.clear();
     call.ok();
 }
@@ -425,6 +426,9 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
         }
         "replication" => {
             t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+            if let Some(r) = core.repl.as_ref() {
+                r.info(now_ms, t);
+            }
         }
         "cpu" => {
             let _ = write!(

@@ -1,0 +1,793 @@
+//! Coordination-free replication: every node accepts every write, keeps a CRDT state per key
+//! ([`state::KeyState`]), ships deltas of local writes to every peer, and repairs whatever
+//! deltas were lost with Merkle anti-entropy ([`merkle`]).
+//!
+//! Pure like the rest of the node: messages go out through [`Replicator::poll_send`] (the node
+//! turns them into `Output::PeerSend`), come in through [`Replicator::on_message`], and time
+//! only moves when the driver says so.
+//!
+//! Delivery, per peer link:
+//! - Local writes are captured after each command and queued per peer, coalesced per key
+//!   (a second write to a queued key merges into the queued delta). The queue is bounded
+//!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and the peer is marked for anti-entropy,
+//!   which ships whatever it lacks: nothing is silently lost.
+//! - Queued deltas are flushed as one `Deltas` message per peer after each batch of input
+//!   (the server calls the node once per pipeline), numbered by a per-link sequence.
+//! - Unacknowledged messages are resent with exponential backoff (`RTO_*`); after
+//!   `MAX_RETRIES`, or when the unacknowledged bytes exceed `MAX_UNACKED_BYTES`, they are
+//!   dropped and the peer is marked for anti-entropy.
+//! - Deltas are joins, so loss, duplication and reordering are all harmless for convergence.
+//!
+//! Anti-entropy runs every `AE_INTERVAL_MS` with every live peer, and at once after a link comes
+//! up or a queue overflowed: Merkle digests compared top-down, then the states of the keys in
+//! differing leaves, in both directions.
+//!
+//! Garbage collection: each node tracks the dots it has merged (`seen`); acks carry it. Once
+//! every replica has reported, the pointwise minimum is a frontier everybody has merged; it is
+//! applied one round later, when the next minimum dominates the previous maximum (so writes
+//! that were in flight when the frontier was measured have arrived everywhere). Applying it
+//! folds contexts into a vector, purges list tombstones and forgets deleted keys.
+
+mod apply;
+pub mod merkle;
+pub mod state;
+pub mod wire;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use lattice_crdt::{CausalContext, Crdt, Hlc, HlcClock, NodeId, VersionVector};
+use lattice_store::Value;
+
+use self::merkle::{Merkle, DEPTH, FANOUT};
+use self::state::{Intent, KeyState, Stamper};
+use self::wire::{Ack, Body, Deltas, Digests, Envelope, KeyBlob, Publish, States};
+
+/// Keys queued for one peer before the queue is dropped in favour of anti-entropy.
+const MAX_QUEUED_KEYS: usize = 100_000;
+/// Bytes of one outgoing `Deltas` or `States` message (well under the 16 MiB frame limit).
+const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Unacknowledged bytes kept for retransmission per peer.
+const MAX_UNACKED_BYTES: usize = 32 << 20;
+const RTO_INITIAL_MS: u64 = 200;
+const RTO_MAX_MS: u64 = 5_000;
+const MAX_RETRIES: u32 = 6;
+/// Period of anti-entropy with each live peer.
+pub const AE_INTERVAL_MS: u64 = 1_000;
+/// Delay before the next anti-entropy round when the last one was cut short by a bound.
+const AE_FOLLOW_UP_MS: u64 = 10;
+/// The `Ack` sequence number of a report that acknowledges no message.
+const REPORT_ONLY_SEQ: u64 = u64::MAX;
+/// Period of GC rounds.
+const GC_INTERVAL_MS: u64 = 1_000;
+/// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
+const MAX_AE_NODES: usize = 4_096;
+
+/// What a peer message changed, for the node to apply to the store.
+pub enum Effect {
+    /// These keys' states changed: re-read them into the store.
+    Keys(Vec<Bytes>),
+    /// A remote PUBLISH to deliver to local subscribers.
+    Publish(Bytes, Bytes),
+}
+
+struct Unacked {
+    data: Bytes,
+    due_ms: u64,
+    rto_ms: u64,
+    tries: u32,
+}
+
+#[derive(Default)]
+struct Peer {
+    up: bool,
+    queue: BTreeMap<Bytes, KeyState>,
+    next_seq: u64,
+    unacked: BTreeMap<u64, Unacked>,
+    unacked_bytes: usize,
+    /// The peer's reported seen-set frontier.
+    seen: Option<VersionVector>,
+    needs_ae: bool,
+    next_ae_ms: u64,
+    last_ae_ms: Option<u64>,
+    last_heard_ms: Option<u64>,
+    /// Bytes sent to this peer, by purpose (metrics; the anti-entropy figure is what the
+    /// "repair traffic grows with the difference" claim is measured with).
+    delta_bytes: u64,
+    ae_bytes: u64,
+    overflows: u64,
+    retransmits: u64,
+}
+
+struct KeyEntry {
+    state: KeyState,
+    digest: u64,
+}
+
+/// Counters for INFO.
+#[derive(Default, Clone, Copy)]
+pub struct ReplStats {
+    pub deltas_applied: u64,
+    pub states_applied: u64,
+    pub bad_messages: u64,
+    pub ae_rounds: u64,
+    pub gc_rounds: u64,
+    pub keys_collected: u64,
+    pub skew_exceeded: u64,
+}
+
+pub struct Replicator {
+    node: NodeId,
+    cluster_size: usize,
+    pub hlc: HlcClock,
+    counter: VersionVector,
+    /// Every dot merged here (own writes included).
+    seen: CausalContext,
+    /// The frontier last applied by GC: the context of keys that have no state here.
+    frontier: VersionVector,
+    /// Previous GC round's (min, max) of the replicas' seen frontiers.
+    gc_prev: Option<(VersionVector, VersionVector)>,
+    next_gc_ms: u64,
+    /// States by (leaf, key): anti-entropy reads whole leaves.
+    keys: BTreeMap<(u32, Bytes), KeyEntry>,
+    merkle: Merkle,
+    peers: BTreeMap<NodeId, Peer>,
+    /// Keys changed by the command being executed, captured when it finishes.
+    pub dirty: Vec<Bytes>,
+    outbox: VecDeque<(NodeId, Bytes)>,
+    pub stats: ReplStats,
+}
+
+fn leaf_of_key(key: &[u8]) -> u32 {
+    merkle::leaf_of(lattice_store::key_hash(key)) as u32
+}
+
+fn key_digest(key: &[u8], state: &KeyState) -> u64 {
+    match state.digest_bytes(key) {
+        Some(bytes) => lattice_store::key_hash(&bytes) | 1,
+        None => 0,
+    }
+}
+
+impl Replicator {
+    pub fn new(node: NodeId, cluster_size: usize, now_ms: u64) -> Replicator {
+        Replicator {
+            node,
+            cluster_size,
+            hlc: HlcClock::new(node),
+            counter: VersionVector::new(),
+            seen: CausalContext::new(),
+            frontier: VersionVector::new(),
+            gc_prev: None,
+            next_gc_ms: now_ms + GC_INTERVAL_MS,
+            keys: BTreeMap::new(),
+            merkle: Merkle::new(),
+            peers: BTreeMap::new(),
+            dirty: Vec::new(),
+            outbox: VecDeque::new(),
+            stats: ReplStats::default(),
+        }
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node
+    }
+
+    /// Marks `key` as changed by the running command.
+    pub fn note_modified(&mut self, key: &[u8]) {
+        if !self.dirty.iter().any(|k| k[..] == *key) {
+            self.dirty.push(Bytes::copy_from_slice(key));
+        }
+    }
+
+    pub fn state(&self, key: &[u8]) -> Option<&KeyState> {
+        self.keys
+            .get(&(leaf_of_key(key), Bytes::copy_from_slice(key)))
+            .map(|e| &e.state)
+    }
+
+    /// Records a local change of `key` (its store value and deadline now) and queues the
+    /// delta for every peer.
+    pub fn capture(
+        &mut self,
+        key: &[u8],
+        now_value: Option<(&Value, Option<u64>)>,
+        intent: Intent,
+        now_ms: u64,
+    ) {
+        let id = (leaf_of_key(key), Bytes::copy_from_slice(key));
+        if now_value.is_none() && !self.keys.contains_key(&id) {
+            return; // nothing known, nothing to remove
+        }
+        let ts = self.hlc.now(now_ms);
+        let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
+            state: fresh_state(&self.frontier),
+            digest: 0,
+        });
+        let mut st = Stamper {
+            node: self.node,
+            ts,
+            counter: &mut self.counter,
+            issued: &mut self.seen,
+        };
+        let delta = entry.state.capture(now_value, intent, &mut st);
+        let digest = key_digest(key, &entry.state);
+        self.merkle.update(id.0 as usize, entry.digest, digest);
+        entry.digest = digest;
+        if delta == KeyState::default() {
+            return;
+        }
+        for peer in self.peers.values_mut() {
+            if peer.needs_ae && !peer.up {
+                continue; // the next anti-entropy ships the whole difference anyway
+            }
+            let full = peer.queue.len() >= MAX_QUEUED_KEYS;
+            match peer.queue.get_mut(&id.1) {
+                Some(q) => q.merge(&delta),
+                None if full => {
+                    peer.queue.clear();
+                    peer.needs_ae = true;
+                    peer.overflows += 1;
+                }
+                None => {
+                    peer.queue.insert(id.1.clone(), delta.clone());
+                }
+            }
+        }
+    }
+
+    /// FLUSHALL: an observed-remove of every key known here.
+    pub fn keys_with_content(&self) -> Vec<Bytes> {
+        self.keys
+            .iter()
+            .filter(|(_, e)| e.digest != 0)
+            .map(|((_, k), _)| k.clone())
+            .collect()
+    }
+
+    fn envelope(&self, body: Body) -> Bytes {
+        let last = self.hlc.last();
+        wire::encode(&Envelope {
+            version: wire::PROTOCOL_VERSION,
+            from: self.node.0,
+            hlc_wall_ms: last.wall_ms,
+            hlc_logical: last.logical,
+            body: Some(body),
+        })
+    }
+
+    /// Sends a PUBLISH to every live peer (best effort, like Redis Cluster's bus).
+    pub fn publish(&mut self, channel: &[u8], message: &[u8]) {
+        let data = self.envelope(Body::Publish(Publish {
+            channel: Bytes::copy_from_slice(channel),
+            message: Bytes::copy_from_slice(message),
+        }));
+        let ups: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.up)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in ups {
+            self.outbox.push_back((n, data.clone()));
+        }
+    }
+
+    pub fn peer_up(&mut self, peer: NodeId, now_ms: u64) {
+        if peer == self.node {
+            return;
+        }
+        let p = self.peers.entry(peer).or_default();
+        p.up = true;
+        // Whatever happened while the link was down is repaired by one anti-entropy round.
+        p.needs_ae = true;
+        p.next_ae_ms = now_ms;
+    }
+
+    pub fn peer_down(&mut self, peer: NodeId) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.up = false;
+            p.queue.clear();
+            p.unacked.clear();
+            p.unacked_bytes = 0;
+            p.needs_ae = true;
+        }
+    }
+
+    /// Turns queued deltas into messages. Called after each batch of input.
+    pub fn flush(&mut self, now_ms: u64) {
+        let ids: Vec<NodeId> = self.peers.keys().copied().collect();
+        for id in ids {
+            loop {
+                let p = self.peers.get_mut(&id).expect("listed");
+                if !p.up || p.queue.is_empty() {
+                    break;
+                }
+                let mut entries = Vec::new();
+                let mut bytes = 0;
+                while let Some((k, st)) = p.queue.pop_first() {
+                    let blob = encode_state(&st);
+                    bytes += blob.len() + k.len();
+                    entries.push(KeyBlob {
+                        key: k,
+                        state: blob,
+                    });
+                    if bytes >= MAX_BATCH_BYTES {
+                        break;
+                    }
+                }
+                let seq = p.next_seq;
+                p.next_seq += 1;
+                let data = self.envelope(Body::Deltas(Deltas { seq, entries }));
+                let p = self.peers.get_mut(&id).expect("listed");
+                p.delta_bytes += data.len() as u64;
+                if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
+                    p.unacked.clear();
+                    p.unacked_bytes = 0;
+                    p.needs_ae = true;
+                    p.overflows += 1;
+                }
+                p.unacked_bytes += data.len();
+                p.unacked.insert(
+                    seq,
+                    Unacked {
+                        data: data.clone(),
+                        due_ms: now_ms + RTO_INITIAL_MS,
+                        rto_ms: RTO_INITIAL_MS,
+                        tries: 0,
+                    },
+                );
+                self.outbox.push_back((id, data));
+            }
+        }
+    }
+
+    pub fn poll_send(&mut self) -> Option<(NodeId, Bytes)> {
+        self.outbox.pop_front()
+    }
+
+    pub fn has_queued(&self) -> bool {
+        self.peers.values().any(|p| p.up && !p.queue.is_empty())
+    }
+
+    /// When [`Replicator::tick`] next has work.
+    pub fn next_deadline_ms(&self) -> u64 {
+        let mut next = self.next_gc_ms;
+        for p in self.peers.values().filter(|p| p.up) {
+            next = next.min(p.next_ae_ms);
+            if let Some(u) = p.unacked.values().map(|u| u.due_ms).min() {
+                next = next.min(u);
+            }
+        }
+        next
+    }
+
+    /// Retransmissions, anti-entropy and GC rounds that are due.
+    pub fn tick(&mut self, now_ms: u64) {
+        let ids: Vec<NodeId> = self.peers.keys().copied().collect();
+        for id in ids {
+            let p = self.peers.get_mut(&id).expect("listed");
+            if !p.up {
+                continue;
+            }
+            let mut resend = Vec::new();
+            let mut give_up = false;
+            for u in p.unacked.values_mut() {
+                if u.due_ms <= now_ms {
+                    if u.tries >= MAX_RETRIES {
+                        give_up = true;
+                        break;
+                    }
+                    u.tries += 1;
+                    u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
+                    u.due_ms = now_ms + u.rto_ms;
+                    resend.push(u.data.clone());
+                }
+            }
+            if give_up {
+                p.unacked.clear();
+                p.unacked_bytes = 0;
+                p.needs_ae = true;
+                p.next_ae_ms = now_ms;
+                resend.clear();
+            }
+            p.retransmits += resend.len() as u64;
+            for data in resend {
+                self.outbox.push_back((id, data));
+            }
+            let p = self.peers.get_mut(&id).expect("listed");
+            if p.next_ae_ms <= now_ms {
+                // Periodic rounds are started by the lower node id only (push-pull repairs
+                // both sides, two concurrent sessions would double the traffic); a link that
+                // came up or a queue that overflowed starts one from either side.
+                let starts = p.needs_ae || self.node < id;
+                p.needs_ae = false;
+                p.next_ae_ms = now_ms + AE_INTERVAL_MS;
+                if !starts {
+                    continue;
+                }
+                p.next_ae_ms = now_ms + AE_INTERVAL_MS;
+                p.last_ae_ms = Some(now_ms);
+                self.stats.ae_rounds += 1;
+                let root = self.merkle.root();
+                self.send_ae(
+                    id,
+                    Body::Digests(Digests {
+                        level: 0,
+                        index: vec![0],
+                        digest: vec![root],
+                    }),
+                );
+            }
+        }
+        if now_ms >= self.next_gc_ms {
+            self.next_gc_ms = now_ms + GC_INTERVAL_MS;
+            self.gc_round();
+            // Tell every peer what we have merged, even when no deltas flow (acks carry it
+            // otherwise): GC needs fresh reports from everyone to make progress.
+            let report = self.seen_report(REPORT_ONLY_SEQ);
+            let ups: Vec<NodeId> = self
+                .peers
+                .iter()
+                .filter(|(_, p)| p.up)
+                .map(|(n, _)| *n)
+                .collect();
+            for n in ups {
+                self.outbox.push_back((n, report.clone()));
+            }
+        }
+    }
+
+    fn send_ae(&mut self, peer: NodeId, body: Body) {
+        let data = self.envelope(body);
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.ae_bytes += data.len() as u64;
+        }
+        self.outbox.push_back((peer, data));
+    }
+
+    /// An `Ack` of `seq` carrying our seen-set frontier.
+    fn seen_report(&self, seq: u64) -> Bytes {
+        let (seen_nodes, seen_counters) = self.seen.vv().iter().map(|(n, c)| (n.0, c)).unzip();
+        self.envelope(Body::Ack(Ack {
+            seq,
+            seen_nodes,
+            seen_counters,
+        }))
+    }
+
+    fn own_seen(&self) -> VersionVector {
+        self.seen.vv().clone()
+    }
+
+    fn gc_round(&mut self) {
+        self.stats.gc_rounds += 1;
+        let reports: Vec<&VersionVector> = self
+            .peers
+            .values()
+            .filter_map(|p| p.seen.as_ref())
+            .collect();
+        if reports.len() + 1 < self.cluster_size {
+            return; // a configured replica has not reported yet: nothing is stable
+        }
+        let own = self.own_seen();
+        let mut min = own.clone();
+        let mut max = own;
+        for r in reports {
+            min.meet(r);
+            max.merge(r);
+        }
+        if let Some((prev_min, prev_max)) = self.gc_prev.take() {
+            if min.dominates(&prev_max) {
+                self.apply_gc(&prev_min);
+            }
+        }
+        self.gc_prev = Some((min, max));
+    }
+
+    fn apply_gc(&mut self, stable: &VersionVector) {
+        self.frontier.merge(stable);
+        let frontier = self.frontier.clone();
+        let mut drop = Vec::new();
+        for (id, e) in self.keys.iter_mut() {
+            // Digests leave contexts out, so only purged list tombstones can change one.
+            let had_tombstones = e.state.tombstones() > 0;
+            e.state.gc(&frontier);
+            if e.state.collectable(&frontier) {
+                drop.push(id.clone());
+            }
+            if had_tombstones {
+                let d = key_digest(&id.1, &e.state);
+                if d != e.digest {
+                    self.merkle.update(id.0 as usize, e.digest, d);
+                    e.digest = d;
+                }
+            }
+        }
+        for id in drop {
+            if let Some(e) = self.keys.remove(&id) {
+                self.merkle.update(id.0 as usize, e.digest, 0);
+                self.stats.keys_collected += 1;
+            }
+        }
+        self.seen.raise_to(&frontier);
+    }
+
+    /// Handles one message from `peer`; returns what the node must apply to its store.
+    pub fn on_message(&mut self, peer: NodeId, data: &[u8], now_ms: u64) -> Vec<Effect> {
+        let env = match wire::decode(data) {
+            Ok(e) if e.version == wire::PROTOCOL_VERSION && e.from == peer.0 => e,
+            _ => {
+                self.stats.bad_messages += 1;
+                return Vec::new();
+            }
+        };
+        let remote = Hlc::new(env.hlc_wall_ms, env.hlc_logical, peer);
+        if let lattice_crdt::Skew::Exceeded { .. } = self.hlc.observe(remote, now_ms) {
+            self.stats.skew_exceeded += 1;
+        }
+        let p = self.peers.entry(peer).or_default();
+        p.last_heard_ms = Some(now_ms);
+        let mut effects = Vec::new();
+        match env.body {
+            Some(Body::Deltas(d)) => {
+                let (changed, _) = self.merge_blobs(&d.entries, true);
+                effects.push(Effect::Keys(changed));
+                let data = self.seen_report(d.seq);
+                self.outbox.push_back((peer, data));
+            }
+            Some(Body::Ack(a)) => {
+                let p = self.peers.entry(peer).or_default();
+                if let Some(u) = p.unacked.remove(&a.seq) {
+                    p.unacked_bytes -= u.data.len();
+                }
+                let vv: VersionVector = a
+                    .seen_nodes
+                    .iter()
+                    .zip(a.seen_counters.iter())
+                    .map(|(n, c)| (NodeId(*n), *c))
+                    .collect();
+                p.seen = Some(vv);
+            }
+            Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms),
+            Some(Body::States(s)) => {
+                let (changed, in_sync) = self.merge_blobs(&s.entries, false);
+                effects.push(Effect::Keys(changed));
+                if !s.want_leaves.is_empty() {
+                    let in_sync = in_sync.into_iter().collect();
+                    self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms);
+                }
+            }
+            Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
+            None => self.stats.bad_messages += 1,
+        }
+        effects
+    }
+
+    /// Merges received states; returns the keys whose contents changed here and the keys that
+    /// are now equal to what the sender holds (no need to send them back).
+    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
+        let mut changed = Vec::new();
+        let mut in_sync = Vec::new();
+        for b in entries {
+            let Ok(st) = bincode::deserialize::<KeyState>(&b.state) else {
+                self.stats.bad_messages += 1;
+                continue;
+            };
+            if deltas {
+                self.stats.deltas_applied += 1;
+            } else {
+                self.stats.states_applied += 1;
+            }
+            for c in st.contexts() {
+                self.seen.merge(c);
+            }
+            let id = (leaf_of_key(&b.key), b.key.clone());
+            let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
+                state: fresh_state(&self.frontier),
+                digest: 0,
+            });
+            let before = entry.digest;
+            entry.state.merge(&st);
+            let digest = key_digest(&b.key, &entry.state);
+            entry.digest = digest;
+            if digest != before {
+                self.merkle.update(id.0 as usize, before, digest);
+                changed.push(b.key.clone());
+            }
+            if !deltas && digest == key_digest(&b.key, &st) {
+                in_sync.push(b.key.clone());
+            }
+        }
+        (changed, in_sync)
+    }
+
+    /// A large difference takes several rounds (each bounded): run the next one soon instead
+    /// of waiting a whole interval.
+    fn hurry_ae(&mut self, peer: NodeId, now_ms: u64) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.next_ae_ms = p.next_ae_ms.min(now_ms + AE_FOLLOW_UP_MS);
+        }
+    }
+
+    fn on_digests(&mut self, peer: NodeId, d: Digests, now_ms: u64) {
+        if d.level > DEPTH || d.index.len() != d.digest.len() {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let width = merkle::width(d.level);
+        let mut differing = Vec::new();
+        for (&i, &theirs) in d.index.iter().zip(d.digest.iter()) {
+            let i = i as usize;
+            if i >= width {
+                self.stats.bad_messages += 1;
+                return;
+            }
+            if self.merkle.digest(d.level, i) != theirs {
+                differing.push(i);
+                if differing.len() >= MAX_AE_NODES {
+                    self.hurry_ae(peer, now_ms);
+                    break;
+                }
+            }
+        }
+        if differing.is_empty() {
+            return;
+        }
+        if d.level < DEPTH {
+            let level = d.level + 1;
+            let mut index = Vec::new();
+            let mut digest = Vec::new();
+            for n in differing {
+                for c in n * FANOUT..(n + 1) * FANOUT {
+                    index.push(c as u32);
+                    digest.push(self.merkle.digest(level, c));
+                }
+            }
+            self.send_ae(
+                peer,
+                Body::Digests(Digests {
+                    level,
+                    index,
+                    digest,
+                }),
+            );
+        } else {
+            let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
+            self.send_leaves(peer, &leaves, leaves.clone(), &Default::default(), now_ms);
+        }
+    }
+
+    /// Sends the states of every key in `leaves` except `skip` (bounded per message; a leaf
+    /// cut short is finished by the next round), asking for the peer's states of `want` in
+    /// return.
+    fn send_leaves(
+        &mut self,
+        peer: NodeId,
+        leaves: &[u32],
+        want: Vec<u32>,
+        skip: &std::collections::BTreeSet<Bytes>,
+        now_ms: u64,
+    ) {
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        'outer: for &leaf in leaves {
+            let lo = (leaf, Bytes::new());
+            for ((_, k), e) in self.keys.range(lo..).take_while(|((l, _), _)| *l == leaf) {
+                if skip.contains(k) {
+                    continue;
+                }
+                let blob = encode_state(&e.state);
+                bytes += blob.len() + k.len();
+                entries.push(KeyBlob {
+                    key: k.clone(),
+                    state: blob,
+                });
+                if bytes >= MAX_BATCH_BYTES {
+                    self.hurry_ae(peer, now_ms);
+                    break 'outer;
+                }
+            }
+        }
+        if entries.is_empty() && want.is_empty() {
+            return;
+        }
+        self.send_ae(
+            peer,
+            Body::States(States {
+                entries,
+                want_leaves: want,
+            }),
+        );
+    }
+
+    /// Root of the Merkle tree: equal on replicas holding equal contents.
+    pub fn digest(&mut self) -> u64 {
+        self.merkle.root()
+    }
+
+    pub fn info(&self, now_ms: u64, out: &mut String) {
+        use std::fmt::Write as _;
+        let up = self.peers.values().filter(|p| p.up).count();
+        let tombstone_keys = self.keys.values().filter(|e| e.state.is_empty()).count();
+        let list_tombstones: usize = self.keys.values().map(|e| e.state.tombstones()).sum();
+        let cloud: usize = self.seen.cloud().len();
+        let _ = write!(
+            out,
+            "replication_mode:crdt\r\nnode_id:{}\r\ncluster_size:{}\r\npeers_connected:{}\r\nreplicated_keys:{}\r\ntombstones_pending_gc:{}\r\nlist_tombstones:{}\r\nseen_cloud_dots:{}\r\ndeltas_applied:{}\r\nstates_applied:{}\r\nbad_peer_messages:{}\r\nanti_entropy_rounds:{}\r\ngc_rounds:{}\r\nkeys_collected:{}\r\nclock_skew_exceeded:{}\r\n",
+            self.node.0,
+            self.cluster_size,
+            up,
+            self.keys.len(),
+            tombstone_keys,
+            list_tombstones,
+            cloud,
+            self.stats.deltas_applied,
+            self.stats.states_applied,
+            self.stats.bad_messages,
+            self.stats.ae_rounds,
+            self.stats.gc_rounds,
+            self.stats.keys_collected,
+            self.stats.skew_exceeded,
+        );
+        for (i, (id, p)) in self.peers.iter().enumerate() {
+            let lag = p
+                .last_heard_ms
+                .map_or(-1, |t| now_ms.saturating_sub(t) as i64);
+            let last_ae = p.last_ae_ms.map_or(-1, |t| now_ms.saturating_sub(t) as i64);
+            let _ = write!(
+                out,
+                "peer{i}:id={},state={},last_heard_ms_ago={lag},queued_keys={},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
+                id.0,
+                if p.up { "up" } else { "down" },
+                p.queue.len(),
+                p.unacked.len(),
+                p.unacked_bytes,
+                p.delta_bytes,
+                p.ae_bytes,
+                p.overflows,
+                p.retransmits,
+            );
+        }
+    }
+
+    /// Bytes sent to `peer` for anti-entropy so far (for measurements).
+    pub fn ae_bytes_sent(&self, peer: NodeId) -> u64 {
+        self.peers.get(&peer).map_or(0, |p| p.ae_bytes)
+    }
+
+    pub fn check_invariants(&self) {
+        for p in self.peers.values() {
+            let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
+            assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
+            assert!(
+                p.queue.len() <= MAX_QUEUED_KEYS,
+                "peer queue over its bound"
+            );
+        }
+    }
+}
+
+/// The state of a key this replica holds nothing for: everything at or below the GC frontier
+/// counts as seen (and, since nothing is held, removed).
+fn fresh_state(frontier: &VersionVector) -> KeyState {
+    let mut s = KeyState::default();
+    if !frontier.is_empty() {
+        s.gc(frontier);
+    }
+    s
+}
+
+fn encode_state(st: &KeyState) -> Bytes {
+    Bytes::from(bincode::serialize(st).expect("in-memory states always encode"))
+}
+
+/// The intent of a command's numeric changes (see [`Intent`]).
+pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
+    match name {
+        "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "hincrby" | "hincrbyfloat"
+        | "zincrby" => Intent::Increment,
+        "zadd" if args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")) => Intent::Increment,
+        _ => Intent::Assign,
+    }
+}

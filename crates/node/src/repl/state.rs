@@ -1,0 +1,975 @@
+//! One key's replicated state, and the two bridges between it and the store:
+//! [`KeyState::capture`] turns a local command's effect into a delta, and
+//! [`KeyState::materialize`] turns a merged state back into the value clients read.
+//!
+//! # Shape
+//! A key's state is the product of one CRDT per Redis type plus an expiry register:
+//! strings are an observed-remove map with a single entry holding a [`Reg`] (LWW bytes plus
+//! counter contributions), hashes map fields to [`Reg`]s, sets are an [`OrSet`], sorted sets map
+//! members to a [`Counter`] score, lists are an [`Rga`]. Products of lattices are lattices, so
+//! the join is component-wise and the merge laws hold if they hold for each part (checked by the
+//! property tests below). Every write takes fresh dots; DEL is an observed-remove of every
+//! component.
+//!
+//! # Which type is visible
+//! Normally only one component is non-empty. When replicas concurrently create the key with
+//! different types, all components survive the join and the visible type is the non-empty one
+//! whose latest write has the highest hybrid timestamp (`stamps`). The next local write to the
+//! key clears, as observed-remove, every other component, so the clash heals on the first write.
+//!
+//! # Why capture by comparison
+//! Commands run against the store with Redis's exact semantics (and replies). Afterwards
+//! `capture` compares the store's new value with the state's visible value, which by invariant
+//! is the value before the command, and emits the CRDT operations that explain the difference.
+//! This keeps one implementation of every command; the command name only says whether a
+//! numeric change is an increment (counters add up) or an assignment (last writer wins).
+//! The cost is proportional to the value's size, which is fine for the values Lattice replicates
+//! today; per-element hints for very large collections are left for later (docs/ARCHITECTURE.md).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use lattice_crdt::{
+    CausalContext, Counter, CounterValue, Crdt, Dot, Hlc, LwwRegister, NodeId, Number, OrMap,
+    OrSet, Rga, VersionVector,
+};
+use lattice_store::hash::Limits as HashLimits;
+use lattice_store::list::End;
+use lattice_store::{Hash, List, Set, Str, Value, ZSet};
+use serde::{Deserialize, Serialize};
+
+/// The types a key can hold, in a fixed order (the tie-break of equal stamps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Str = 0,
+    Hash = 1,
+    Set = 2,
+    ZSet = 3,
+    List = 4,
+}
+
+const KINDS: [Kind; 5] = [Kind::Str, Kind::Hash, Kind::Set, Kind::ZSet, Kind::List];
+
+/// What a command did to a key's numbers: increments add up across replicas, assignments
+/// replace (last writer wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intent {
+    Assign,
+    Increment,
+}
+
+/// A string or hash field: a base written by the last winning assignment plus, per node, the
+/// net increments applied on top of that base (the counter rule of `lattice_crdt::Counter`,
+/// with a byte-string base so non-numeric strings are plain LWW registers).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reg {
+    base_ts: Hlc,
+    base: Bytes,
+    parts: BTreeMap<NodeId, Part>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Part {
+    /// Grows with every write by the part's node: the higher one is newer.
+    seq: u64,
+    int: i128,
+    float: f64,
+    has_float: bool,
+}
+
+impl Reg {
+    fn assigned(value: Bytes, ts: Hlc) -> Reg {
+        Reg {
+            base_ts: ts,
+            base: value,
+            parts: BTreeMap::new(),
+        }
+    }
+
+    /// The bytes clients read.
+    pub fn value(&self) -> Bytes {
+        if self.parts.is_empty() {
+            return self.base.clone();
+        }
+        let int_sum: i128 = self
+            .parts
+            .values()
+            .fold(0i128, |a, p| a.saturating_add(p.int));
+        let any_float = self.parts.values().any(|p| p.has_float);
+        let base_int = std::str::from_utf8(&self.base)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok());
+        match (any_float, base_int) {
+            (false, Some(b)) => Bytes::from(i128::from(b).saturating_add(int_sum).to_string()),
+            _ => {
+                // A float result: summed in a fixed order so every replica computes the same
+                // bits, printed like INCRBYFLOAT.
+                let mut f = parse_f64(&self.base).unwrap_or(0.0) + int_sum as f64;
+                for p in self.parts.values() {
+                    if p.has_float {
+                        f += p.float;
+                    }
+                }
+                Bytes::from(format_float(f))
+            }
+        }
+    }
+
+    fn add(&mut self, node: NodeId, int: i128, float: Option<f64>) {
+        let part = self.parts.entry(node).or_default();
+        part.seq += 1;
+        part.int = part.int.saturating_add(int);
+        if let Some(f) = float {
+            part.float += f;
+            part.has_float = true;
+        }
+    }
+}
+
+impl Crdt for Reg {
+    fn merge(&mut self, other: &Self) {
+        if other.base_ts > self.base_ts {
+            self.clone_from(other);
+            return;
+        }
+        if other.base_ts < self.base_ts {
+            return;
+        }
+        #[cfg(feature = "planted-bug")]
+        if !other.parts.is_empty() {
+            // Planted replication bug (canary for the checkers): adopt the other side's
+            // contributions wholesale, losing increments only this side has seen.
+            self.parts = other.parts.clone();
+            return;
+        }
+        // Equal timestamps: the same assignment (timestamps are unique per write), or the
+        // implicit zero base of a counter created by INCR. Keep a deterministic base anyway.
+        if other.base > self.base {
+            self.base = other.base.clone();
+        }
+        for (node, theirs) in &other.parts {
+            let mine = self.parts.entry(*node).or_default();
+            if theirs.seq > mine.seq {
+                *mine = *theirs;
+            }
+        }
+    }
+}
+
+/// Everything one replica knows about one key.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeyState {
+    string: OrMap<(), Reg>,
+    hash: OrMap<Bytes, Reg>,
+    set: OrSet<Bytes>,
+    zset: OrMap<Bytes, Counter>,
+    list: Rga<Bytes>,
+    /// Absolute deadline in ms (None: persistent), last writer wins.
+    expiry: LwwRegister<Option<u64>>,
+    /// Per kind, the greatest timestamp of a write of that kind (a max-register): picks the
+    /// visible type after concurrent creations with different types.
+    stamps: [Hlc; 5],
+    /// Dots of writes that only remove (DEL, SREM, expiry): recorded so that "every replica has
+    /// seen dot d" implies it has seen the removal too, which GC relies on.
+    removals: CausalContext,
+}
+
+/// Where new dots and timestamps come from (the node's clock and event counter).
+pub struct Stamper<'a> {
+    pub node: NodeId,
+    pub ts: Hlc,
+    pub counter: &'a mut VersionVector,
+    /// Every dot issued, so the node's seen-set covers its own writes.
+    pub issued: &'a mut CausalContext,
+}
+
+impl Stamper<'_> {
+    fn dot(&mut self) -> Dot {
+        let d = self.counter.next_dot(self.node);
+        self.issued.insert(d);
+        d
+    }
+}
+
+impl KeyState {
+    fn is_empty_kind(&self, k: Kind) -> bool {
+        match k {
+            Kind::Str => self.string.is_empty(),
+            Kind::Hash => self.hash.is_empty(),
+            Kind::Set => self.set.is_empty(),
+            Kind::ZSet => self.zset.is_empty(),
+            Kind::List => self.list.is_empty(),
+        }
+    }
+
+    /// Whether no component holds anything (the key is deleted; the state is a tombstone).
+    pub fn is_empty(&self) -> bool {
+        KINDS.iter().all(|k| self.is_empty_kind(*k))
+    }
+
+    /// The deadline in ms, if any.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        *self.expiry.value()
+    }
+
+    /// The type clients see (ignoring expiry).
+    pub fn visible_kind(&self) -> Option<Kind> {
+        KINDS
+            .iter()
+            .copied()
+            .filter(|k| !self.is_empty_kind(*k))
+            .max_by_key(|k| (self.stamps[*k as usize], *k))
+    }
+
+    /// The HLC of the winning string write.
+    pub fn string_stamp(&self) -> Option<Hlc> {
+        self.string.get(&()).map(|r| r.base_ts)
+    }
+
+    /// The greatest timestamp inside the state (observe it so later local writes order after).
+    pub fn max_stamp(&self) -> Hlc {
+        let mut m = self.expiry.ts();
+        for s in self.stamps {
+            m = m.max(s);
+        }
+        m
+    }
+
+    /// Every dot this state has seen (for the node's seen-set).
+    pub fn contexts(&self) -> [&CausalContext; 6] {
+        [
+            self.string.context(),
+            self.hash.context(),
+            self.set.context(),
+            self.zset.context(),
+            self.list.context(),
+            &self.removals,
+        ]
+    }
+
+    /// The bytes a key's digest covers, or None when the key holds nothing. Causal contexts
+    /// are left out and a tombstone looks like an absent key: replicas with equal contents
+    /// must have equal digests even when they garbage-collected at different times.
+    pub fn digest_bytes(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.is_empty() && self.list.tombstones() == 0 {
+            return None;
+        }
+        bincode::serialize(&(
+            key,
+            self.string.stripped(),
+            self.hash.stripped(),
+            self.set.stripped(),
+            self.zset.stripped(),
+            self.list.stripped(),
+            &self.expiry,
+            self.stamps,
+        ))
+        .ok()
+    }
+
+    /// Drops causal metadata below the stable frontier (see `lattice_crdt::Crdt::gc`).
+    pub fn gc(&mut self, stable: &VersionVector) {
+        self.string.gc(stable);
+        self.hash.gc(stable);
+        self.set.gc(stable);
+        self.zset.gc(stable);
+        self.list.gc(stable);
+        self.removals.raise_to(stable);
+    }
+
+    /// True when the state is a tombstone all of whose dots are at or below `stable`: every
+    /// replica has seen everything about this key, so the state can be forgotten and the key
+    /// treated as "absent with context `stable`".
+    pub fn collectable(&self, stable: &VersionVector) -> bool {
+        self.is_empty()
+            && self
+                .contexts()
+                .iter()
+                .all(|c| c.cloud().is_empty() && stable.dominates(c.vv()))
+            && self.list.tombstones() == 0
+    }
+
+    /// Tombstones held (list elements removed but not yet collected), a GC metric.
+    pub fn tombstones(&self) -> usize {
+        self.list.tombstones()
+    }
+
+    /// The value clients should see at `now_ms`, or None if the key is absent or expired.
+    pub fn materialize(&self, limits: &Limits) -> Option<Value> {
+        let kind = self.visible_kind()?;
+        Some(match kind {
+            Kind::Str => {
+                let r = self.string.get(&())?;
+                Value::Str(Str::from_bytes(&r.value()))
+            }
+            Kind::Hash => {
+                let mut h = Hash::new();
+                let compact = HashLimits {
+                    max_entries: limits.hash_max_entries,
+                    max_value: limits.hash_max_value,
+                };
+                for (f, r) in self.hash.iter() {
+                    h.insert(f, &r.value(), compact);
+                }
+                Value::Hash(Box::new(h))
+            }
+            Kind::Set => {
+                let mut s = Set::new();
+                for m in self.set.iter() {
+                    s.insert(m, limits.set_max_intset_entries);
+                }
+                Value::Set(Box::new(s))
+            }
+            Kind::ZSet => {
+                let mut z = ZSet::new();
+                for (m, c) in self.zset.iter() {
+                    z.insert(m, score_of(&c));
+                }
+                z.convert_if_needed(limits.zset_max_entries, limits.zset_max_value);
+                Value::ZSet(Box::new(z))
+            }
+            Kind::List => {
+                let mut l = List::new();
+                for (_, v) in self.list.iter_visible() {
+                    l.push(End::Tail, v);
+                }
+                Value::List(Box::new(l))
+            }
+        })
+    }
+
+    /// Records what a local command did to this key. `now` is the store's value after the
+    /// command (None: the key is gone) with its deadline; the state's visible value is what the
+    /// key held before. Applies the operations here and returns them as a delta.
+    pub fn capture(
+        &mut self,
+        now: Option<(&Value, Option<u64>)>,
+        intent: Intent,
+        st: &mut Stamper<'_>,
+    ) -> KeyState {
+        let mut delta = KeyState::default();
+        let ts = st.ts;
+        let Some((value, deadline)) = now else {
+            if !self.is_empty() {
+                self.clear_all(&mut delta, None, st);
+            }
+            return delta;
+        };
+        let kind = kind_of(value);
+        // A write clears what this replica saw of every other type (heals type clashes, and
+        // replaces a value of another type as SET or SORT ... STORE do).
+        self.clear_all(&mut delta, Some(kind), st);
+        let mut wrote = false;
+        let mut removed = false;
+        match value {
+            Value::Str(s) => {
+                let new = s.as_bytes();
+                let old = self.string.get(&()).map(|r| r.into_owned());
+                let unchanged = old.as_ref().is_some_and(|r| r.value()[..] == new[..]);
+                if !unchanged {
+                    let reg = match (intent, old) {
+                        (Intent::Increment, Some(mut r)) => {
+                            let old_value = r.value();
+                            increment(&mut r, &old_value, &new, st.node, ts);
+                            r
+                        }
+                        (Intent::Increment, None) => {
+                            // The implicit base of a new counter has the least timestamp, so
+                            // concurrent INCRs of a missing key all count.
+                            let mut r = Reg::assigned(Bytes::from_static(b"0"), Hlc::ZERO);
+                            increment(&mut r, b"0", &new, st.node, ts);
+                            r
+                        }
+                        (Intent::Assign, _) => Reg::assigned(Bytes::copy_from_slice(&new), ts),
+                    };
+                    let dot = st.dot();
+                    delta.string.merge(&self.string.put((), reg, dot));
+                    wrote = true;
+                }
+            }
+            Value::Hash(h) => {
+                let gone: Vec<Bytes> = self
+                    .hash
+                    .keys()
+                    .filter(|f| !h.contains(f))
+                    .cloned()
+                    .collect();
+                for f in gone {
+                    delta.hash.merge(&self.hash.remove(&f));
+                    wrote = true;
+                    removed = true;
+                }
+                for (f, v) in h.iter() {
+                    let old = self.hash.get(f).map(|r| r.into_owned());
+                    if old.as_ref().is_some_and(|r| r.value()[..] == *v) {
+                        continue;
+                    }
+                    let reg = match (intent, old) {
+                        (Intent::Increment, Some(mut r)) => {
+                            let old_value = r.value();
+                            increment(&mut r, &old_value, v, st.node, ts);
+                            r
+                        }
+                        (Intent::Increment, None) => {
+                            let mut r = Reg::assigned(Bytes::from_static(b"0"), Hlc::ZERO);
+                            increment(&mut r, b"0", v, st.node, ts);
+                            r
+                        }
+                        (Intent::Assign, _) => Reg::assigned(Bytes::copy_from_slice(v), ts),
+                    };
+                    let dot = st.dot();
+                    delta
+                        .hash
+                        .merge(&self.hash.put(Bytes::copy_from_slice(f), reg, dot));
+                    wrote = true;
+                }
+            }
+            Value::Set(s) => {
+                let gone: Vec<Bytes> = self
+                    .set
+                    .iter()
+                    .filter(|m| !s.contains(m))
+                    .cloned()
+                    .collect();
+                for m in gone {
+                    delta.set.merge(&self.set.remove(&m));
+                    wrote = true;
+                    removed = true;
+                }
+                for m in s.iter() {
+                    if !self.set.contains(&m[..]) {
+                        let dot = st.dot();
+                        delta
+                            .set
+                            .merge(&self.set.add(Bytes::copy_from_slice(&m), dot));
+                        wrote = true;
+                    }
+                }
+            }
+            Value::ZSet(z) => {
+                let gone: Vec<Bytes> = self
+                    .zset
+                    .keys()
+                    .filter(|m| !z.contains(m))
+                    .cloned()
+                    .collect();
+                for m in gone {
+                    delta.zset.merge(&self.zset.remove(&m));
+                    wrote = true;
+                    removed = true;
+                }
+                for (m, score) in z.iter() {
+                    let old = self.zset.get(m).map(|c| c.into_owned());
+                    if old.as_ref().is_some_and(|c| score_of(c) == score) {
+                        continue;
+                    }
+                    let counter = match (intent, old) {
+                        (Intent::Increment, Some(mut c)) => {
+                            let by = score - score_of(&c);
+                            if c.incr_float(st.node, by).is_err() {
+                                let _ = c.set(Number::Float(score), ts);
+                            }
+                            c
+                        }
+                        _ => {
+                            let mut c = Counter::new();
+                            let _ = c.set(Number::Float(score), ts);
+                            c
+                        }
+                    };
+                    let dot = st.dot();
+                    delta
+                        .zset
+                        .merge(&self.zset.put(Bytes::copy_from_slice(m), counter, dot));
+                    wrote = true;
+                }
+            }
+            Value::List(l) => {
+                wrote |= self.capture_list(l, &mut delta, st);
+            }
+        }
+        if removed {
+            self.record_removal(&mut delta, st);
+        }
+        if wrote {
+            self.stamps[kind as usize] = self.stamps[kind as usize].max(ts);
+            delta.stamps[kind as usize] = ts;
+        }
+        if self.deadline_ms() != deadline {
+            delta.expiry = self.expiry.set(deadline, ts);
+        }
+        delta
+    }
+
+    /// Lists: keep the common prefix and suffix, remove the old middle, insert the new middle
+    /// after the prefix. Pushes and pops at either end touch only the ends.
+    fn capture_list(&mut self, new: &List, delta: &mut KeyState, st: &mut Stamper<'_>) -> bool {
+        let old: Vec<(Hlc, Bytes)> = self
+            .list
+            .iter_visible()
+            .map(|(id, v)| (id, v.clone()))
+            .collect();
+        let new: Vec<&[u8]> = new.iter().collect();
+        let prefix = old
+            .iter()
+            .zip(new.iter())
+            .take_while(|(a, b)| a.1[..] == b[..])
+            .count();
+        let max_suffix = old.len().min(new.len()) - prefix;
+        let suffix = old
+            .iter()
+            .rev()
+            .zip(new.iter().rev())
+            .take(max_suffix)
+            .take_while(|(a, b)| a.1[..] == b[..])
+            .count();
+        let removed = &old[prefix..old.len() - suffix];
+        let inserted = &new[prefix..new.len() - suffix];
+        if removed.is_empty() && inserted.is_empty() {
+            return false;
+        }
+        if !removed.is_empty() {
+            let by = self.record_removal(delta, st);
+            for (id, _) in removed {
+                if let Ok(d) = self.list.remove(*id, by) {
+                    delta.list.merge(&d);
+                }
+            }
+        }
+        // Insert the new middle in order, each after the previous one.
+        let mut anchor = if prefix > 0 {
+            Some(old[prefix - 1].0)
+        } else {
+            None
+        };
+        for (i, v) in inserted.iter().enumerate() {
+            let id = Hlc {
+                logical: st.ts.logical.wrapping_add(i as u32),
+                ..st.ts
+            };
+            let id = self.fresh_list_id(id);
+            let dot = st.dot();
+            let value = Bytes::copy_from_slice(v);
+            let d = match anchor {
+                Some(a) => self.list.insert_after(a, id, dot, value),
+                None => self.list.push_front(id, dot, value),
+            };
+            if let Ok(d) = d {
+                delta.list.merge(&d);
+                anchor = Some(id);
+            }
+        }
+        true
+    }
+
+    /// List ids must be unique and, for the RGA order, greater than every id already present.
+    fn fresh_list_id(&self, candidate: Hlc) -> Hlc {
+        match self.list.max_id() {
+            Some(max) if max >= candidate => Hlc {
+                wall_ms: max.wall_ms,
+                logical: max.logical.saturating_add(1),
+                node: candidate.node,
+            },
+            _ => candidate,
+        }
+    }
+
+    /// Gives a removal its own dot, so that "every replica has seen dot d" implies it has
+    /// merged the removal (GC forgets whole tombstoned keys on that basis). Returns the dot.
+    fn record_removal(&mut self, delta: &mut KeyState, st: &mut Stamper<'_>) -> Dot {
+        let d = st.dot();
+        self.removals.insert(d);
+        delta.removals.insert(d);
+        d
+    }
+
+    /// Observed-remove of every component except `keep`.
+    fn clear_all(&mut self, delta: &mut KeyState, keep: Option<Kind>, st: &mut Stamper<'_>) {
+        let mut removed = false;
+        if keep != Some(Kind::Str) && !self.string.is_empty() {
+            delta.string.merge(&self.string.clear());
+            removed = true;
+        }
+        if keep != Some(Kind::Hash) && !self.hash.is_empty() {
+            delta.hash.merge(&self.hash.clear());
+            removed = true;
+        }
+        if keep != Some(Kind::Set) && !self.set.is_empty() {
+            delta.set.merge(&self.set.clear());
+            removed = true;
+        }
+        if keep != Some(Kind::ZSet) && !self.zset.is_empty() {
+            delta.zset.merge(&self.zset.clear());
+            removed = true;
+        }
+        if keep != Some(Kind::List) && !self.list.is_empty() {
+            let by = self.record_removal(delta, st);
+            for id in self.list.visible_ids() {
+                if let Ok(d) = self.list.remove(id, by) {
+                    delta.list.merge(&d);
+                }
+            }
+        } else if removed {
+            self.record_removal(delta, st);
+        }
+        if keep.is_none() && self.deadline_ms().is_some() {
+            // A deleted key forgets its deadline: a later write starts a persistent key.
+            delta.expiry = self.expiry.set(None, st.ts);
+        }
+    }
+}
+
+impl Crdt for KeyState {
+    fn merge(&mut self, other: &Self) {
+        self.string.merge(&other.string);
+        self.hash.merge(&other.hash);
+        self.set.merge(&other.set);
+        self.zset.merge(&other.zset);
+        self.list.merge(&other.list);
+        self.expiry.merge(&other.expiry);
+        for (mine, theirs) in self.stamps.iter_mut().zip(other.stamps) {
+            *mine = (*mine).max(theirs);
+        }
+        self.removals.merge(&other.removals);
+    }
+
+    fn gc(&mut self, stable: &VersionVector) {
+        KeyState::gc(self, stable);
+    }
+}
+
+/// Encoding thresholds for materialized values (from the node's configuration).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub hash_max_entries: usize,
+    pub hash_max_value: usize,
+    pub set_max_intset_entries: usize,
+    pub zset_max_entries: usize,
+    pub zset_max_value: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            hash_max_entries: 128,
+            hash_max_value: 64,
+            set_max_intset_entries: 512,
+            zset_max_entries: 128,
+            zset_max_value: 64,
+        }
+    }
+}
+
+fn kind_of(v: &Value) -> Kind {
+    match v {
+        Value::Str(_) => Kind::Str,
+        Value::Hash(_) => Kind::Hash,
+        Value::Set(_) => Kind::Set,
+        Value::ZSet(_) => Kind::ZSet,
+        Value::List(_) => Kind::List,
+    }
+}
+
+fn score_of(c: &Counter) -> f64 {
+    match c.value() {
+        CounterValue::Int(i) => i as f64,
+        CounterValue::Float(f) => f,
+    }
+}
+
+fn parse_f64(b: &[u8]) -> Option<f64> {
+    std::str::from_utf8(b).ok()?.trim().parse::<f64>().ok()
+}
+
+fn format_float(f: f64) -> String {
+    let mut out = Vec::new();
+    lattice_resp::write::format_g(f, 17, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Records `old -> new` as an increment by this node: exact for integers, a float part
+/// otherwise. If neither parses (cannot happen after a successful INCR family command), falls
+/// back to an assignment.
+fn increment(r: &mut Reg, old: &[u8], new: &[u8], node: NodeId, ts: Hlc) {
+    let as_int = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<i64>().ok();
+    let base_is_int = as_int(&r.base).is_some();
+    match (as_int(old), as_int(new)) {
+        (Some(o), Some(n)) if base_is_int && !r.parts.values().any(|p| p.has_float) => {
+            r.add(node, i128::from(n) - i128::from(o), None);
+        }
+        _ => match (parse_f64(old), parse_f64(new)) {
+            (Some(o), Some(n)) => r.add(node, 0, Some(n - o)),
+            _ => *r = Reg::assigned(Bytes::copy_from_slice(new), ts),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stamper_for<'a>(
+        node: u32,
+        wall: u64,
+        counter: &'a mut VersionVector,
+        issued: &'a mut CausalContext,
+    ) -> Stamper<'a> {
+        Stamper {
+            node: NodeId(node),
+            ts: Hlc::new(wall, 0, NodeId(node)),
+            counter,
+            issued,
+        }
+    }
+
+    struct Replica {
+        node: u32,
+        wall: u64,
+        counter: VersionVector,
+        issued: CausalContext,
+        state: KeyState,
+    }
+
+    impl Replica {
+        fn new(node: u32) -> Replica {
+            Replica {
+                node,
+                wall: 0,
+                counter: VersionVector::new(),
+                issued: CausalContext::new(),
+                state: KeyState::default(),
+            }
+        }
+
+        fn write(&mut self, value: Option<Value>, intent: Intent) -> KeyState {
+            self.wall += 1;
+            let mut st = stamper_for(self.node, self.wall, &mut self.counter, &mut self.issued);
+            self.state
+                .capture(value.as_ref().map(|v| (v, None)), intent, &mut st)
+        }
+
+        fn value(&self) -> Option<Value> {
+            self.state.materialize(&Limits::default())
+        }
+    }
+
+    fn s(v: &str) -> Value {
+        Value::Str(Str::from_bytes(v.as_bytes()))
+    }
+
+    fn set_of(ms: &[&str]) -> Value {
+        let mut set = Set::new();
+        for m in ms {
+            set.insert(m.as_bytes(), 0);
+        }
+        Value::Set(Box::new(set))
+    }
+
+    #[test]
+    fn concurrent_increments_add_up() {
+        let mut a = Replica::new(1);
+        let mut b = Replica::new(2);
+        let d1 = a.write(Some(s("1")), Intent::Increment);
+        let d2 = b.write(Some(s("1")), Intent::Increment);
+        a.state.merge(&d2);
+        b.state.merge(&d1);
+        assert_eq!(a.value(), Some(s("2")));
+        assert_eq!(b.value(), Some(s("2")));
+        assert_eq!(a.state, b.state);
+    }
+
+    #[test]
+    fn sadd_concurrent_with_srem_survives() {
+        let mut a = Replica::new(1);
+        let mut b = Replica::new(2);
+        let d = a.write(Some(set_of(&["x"])), Intent::Assign);
+        b.state.merge(&d);
+        // a removes x (the set becomes empty, the key is gone); b re-adds x concurrently.
+        let da = a.write(None, Intent::Assign);
+        let db = b.write(Some(set_of(&["x", "y"])), Intent::Assign);
+        a.state.merge(&db);
+        b.state.merge(&da);
+        assert_eq!(a.value(), b.value());
+        // b's add of x did not re-add: x was already present there, so its dot was observed by
+        // a's removal; y is new and survives.
+        assert_eq!(a.value(), Some(set_of(&["y"])));
+    }
+
+    #[test]
+    fn del_concurrent_with_set_keeps_the_set() {
+        let mut a = Replica::new(1);
+        let mut b = Replica::new(2);
+        let d = a.write(Some(s("v1")), Intent::Assign);
+        b.state.merge(&d);
+        let da = a.write(None, Intent::Assign);
+        let db = b.write(Some(s("v2")), Intent::Assign);
+        a.state.merge(&db);
+        b.state.merge(&da);
+        assert_eq!(a.value(), Some(s("v2")));
+        assert_eq!(b.value(), Some(s("v2")));
+    }
+
+    #[test]
+    fn type_clash_resolves_to_the_later_type_then_heals() {
+        let mut a = Replica::new(1);
+        let mut b = Replica::new(2);
+        let da = a.write(Some(s("v")), Intent::Assign);
+        b.wall = 10;
+        let db = b.write(Some(set_of(&["m"])), Intent::Assign);
+        a.state.merge(&db);
+        b.state.merge(&da);
+        assert_eq!(a.value(), Some(set_of(&["m"])));
+        assert_eq!(b.value(), Some(set_of(&["m"])));
+        // The next write on a clears the hidden string everywhere.
+        let d = a.write(Some(set_of(&["m", "n"])), Intent::Assign);
+        b.state.merge(&d);
+        assert!(b.state.string.is_empty());
+    }
+
+    fn list_of(xs: &[&str]) -> Value {
+        let mut l = List::new();
+        for x in xs {
+            l.push(End::Tail, x.as_bytes());
+        }
+        Value::List(Box::new(l))
+    }
+
+    #[test]
+    fn concurrent_pushes_are_all_kept_in_one_order() {
+        let mut a = Replica::new(1);
+        let mut b = Replica::new(2);
+        let d = a.write(Some(list_of(&["m"])), Intent::Assign);
+        b.state.merge(&d);
+        let da = a.write(Some(list_of(&["a", "m"])), Intent::Assign); // LPUSH a
+        let db = b.write(Some(list_of(&["b", "m"])), Intent::Assign); // LPUSH b
+        let db2 = b.write(Some(list_of(&["b", "m", "y"])), Intent::Assign); // RPUSH y
+        let db = db.merged(&db2);
+        a.state.merge(&db);
+        b.state.merge(&da);
+        let va = a.value().unwrap();
+        assert_eq!(Some(va.clone()), b.value());
+        let Value::List(l) = va else { panic!() };
+        let items: Vec<&[u8]> = l.iter().collect();
+        // The LPUSH with the higher id (a's, made at a later wall time) is nearer the head;
+        // nothing is lost or doubled.
+        assert_eq!(items, vec![&b"a"[..], b"b", b"m", b"y"]);
+    }
+
+    #[test]
+    fn local_capture_materializes_back_to_the_same_value() {
+        let mut a = Replica::new(1);
+        for v in [
+            list_of(&["1", "2", "3"]),
+            list_of(&["0", "1", "3", "4"]),
+            list_of(&["4"]),
+            set_of(&["a", "b"]),
+            s("12"),
+        ] {
+            a.write(Some(v.clone()), Intent::Assign);
+            assert_eq!(a.value(), Some(v));
+        }
+        a.write(Some(s("15")), Intent::Increment);
+        assert_eq!(a.value(), Some(s("15")));
+    }
+
+    /// Random small histories on three replicas; states after arbitrary delivery are joined in
+    /// different groupings and orders and must agree (associative, commutative, idempotent).
+    fn op() -> impl Strategy<Value = (usize, u8, u8)> {
+        (0..3usize, 0..8u8, 0..4u8)
+    }
+
+    fn apply(r: &mut Replica, kind: u8, arg: u8) -> KeyState {
+        let m = format!("m{arg}");
+        match kind {
+            0 => r.write(Some(s(&format!("v{arg}"))), Intent::Assign),
+            1 => {
+                let cur = match r.value() {
+                    Some(Value::Str(x)) => x.as_i64().unwrap_or(0),
+                    _ => 0,
+                };
+                r.write(
+                    Some(s(&(cur + i64::from(arg)).to_string())),
+                    Intent::Increment,
+                )
+            }
+            2 => {
+                let mut set = match r.value() {
+                    Some(Value::Set(x)) => *x,
+                    _ => Set::new(),
+                };
+                set.insert(m.as_bytes(), 0);
+                r.write(Some(Value::Set(Box::new(set))), Intent::Assign)
+            }
+            3 => {
+                let mut set = match r.value() {
+                    Some(Value::Set(x)) => *x,
+                    _ => Set::new(),
+                };
+                set.remove(m.as_bytes());
+                let v = (!set.is_empty()).then(|| Value::Set(Box::new(set)));
+                r.write(v, Intent::Assign)
+            }
+            4 => {
+                let mut l = match r.value() {
+                    Some(Value::List(x)) => *x,
+                    _ => List::new(),
+                };
+                l.push(
+                    if arg.is_multiple_of(2) { End::Head } else { End::Tail },
+                    m.as_bytes(),
+                );
+                r.write(Some(Value::List(Box::new(l))), Intent::Assign)
+            }
+            5 => {
+                let mut h = match r.value() {
+                    Some(Value::Hash(x)) => *x,
+                    _ => Hash::new(),
+                };
+                h.insert(m.as_bytes(), b"x", HashLimits::default());
+                r.write(Some(Value::Hash(Box::new(h))), Intent::Assign)
+            }
+            6 => r.write(None, Intent::Assign),
+            _ => {
+                let mut z = match r.value() {
+                    Some(Value::ZSet(x)) => *x,
+                    _ => ZSet::new(),
+                };
+                z.insert(m.as_bytes(), f64::from(arg));
+                r.write(Some(Value::ZSet(Box::new(z))), Intent::Assign)
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn merge_laws(ops in proptest::collection::vec((op(), 0..3usize), 1..30)) {
+            let mut rs = [Replica::new(1), Replica::new(2), Replica::new(3)];
+            let mut deltas = Vec::new();
+            for ((who, kind, arg), sync_from) in ops {
+                let d = apply(&mut rs[who], kind, arg);
+                deltas.push(d);
+                // Occasionally deliver another replica's full state (gossip).
+                if sync_from != who {
+                    let other = rs[sync_from].state.clone();
+                    rs[who].state.merge(&other);
+                }
+            }
+            let [a, b, c] = &rs;
+            let (a, b, c) = (&a.state, &b.state, &c.state);
+            let ab_c = a.clone().merged(b).merged(c);
+            let a_bc = a.clone().merged(&b.clone().merged(c));
+            let cba = c.clone().merged(b).merged(a);
+            prop_assert_eq!(&ab_c, &a_bc);
+            prop_assert_eq!(&ab_c, &cba);
+            prop_assert_eq!(&ab_c.clone().merged(&ab_c), &ab_c);
+            // Deltas join into the full state without changing it (they are its parts).
+            let mut with_deltas = ab_c.clone();
+            for d in &deltas {
+                with_deltas.merge(d);
+            }
+            prop_assert_eq!(with_deltas.materialize(&Limits::default()),
+                            ab_c.materialize(&Limits::default()));
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The peer protocol: protobuf messages (prost) carried one per frame by the driver.
+//!
+//! Every message is an [`Envelope`] with a protocol `version`, the sender's node id and its
+//! hybrid clock (the receiver observes it, so writes it makes afterwards order after everything
+//! the sender had seen). CRDT states travel as opaque `bincode` blobs inside the protobuf
+//! messages: protobuf gives the envelope a stable, versioned shape; the CRDT encoding is
+//! internal to one version of Lattice (a version mismatch is refused, not misread).
+
+use prost::Message;
+
+/// Bumped on any incompatible change; peers with another version are ignored (and counted).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest message the node emits or accepts (drivers enforce the same bound on frames).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Envelope {
+    #[prost(uint32, tag = "1")]
+    pub version: u32,
+    #[prost(uint32, tag = "2")]
+    pub from: u32,
+    #[prost(uint64, tag = "3")]
+    pub hlc_wall_ms: u64,
+    #[prost(uint32, tag = "4")]
+    pub hlc_logical: u32,
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9")]
+    pub body: Option<Body>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Body {
+    /// Deltas of recent local writes, numbered per link for acknowledgement.
+    #[prost(message, tag = "5")]
+    Deltas(Deltas),
+    #[prost(message, tag = "6")]
+    Ack(Ack),
+    /// Anti-entropy: Merkle digests at one level.
+    #[prost(message, tag = "7")]
+    Digests(Digests),
+    /// Anti-entropy: full states of the keys in differing leaves.
+    #[prost(message, tag = "8")]
+    States(States),
+    /// A PUBLISH to deliver to the receiver's own subscribers.
+    #[prost(message, tag = "9")]
+    Publish(Publish),
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct KeyBlob {
+    #[prost(bytes = "bytes", tag = "1")]
+    pub key: bytes::Bytes,
+    /// `bincode` of a `KeyState`.
+    #[prost(bytes = "bytes", tag = "2")]
+    pub state: bytes::Bytes,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Deltas {
+    #[prost(uint64, tag = "1")]
+    pub seq: u64,
+    #[prost(message, repeated, tag = "2")]
+    pub entries: Vec<KeyBlob>,
+}
+
+/// Acknowledges one `Deltas` message and reports the sender's seen-set frontier (the
+/// contiguous prefix of every node's dots it has merged), which drives GC.
+#[derive(Clone, PartialEq, Message)]
+pub struct Ack {
+    #[prost(uint64, tag = "1")]
+    pub seq: u64,
+    #[prost(uint32, repeated, tag = "2")]
+    pub seen_nodes: Vec<u32>,
+    #[prost(uint64, repeated, tag = "3")]
+    pub seen_counters: Vec<u64>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Digests {
+    #[prost(uint32, tag = "1")]
+    pub level: u32,
+    #[prost(uint32, repeated, tag = "2")]
+    pub index: Vec<u32>,
+    #[prost(fixed64, repeated, tag = "3")]
+    pub digest: Vec<u64>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct States {
+    #[prost(message, repeated, tag = "1")]
+    pub entries: Vec<KeyBlob>,
+    /// Leaves whose states the receiver should send back (the pull half of push-pull).
+    #[prost(uint32, repeated, tag = "2")]
+    pub want_leaves: Vec<u32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Publish {
+    #[prost(bytes = "bytes", tag = "1")]
+    pub channel: bytes::Bytes,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub message: bytes::Bytes,
+}
+
+pub fn encode(env: &Envelope) -> bytes::Bytes {
+    bytes::Bytes::from(env.encode_to_vec())
+}
+
+pub fn decode(data: &[u8]) -> Result<Envelope, String> {
+    if data.len() > MAX_MESSAGE_BYTES {
+        return Err(format!("message of {} bytes exceeds the limit", data.len()));
+    }
+    Envelope::decode(data).map_err(|e| e.to_string())
+}
