@@ -59,7 +59,7 @@ const HASHES: &[&str] = &["h:0", "h:1", "h:2", "h:3"];
 const HASH_SET_FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
 const HASH_INCR_FIELDS: &[&str] = &["n0", "n1", "n2"];
 const REGISTERS: &[&str] = &["r:0", "r:1", "r:2", "r:3", "r:4", "r:5"];
-const LISTS: &[&str] = &["l:0", "l:1", "l:2", "l:3"];
+const LISTS: &[&str] = &["l:0", "l:1", "l:2", "l:3", "l:4", "l:5", "l:6", "l:7"];
 const VOLATILE_STRINGS: &[&str] = &["xs:0", "xs:1", "xs:2", "xs:3"];
 const VOLATILE_SETS: &[&str] = &["xt:0", "xt:1", "xt:2"];
 /// Set members: few enough that the same member is added on several replicas concurrently.
