@@ -156,10 +156,12 @@ impl RunConfig {
         cfg.clients = r.range(2, 3) as usize;
         // Safety phase with every fault class; kept short so that 200 seeds fit in about two
         // minutes on two cores (the drain below dominates the virtual time, not the cost).
-        cfg.safety_us = r.range(1_500_000, 3_000_000);
+        cfg.safety_us = r.range(1_200_000, 2_500_000);
         // Fewer, slower requests than the single-node swarm: every write becomes deltas, acks
         // and merges on every replica, which costs several times a single node's request.
-        cfg.think_mean_us = r.range(4_000, 15_000);
+        cfg.think_mean_us = r.range(6_000, 20_000);
+        cfg.think_zero_pct = r.range(0, 10) as u32;
+        cfg.batch_max = r.range(1, 4);
         let skew = r.pct(85);
         cfg.clocks = (0..cfg.nodes)
             .map(|_| {

@@ -375,7 +375,10 @@ fn deleted_keys_are_garbage_collected_once_every_replica_has_seen_them() {
     c.advance(5_000);
     for i in 0..3 {
         let info = c.cmd(i, &["INFO", "replication"]);
-        assert!(info.contains("tombstones_pending_gc:0\r"), "node {i}: {info}");
+        assert!(
+            info.contains("tombstones_pending_gc:0\r"),
+            "node {i}: {info}"
+        );
         assert!(info.contains("replicated_keys:0\r"), "node {i}: {info}");
     }
     // A stale delta arriving after collection does not resurrect anything: re-deliver an old
@@ -397,14 +400,28 @@ fn write_path_cost() {
     solo.check = false;
     let t = std::time::Instant::now();
     for i in 0..n {
-        solo.cmd(0, &["SET", &format!("key:{i}"), "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"]);
+        solo.cmd(
+            0,
+            &[
+                "SET",
+                &format!("key:{i}"),
+                "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            ],
+        );
     }
     let solo_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let mut c = Cluster::new(3);
     c.check = false;
     let t = std::time::Instant::now();
     for i in 0..n {
-        c.cmd(0, &["SET", &format!("key:{i}"), "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"]);
+        c.cmd(
+            0,
+            &[
+                "SET",
+                &format!("key:{i}"),
+                "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            ],
+        );
         if i % 16 == 15 {
             c.nodes[0].poll_output(); // flush point of a pipeline
         }

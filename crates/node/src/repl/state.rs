@@ -916,7 +916,11 @@ mod tests {
                     _ => List::new(),
                 };
                 l.push(
-                    if arg.is_multiple_of(2) { End::Head } else { End::Tail },
+                    if arg.is_multiple_of(2) {
+                        End::Head
+                    } else {
+                        End::Tail
+                    },
                     m.as_bytes(),
                 );
                 r.write(Some(Value::List(Box::new(l))), Intent::Assign)
