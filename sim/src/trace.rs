@@ -442,6 +442,12 @@ impl Tracer {
         self.count += 1;
     }
 
+    /// The events still in the ring, oldest first.
+    #[cfg(test)]
+    pub fn ring_events(&self) -> impl Iterator<Item = &TraceEvent> {
+        self.ring.iter().map(|(_, e)| e)
+    }
+
     pub fn events(&self) -> u64 {
         self.count
     }
