@@ -5,7 +5,8 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick bench clean
+.PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
+        cluster-test cluster-bench cluster-pause
 
 ## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
 run:
@@ -16,7 +17,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick sim-cluster
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster
 	@echo "make test: all layers passed"
 
 deps:
@@ -82,10 +83,33 @@ compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick
 
+## Maelstrom's workloads against lattice-maelstrom processes behind a controlled network, every
+## history checked (maelstrom/README.md). maelstrom-quick is the short version in `make test`.
+maelstrom:
+	$(CARGO) build --release -p lattice-maelstrom
+	./maelstrom/run.sh full
+
+maelstrom-quick:
+	$(CARGO) build --release -p lattice-maelstrom
+	./maelstrom/run.sh quick
+
 ## Lattice vs Redis 7.0: throughput, server CPU per request, latency, memory per key, ZADD growth.
 ## Writes bench/results/<date>.md/.png/.json; see bench/README.md. BENCH_ARGS=--quick for a short trial.
 bench:
 	CARGO=$(CARGO) ./bench/run.sh $(BENCH_ARGS)
+
+## Three (and four) lattice-server processes over real replica links: convergence of concurrent
+## writes, a SIGSTOPped node catching up, a wrong cluster secret refused, relinking after a restart.
+cluster-test:
+	$(CARGO) test -p lattice-server --test cluster
+
+## SET throughput: a standalone node vs one node of a 3-node cluster, and their ratio.
+cluster-bench: deps
+	CARGO=$(CARGO) ./scripts/cluster-bench.sh
+
+## Time for a 3-node cluster to agree again after one node was paused 3 s under writes.
+cluster-pause:
+	CARGO=$(CARGO) ./scripts/cluster-pause.sh
 
 clean:
 	$(CARGO) clean

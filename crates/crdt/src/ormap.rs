@@ -158,6 +158,12 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
         self.kernel.entries.is_empty()
     }
 
+    /// Keys with their `(dot, payload)` pairs, borrowed: what a digest covers, without the
+    /// causal context.
+    pub fn entries(&self) -> &std::collections::BTreeMap<K, std::collections::BTreeMap<Dot, V>> {
+        &self.kernel.entries
+    }
+
     /// A copy without the causal context, for digests (see `DotKernel::stripped`).
     #[must_use]
     pub fn stripped(&self) -> OrMap<K, V>

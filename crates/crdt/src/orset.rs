@@ -102,6 +102,12 @@ impl<E: Ord + Clone> OrSet<E> {
         &self.kernel.cc
     }
 
+    /// Elements with their supporting dots, borrowed: what a digest covers, without the
+    /// causal context (see `DotKernel::stripped`).
+    pub fn entries(&self) -> &std::collections::BTreeMap<E, std::collections::BTreeMap<Dot, ()>> {
+        &self.kernel.entries
+    }
+
     /// A copy without the causal context, for digests (see `DotKernel::stripped`).
     #[must_use]
     pub fn stripped(&self) -> OrSet<E> {

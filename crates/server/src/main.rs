@@ -1,6 +1,7 @@
 //! `lattice-server`: serves the Redis protocol from a Lattice node.
 
 mod alloc;
+mod cluster;
 mod conn;
 mod host;
 mod process;
@@ -11,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use lattice_node::{Buggify, Config, Input, Micros, Node};
+use lattice_node::{Buggify, Config, Input, Micros, Node, NodeId};
 use tokio::net::TcpListener;
 
+use crate::cluster::{Auth, ClusterSettings, LinkStats};
 use crate::host::{wall_clock_us, Host, Shared};
 
 #[global_allocator]
@@ -39,7 +41,27 @@ struct Args {
     /// Worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// This replica's id in the cluster: a number >= 1, unique among the replicas. Needed with
+    /// --seeds.
+    #[arg(long)]
+    node_id: Option<u32>,
+    /// Port (on --bind) where this node listens for its replicas. Needed with --seeds.
+    #[arg(long)]
+    cluster_port: Option<u16>,
+    /// The replicas' cluster addresses, host:port separated by commas; may include this node's
+    /// own --bind:--cluster-port. Without seeds the server runs standalone.
+    #[arg(long, value_delimiter = ',')]
+    seeds: Option<Vec<String>>,
+    /// Shared secret proving membership on replica links (default: the environment variable
+    /// LATTICE_CLUSTER_SECRET; without either, links are not authenticated). All replicas must
+    /// agree on having one and on its value.
+    #[arg(long)]
+    cluster_secret: Option<String>,
 }
+
+/// Environment variable read for the cluster secret when neither the flag nor the config file
+/// sets it (keeps the secret out of `ps` output).
+const SECRET_ENV: &str = "LATTICE_CLUSTER_SECRET";
 
 /// The settings after merging the config file and the flags.
 struct Settings {
@@ -48,6 +70,105 @@ struct Settings {
     dir: PathBuf,
     threads: usize,
     node: Config,
+    cluster: Option<ClusterSettings>,
+}
+
+/// The cluster keys as given by the config file, the environment and the flags.
+#[derive(Default)]
+struct ClusterArgs {
+    node_id: Option<u32>,
+    cluster_port: Option<u16>,
+    seeds: Option<Vec<String>>,
+    secret: Option<String>,
+}
+
+/// Two seed spellings name the same address when they are equal as text or as socket addresses
+/// (`[::1]:7000` and `[0:0:0:0:0:0:0:1]:7000`). Host names are not resolved here: a name for this
+/// node's own address is found at its first handshake instead.
+fn same_address(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (
+        a.parse::<std::net::SocketAddr>(),
+        b.parse::<std::net::SocketAddr>(),
+    ) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Validates the cluster keys. None means standalone (no seeds).
+fn cluster_settings(
+    c: ClusterArgs,
+    bind: &str,
+    client_port: u16,
+) -> Result<Option<ClusterSettings>, String> {
+    let Some(seeds) = c.seeds else {
+        if c.cluster_port.is_some() {
+            return Err("--cluster-port needs --seeds (the replicas' cluster addresses)".into());
+        }
+        if let Some(id) = c.node_id {
+            if id == 0 {
+                return Err("--node-id must be a number >= 1".into());
+            }
+        }
+        return Ok(None);
+    };
+    let node_id = c
+        .node_id
+        .ok_or("--seeds needs --node-id (a number >= 1, different on every replica)".to_string())?;
+    if node_id == 0 {
+        return Err("--node-id must be a number >= 1".into());
+    }
+    let port = c.cluster_port.ok_or(
+        "--seeds needs --cluster-port (the port on --bind where replicas reach this node)"
+            .to_string(),
+    )?;
+    if port == client_port {
+        return Err(format!(
+            "--cluster-port {port} is also the client port; give the replicas their own port"
+        ));
+    }
+    let listen = format!("{bind}:{port}");
+    let mut peers: Vec<String> = Vec::new();
+    let mut listed_self = false;
+    for seed in seeds.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let valid = seed
+            .rsplit_once(':')
+            .is_some_and(|(host, p)| !host.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !valid {
+            return Err(format!("invalid seed '{seed}': expected host:port"));
+        }
+        if same_address(seed, &listen) {
+            listed_self = true;
+        } else if !peers.iter().any(|p| same_address(p, seed)) {
+            peers.push(seed.to_string());
+        }
+    }
+    if peers.is_empty() && !listed_self {
+        return Err("--seeds is empty".into());
+    }
+    let secret = match c.secret {
+        Some(s) if s.is_empty() => {
+            return Err(format!(
+                "the cluster secret is empty; set a non-empty one or unset it ({SECRET_ENV})"
+            ))
+        }
+        Some(s) => Some(s.into_bytes()),
+        None => None,
+    };
+    if peers.is_empty() {
+        tracing::warn!("--seeds names only this node: it runs as a cluster of one");
+    }
+    Ok(Some(ClusterSettings {
+        auth: Auth {
+            node_id: NodeId(node_id),
+            secret,
+        },
+        listen,
+        peers,
+    }))
 }
 
 fn settings(args: Args) -> Result<Settings, String> {
@@ -56,6 +177,7 @@ fn settings(args: Args) -> Result<Settings, String> {
     let mut dir = PathBuf::from("./data");
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut node = Config::default();
+    let mut cluster = ClusterArgs::default();
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -63,6 +185,20 @@ fn settings(args: Args) -> Result<Settings, String> {
             .parse()
             .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
         for (key, value) in table {
+            if key == "seeds" {
+                // A list, or one string of comma-separated addresses like the flag.
+                let list = match &value {
+                    toml::Value::String(s) => s.split(',').map(str::to_string).collect(),
+                    toml::Value::Array(items) => items
+                        .iter()
+                        .map(|v| v.as_str().map(str::to_string))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or("config key 'seeds': expected strings \"host:port\"")?,
+                    other => return Err(format!("config key 'seeds': unsupported value {other}")),
+                };
+                cluster.seeds = Some(list);
+                continue;
+            }
             let text = match &value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
@@ -78,6 +214,19 @@ fn settings(args: Args) -> Result<Settings, String> {
                         .parse()
                         .map_err(|_| format!("invalid threads '{text}'"))?
                 }
+                "node-id" => {
+                    cluster.node_id =
+                        Some(text.parse().map_err(|_| {
+                            format!("invalid node-id '{text}': expected a number >= 1")
+                        })?)
+                }
+                "cluster-port" => {
+                    cluster.cluster_port = Some(
+                        text.parse()
+                            .map_err(|_| format!("invalid cluster-port '{text}'"))?,
+                    )
+                }
+                "cluster-secret" => cluster.secret = Some(text),
                 _ => node
                     .set_initial(&key, &text)
                     .map_err(|e| format!("config key '{key}': {e}"))?,
@@ -96,6 +245,26 @@ fn settings(args: Args) -> Result<Settings, String> {
     if let Some(t) = args.threads {
         threads = t.max(1);
     }
+    if args.node_id.is_some() {
+        cluster.node_id = args.node_id;
+    }
+    if args.cluster_port.is_some() {
+        cluster.cluster_port = args.cluster_port;
+    }
+    if args.seeds.is_some() {
+        cluster.seeds = args.seeds;
+    }
+    // Precedence for the secret: flag, then environment, then file.
+    if let Some(s) = args.cluster_secret {
+        cluster.secret = Some(s);
+    } else if let Ok(s) = std::env::var(SECRET_ENV) {
+        cluster.secret = Some(s);
+    }
+    let cluster = cluster_settings(cluster, &bind, port)?;
+    if let Some(c) = &cluster {
+        node.node_id = c.auth.node_id.0;
+        node.cluster_size = c.peers.len() + 1;
+    }
     node.set_initial("port", &port.to_string())?;
     node.set_initial("bind", &bind)?;
     node.set_initial("dir", &dir.display().to_string())?;
@@ -105,6 +274,7 @@ fn settings(args: Args) -> Result<Settings, String> {
         dir,
         threads,
         node,
+        cluster,
     })
 }
 
@@ -120,7 +290,7 @@ fn main() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("lattice-server: {e}");
-            std::process::exit(2);
+            std::process::exit(1);
         }
     };
     if let Err(e) = std::fs::create_dir_all(&settings.dir) {
@@ -158,8 +328,25 @@ async fn run(s: Settings) -> Result<(), String> {
     let now = Micros(wall_clock_us());
     // The node's randomness (RANDOMKEY, run id) needs no secrecy; any varying seed will do.
     let seed = now.0 ^ ((std::process::id() as u64) << 32);
+    let cluster_size = s.node.cluster_size;
     let node = Node::new(s.node, seed, Buggify::disabled(), now);
-    let shared = Arc::new(Shared::new(Host::new(node, now), s.port));
+    let link_stats = Arc::new(LinkStats::default());
+    let shared = Arc::new(Shared::new(Host::new(node, now, link_stats), s.port));
+    if let Some(c) = s.cluster.clone() {
+        let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));
+        let authenticated = c.auth.secret.is_some();
+        cluster::start(shared.clone(), c).await?;
+        tracing::info!(
+            "cluster: node {id} listening for replicas on {listen}, dialing [{peers}], \
+             cluster size {}, links {}",
+            cluster_size,
+            if authenticated {
+                "authenticated"
+            } else {
+                "NOT authenticated (no secret)"
+            }
+        );
+    }
     tracing::info!(
         "lattice-server {} ready: listening on {addr}, data dir {}, {} worker threads (Redis protocol 7.0)",
         env!("CARGO_PKG_VERSION"),
@@ -183,6 +370,9 @@ async fn run(s: Settings) -> Result<(), String> {
             },
             signal = &mut shutdown => {
                 tracing::info!("received {signal}, shutting down");
+                if s.cluster.is_some() {
+                    tracing::info!("cluster link stats: {:?}", shared.link_stats.snapshot());
+                }
                 break;
             }
         }

@@ -7,12 +7,13 @@
 //! only moves when the driver says so.
 //!
 //! Delivery, per peer link:
-//! - Local writes are captured after each command and queued per peer, coalesced per key
-//!   (a second write to a queued key merges into the queued delta). The queue is bounded
-//!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and the peer is marked for anti-entropy,
+//! - Local writes are captured after each command and queued, coalesced per key (a second
+//!   write to a queued key merges into the queued delta). The queue is bounded
+//!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and every peer is marked for anti-entropy,
 //!   which ships whatever it lacks: nothing is silently lost.
-//! - Queued deltas are flushed as one `Deltas` message per peer after each batch of input
-//!   (the server calls the node once per pipeline), numbered by a per-link sequence.
+//! - The queue is flushed after each batch of input (the server calls the node once per
+//!   pipeline): encoded once, sent to every live peer in a `Deltas` message numbered by a
+//!   per-link sequence.
 //! - Unacknowledged messages are resent with exponential backoff (`RTO_*`); after
 //!   `MAX_RETRIES`, or when the unacknowledged bytes exceed `MAX_UNACKED_BYTES`, they are
 //!   dropped and the peer is marked for anti-entropy.
@@ -41,9 +42,9 @@ use lattice_store::Value;
 
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Intent, KeyState, Stamper};
-use self::wire::{Ack, Body, Deltas, Digests, Envelope, KeyBlob, Publish, States};
+use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
-/// Keys queued for one peer before the queue is dropped in favour of anti-entropy.
+/// Keys queued before the queue is dropped in favour of anti-entropy.
 const MAX_QUEUED_KEYS: usize = 100_000;
 /// Bytes of one outgoing `Deltas` or `States` message (well under the 16 MiB frame limit).
 const MAX_BATCH_BYTES: usize = 1 << 20;
@@ -81,7 +82,6 @@ struct Unacked {
 #[derive(Default)]
 struct Peer {
     up: bool,
-    queue: BTreeMap<Bytes, KeyState>,
     next_seq: u64,
     unacked: BTreeMap<u64, Unacked>,
     unacked_bytes: usize,
@@ -132,6 +132,8 @@ pub struct Replicator {
     keys: BTreeMap<(u32, Bytes), KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
+    /// Deltas captured since the last flush, coalesced per key, for every live peer.
+    pending: BTreeMap<Bytes, KeyState>,
     /// Keys changed by the command being executed, captured when it finishes.
     pub dirty: Vec<Bytes>,
     outbox: VecDeque<(NodeId, Bytes)>,
@@ -143,10 +145,8 @@ fn leaf_of_key(key: &[u8]) -> u32 {
 }
 
 fn key_digest(key: &[u8], state: &KeyState) -> u64 {
-    match state.digest_bytes(key) {
-        Some(bytes) => lattice_store::key_hash(&bytes) | 1,
-        None => 0,
-    }
+    // Never 0 for a key with contents: 0 means absent.
+    state.digest(key).map_or(0, |d| d | 1)
 }
 
 impl Replicator {
@@ -163,6 +163,7 @@ impl Replicator {
             keys: BTreeMap::new(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
+            pending: BTreeMap::new(),
             dirty: Vec::new(),
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
@@ -217,21 +218,21 @@ impl Replicator {
         if delta == KeyState::default() {
             return;
         }
-        for peer in self.peers.values_mut() {
-            if peer.needs_ae && !peer.up {
-                continue; // the next anti-entropy ships the whole difference anyway
+        if !self.peers.values().any(|p| p.up) {
+            return; // the next anti-entropy ships the whole difference anyway
+        }
+        let full = self.pending.len() >= MAX_QUEUED_KEYS;
+        match self.pending.get_mut(&id.1) {
+            Some(q) => q.merge(&delta),
+            None if full => {
+                self.pending.clear();
+                for p in self.peers.values_mut() {
+                    p.needs_ae = true;
+                    p.overflows += 1;
+                }
             }
-            let full = peer.queue.len() >= MAX_QUEUED_KEYS;
-            match peer.queue.get_mut(&id.1) {
-                Some(q) => q.merge(&delta),
-                None if full => {
-                    peer.queue.clear();
-                    peer.needs_ae = true;
-                    peer.overflows += 1;
-                }
-                None => {
-                    peer.queue.insert(id.1.clone(), delta.clone());
-                }
+            None => {
+                self.pending.insert(id.1, delta);
             }
         }
     }
@@ -287,38 +288,48 @@ impl Replicator {
     pub fn peer_down(&mut self, peer: NodeId) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.up = false;
-            p.queue.clear();
             p.unacked.clear();
             p.unacked_bytes = 0;
             p.needs_ae = true;
         }
     }
 
-    /// Turns queued deltas into messages. Called after each batch of input.
+    /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
+    /// each batch of input.
     pub fn flush(&mut self, now_ms: u64) {
-        let ids: Vec<NodeId> = self.peers.keys().copied().collect();
-        for id in ids {
-            loop {
-                let p = self.peers.get_mut(&id).expect("listed");
-                if !p.up || p.queue.is_empty() {
+        let ups: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.up)
+            .map(|(n, _)| *n)
+            .collect();
+        if ups.is_empty() {
+            self.pending.clear();
+            return;
+        }
+        while !self.pending.is_empty() {
+            let mut entries = Vec::new();
+            let mut bytes = 0;
+            while let Some((k, st)) = self.pending.pop_first() {
+                let blob = encode_state(&st);
+                bytes += blob.len() + k.len();
+                entries.push(KeyBlob {
+                    key: k,
+                    state: blob,
+                });
+                if bytes >= MAX_BATCH_BYTES {
                     break;
                 }
-                let mut entries = Vec::new();
-                let mut bytes = 0;
-                while let Some((k, st)) = p.queue.pop_first() {
-                    let blob = encode_state(&st);
-                    bytes += blob.len() + k.len();
-                    entries.push(KeyBlob {
-                        key: k,
-                        state: blob,
-                    });
-                    if bytes >= MAX_BATCH_BYTES {
-                        break;
-                    }
-                }
+            }
+            let batch = Bytes::from(prost::Message::encode_to_vec(&DeltaBatch { entries }));
+            for &id in &ups {
+                let p = self.peers.get_mut(&id).expect("listed");
                 let seq = p.next_seq;
                 p.next_seq += 1;
-                let data = self.envelope(Body::Deltas(Deltas { seq, entries }));
+                let data = self.envelope(Body::Deltas(Deltas {
+                    seq,
+                    batch: batch.clone(),
+                }));
                 let p = self.peers.get_mut(&id).expect("listed");
                 p.delta_bytes += data.len() as u64;
                 if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
@@ -347,7 +358,7 @@ impl Replicator {
     }
 
     pub fn has_queued(&self) -> bool {
-        self.peers.values().any(|p| p.up && !p.queue.is_empty())
+        !self.pending.is_empty()
     }
 
     /// When [`Replicator::tick`] next has work.
@@ -370,18 +381,30 @@ impl Replicator {
             if !p.up {
                 continue;
             }
-            let mut resend = Vec::new();
+            // Only the oldest overdue message is resent (a probe); the others wait for it.
+            // A peer that is merely slow or paused then receives one duplicate per timeout
+            // instead of its whole backlog again, which it would have to chew through when it
+            // resumes.
+            let mut resend = None;
             let mut give_up = false;
+            let mut probe_due = None;
             for u in p.unacked.values_mut() {
-                if u.due_ms <= now_ms {
-                    if u.tries >= MAX_RETRIES {
-                        give_up = true;
-                        break;
+                if u.due_ms > now_ms {
+                    continue;
+                }
+                match probe_due {
+                    None => {
+                        if u.tries >= MAX_RETRIES {
+                            give_up = true;
+                            break;
+                        }
+                        u.tries += 1;
+                        u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
+                        u.due_ms = now_ms + u.rto_ms;
+                        probe_due = Some(u.due_ms);
+                        resend = Some(u.data.clone());
                     }
-                    u.tries += 1;
-                    u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
-                    u.due_ms = now_ms + u.rto_ms;
-                    resend.push(u.data.clone());
+                    Some(due) => u.due_ms = due,
                 }
             }
             if give_up {
@@ -389,10 +412,10 @@ impl Replicator {
                 p.unacked_bytes = 0;
                 p.needs_ae = true;
                 p.next_ae_ms = now_ms;
-                resend.clear();
+                resend = None;
             }
-            p.retransmits += resend.len() as u64;
-            for data in resend {
+            if let Some(data) = resend {
+                p.retransmits += 1;
                 self.outbox.push_back((id, data));
             }
             let p = self.peers.get_mut(&id).expect("listed");
@@ -531,7 +554,11 @@ impl Replicator {
         let mut effects = Vec::new();
         match env.body {
             Some(Body::Deltas(d)) => {
-                let (changed, _) = self.merge_blobs(&d.entries, true);
+                let Ok(batch) = <DeltaBatch as prost::Message>::decode(&d.batch[..]) else {
+                    self.stats.bad_messages += 1;
+                    return effects;
+                };
+                let (changed, _) = self.merge_blobs(&batch.entries, true);
                 effects.push(Effect::Keys(changed));
                 let data = self.seen_report(d.seq);
                 self.outbox.push_back((peer, data));
@@ -730,6 +757,7 @@ impl Replicator {
             self.stats.keys_collected,
             self.stats.skew_exceeded,
         );
+        let _ = write!(out, "queued_keys:{}\r\n", self.pending.len());
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
                 .last_heard_ms
@@ -737,10 +765,9 @@ impl Replicator {
             let last_ae = p.last_ae_ms.map_or(-1, |t| now_ms.saturating_sub(t) as i64);
             let _ = write!(
                 out,
-                "peer{i}:id={},state={},last_heard_ms_ago={lag},queued_keys={},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
+                "peer{i}:id={},state={},last_heard_ms_ago={lag},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
                 id.0,
                 if p.up { "up" } else { "down" },
-                p.queue.len(),
                 p.unacked.len(),
                 p.unacked_bytes,
                 p.delta_bytes,
@@ -757,13 +784,13 @@ impl Replicator {
     }
 
     pub fn check_invariants(&self) {
+        assert!(
+            self.pending.len() <= MAX_QUEUED_KEYS,
+            "delta queue over its bound"
+        );
         for p in self.peers.values() {
             let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
             assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
-            assert!(
-                p.queue.len() <= MAX_QUEUED_KEYS,
-                "peer queue over its bound"
-            );
         }
     }
 }

@@ -250,21 +250,39 @@ impl KeyState {
     /// The bytes a key's digest covers, or None when the key holds nothing. Causal contexts
     /// are left out and a tombstone looks like an absent key: replicas with equal contents
     /// must have equal digests even when they garbage-collected at different times.
-    pub fn digest_bytes(&self, key: &[u8]) -> Option<Vec<u8>> {
+    pub fn digest(&self, key: &[u8]) -> Option<u64> {
         if self.is_empty() && self.list.tombstones() == 0 {
             return None;
         }
-        bincode::serialize(&(
-            key,
-            self.string.stripped(),
-            self.hash.stripped(),
-            self.set.stripped(),
-            self.zset.stripped(),
-            self.list.stripped(),
-            &self.expiry,
-            self.stamps,
-        ))
-        .ok()
+        struct HashWriter(xxhash_rust::xxh3::Xxh3);
+        impl std::io::Write for HashWriter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        // Lists are cloned without their context (their elements are private to the RGA);
+        // the other components are serialized borrowed.
+        let list = self.list.max_id().map(|_| self.list.stripped());
+        let mut w = HashWriter(xxhash_rust::xxh3::Xxh3::new());
+        bincode::serialize_into(
+            &mut w,
+            &(
+                key,
+                self.string.entries(),
+                self.hash.entries(),
+                self.set.entries(),
+                self.zset.entries(),
+                list,
+                &self.expiry,
+                self.stamps,
+            ),
+        )
+        .ok()?;
+        Some(w.0.digest())
     }
 
     /// Drops causal metadata below the stable frontier (see `lattice_crdt::Crdt::gc`).

@@ -55,11 +55,19 @@ pub struct KeyBlob {
     pub state: bytes::Bytes,
 }
 
+/// One batch of deltas, numbered on this link. `batch` is an encoded [`DeltaBatch`]: encoded
+/// once and shared by every peer's message.
 #[derive(Clone, PartialEq, Message)]
 pub struct Deltas {
     #[prost(uint64, tag = "1")]
     pub seq: u64,
-    #[prost(message, repeated, tag = "2")]
+    #[prost(bytes = "bytes", tag = "2")]
+    pub batch: bytes::Bytes,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct DeltaBatch {
+    #[prost(message, repeated, tag = "1")]
     pub entries: Vec<KeyBlob>,
 }
 

@@ -1,0 +1,90 @@
+# Shared by scripts/cluster-*.sh: free ports, readiness waits, cleanup of started servers.
+# Source it; it defines functions and the PIDS array, and kills every started server on exit.
+
+PIDS=()
+WORK="$(mktemp -d -t lattice-cluster.XXXXXX)"
+
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill -CONT "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
+  # A server still busy after 3 s is killed outright.
+  for _ in $(seq 30); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# SIGTERM to server $1, SIGKILL if it is still there after 3 s.
+stop_pid() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 30); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
+# True when something accepts connections on 127.0.0.1:$1.
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Prints a port nobody listens on, from a random high range (tried at most 200 times).
+free_port() {
+  local p i
+  for i in $(seq 200); do
+    p=$((20000 + RANDOM % 30000))
+    if ! port_open "$p" && [[ " ${USED_PORTS:-} " != *" $p "* ]]; then
+      USED_PORTS="${USED_PORTS:-} $p"
+      echo "$p"
+      return 0
+    fi
+  done
+  echo "no free port found" >&2
+  return 1
+}
+
+# Waits up to 10 s for 127.0.0.1:$1 to accept connections.
+wait_port() {
+  local i
+  for i in $(seq 200); do
+    port_open "$1" && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1 after 10 s" >&2
+  return 1
+}
+
+# Waits up to 15 s until log $1 shows $2 outgoing links up.
+wait_links() {
+  local i
+  for i in $(seq 300); do
+    [ "$(grep -c 'outgoing link to node .* up$' "$1" || true)" -ge "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "links not up in $1:" >&2
+  cat "$1" >&2
+  return 1
+}
+
+# Installs redis-tools (redis-benchmark, redis-cli) if missing.
+need_redis_tools() {
+  command -v redis-benchmark >/dev/null && return 0
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "== installing redis-tools" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-tools
+}
