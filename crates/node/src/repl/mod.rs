@@ -137,7 +137,8 @@ pub struct Replicator {
     /// found fully compact): what a GC round visits.
     gc_pending: std::collections::BTreeSet<(u32, Bytes)>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
-    pending: BTreeMap<Bytes, KeyState>,
+    /// Keyed like `keys` (leaf first), so comparisons rarely reach the key bytes.
+    pending: BTreeMap<(u32, Bytes), KeyState>,
     /// Keys changed by the command being executed, captured when it finishes.
     pub dirty: Vec<Bytes>,
     outbox: VecDeque<(NodeId, Bytes)>,
@@ -228,7 +229,7 @@ impl Replicator {
             return; // the next anti-entropy ships the whole difference anyway
         }
         let full = self.pending.len() >= MAX_QUEUED_KEYS;
-        match self.pending.get_mut(&id.1) {
+        match self.pending.get_mut(&id) {
             Some(q) => q.merge(&delta),
             None if full => {
                 self.pending.clear();
@@ -238,7 +239,7 @@ impl Replicator {
                 }
             }
             None => {
-                self.pending.insert(id.1, delta);
+                self.pending.insert(id, delta);
             }
         }
     }
@@ -316,7 +317,7 @@ impl Replicator {
         while !self.pending.is_empty() {
             let mut entries = Vec::new();
             let mut bytes = 0;
-            while let Some((k, st)) = self.pending.pop_first() {
+            while let Some(((_, k), st)) = self.pending.pop_first() {
                 let blob = encode_state(&st);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
