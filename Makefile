@@ -5,7 +5,7 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run build test deps lint gate unit difftest sim soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
+.PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause
 
 ## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
@@ -17,7 +17,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster
 	@echo "make test: all layers passed"
 
 deps:
@@ -59,6 +59,12 @@ difftest:
 sim:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --strict
+
+## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,
+## counter, set, register and list checkers over the history of every request.
+sim-cluster:
+	$(CARGO) build --release -p lattice-sim
+	./target/release/lattice-sim --seeds 0..200 --replicated
 
 soak:
 	$(CARGO) build --release -p lattice-sim

@@ -42,7 +42,7 @@ struct Bench {
 impl Bench {
     fn new(seed: u64, conns: &[u64]) -> Bench {
         // A clock 3 s ahead and running 500 ppm fast: timeouts are on the node's clock.
-        let mut host = Host::new(0, Clock::new(3_000_000, 500), 10);
+        let mut host = Host::new(0, Clock::new(3_000_000, 500), 10, 1);
         host.start(seed, seed ^ 0x5eed, 0);
         let mut b = Bench {
             host,

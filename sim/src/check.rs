@@ -3,12 +3,8 @@
 //! - Per reply: the model's [`Check`] for a request, verified against the frame the client
 //!   decoded from its byte stream ([`Verifier::verify`]).
 //! - Per step: `Node::check_invariants` on the node the step touched (the world calls it).
-//! - End of run: liveness (in `world.rs`) and the cluster checkers below.
-//!
-//! Cluster checkers (convergence of replicas after healing, counters equal to the sum of
-//! acknowledged increments, no lost acknowledged writes) belong in [`ClusterCheckers`]; they get
-//! a history of acknowledged operations from the clients and the final state of every node once
-//! replication exists. Until then a node's only source of truth is its own model.
+//! - End of run: liveness (in `world.rs`) and, in replicated mode, the cluster checkers of
+//!   `cluster.rs` (convergence, counters, sets, registers, lists) over the run's history.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -82,6 +78,11 @@ pub enum Check {
     CommandInfo(Bytes),
     /// The node closes the connection here (QUIT, CLIENT KILL, protocol error).
     Close,
+    /// Any reply but an error (replicated mode: reads whose value depends on what other
+    /// replicas wrote concurrently; the history and the end-of-run checkers judge those).
+    NotError,
+    /// Exactly one of these frames.
+    AnyOf(Vec<Frame>),
 }
 
 impl Check {
@@ -122,6 +123,8 @@ pub struct ScanState {
 pub struct Expect {
     pub args: Vec<Bytes>,
     pub check: Check,
+    /// Replicated mode: the request's index in the cluster history.
+    pub op: Option<u64>,
     /// The node's clock when it executed the request, µs.
     pub at_us: u64,
 }
@@ -409,6 +412,18 @@ impl Verifier {
                 _ => want("an array with one command description"),
             },
             Check::Close => want("the connection to be closed"),
+            Check::NotError => match got {
+                Frame::Error(_) => want("no error"),
+                _ => Ok(()),
+            },
+            Check::AnyOf(options) => {
+                if options.contains(got) {
+                    Ok(())
+                } else {
+                    let o: Vec<String> = options.iter().map(show_frame).collect();
+                    want(&format!("one of {}", o.join(" or ")))
+                }
+            }
         }
     }
 
@@ -481,27 +496,6 @@ fn show_keys(keys: &[Bytes]) -> String {
         .map(|k| String::from_utf8_lossy(k).into_owned())
         .collect();
     format!("{v:?}")
-}
-
-/// Checkers over the whole cluster's history, run at the end of a run. Empty until
-/// replication exists: then convergence (every replica equal after the liveness phase),
-/// counters (each INCR-family key equals the sum of acknowledged increments) and no lost
-/// acknowledged writes go here, fed by [`ClusterCheckers::record_ack`].
-#[derive(Default)]
-pub struct ClusterCheckers {
-    acked: u64,
-}
-
-impl ClusterCheckers {
-    /// A client received the reply to `args` (the history the cluster checkers will use).
-    pub fn record_ack(&mut self, _args: &[Bytes], _reply: &Frame) {
-        self.acked += 1;
-    }
-
-    /// Runs at the end of the liveness phase.
-    pub fn at_end(&self) -> Result<(), String> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

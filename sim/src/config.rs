@@ -47,6 +47,11 @@ pub struct RunConfig {
     pub disruptive_pct: u32,
     /// Percentage of connections a client moves to another node when it reconnects.
     pub roam_pct: u32,
+    /// Replicated mode: every node is a replica of one cluster, the workload is the
+    /// replicated one (`crate::cluster`) and the end of the run checks convergence.
+    pub replicated: bool,
+    /// Replicated mode: weight of each replicated operation class (`cluster::CLASSES`).
+    pub repl_weights: Vec<u32>,
 }
 
 impl RunConfig {
@@ -135,11 +140,65 @@ impl RunConfig {
             inline_pct: *r.pick(&[0, 2, 10]),
             disruptive_pct: r.range(0, 60) as u32,
             roam_pct: r.range(0, 50) as u32,
+            replicated: false,
+            repl_weights: Vec::new(),
         }
+    }
+
+    /// A replicated run: 3-5 replicas, the replicated workload, and a drain long enough for
+    /// anti-entropy to repair whatever the faults left behind. Drawn from its own stream, so a
+    /// seed's replicated run is unrelated to its single-node run.
+    pub fn replicated_from_seed(seed: u64) -> RunConfig {
+        let mut cfg = RunConfig::from_seed(seed);
+        let mut r = Rand::new(seed ^ 0x5245_504C_4943_4153);
+        cfg.replicated = true;
+        cfg.nodes = r.range(3, 5) as usize;
+        cfg.clients = r.range(2, 3) as usize;
+        // Safety phase with every fault class; kept short so that 200 seeds fit in about two
+        // minutes on two cores (the drain below dominates the virtual time, not the cost).
+        cfg.safety_us = r.range(1_200_000, 2_500_000);
+        // Fewer, slower requests than the single-node swarm: every write becomes deltas, acks
+        // and merges on every replica, which costs several times a single node's request.
+        cfg.think_mean_us = r.range(6_000, 20_000);
+        cfg.think_zero_pct = r.range(0, 10) as u32;
+        cfg.batch_max = r.range(1, 4);
+        let skew = r.pct(85);
+        cfg.clocks = (0..cfg.nodes)
+            .map(|_| {
+                if skew {
+                    (r.range_i(-2_000_000, 2_000_000), r.range_i(-300, 300))
+                } else {
+                    (0, 0)
+                }
+            })
+            .collect();
+        // Every client spreads its connections over the replicas.
+        cfg.roam_pct = r.range(30, 100) as u32;
+        // Nothing disruptive (QUIT, CLIENT KILL, FLUSHALL, garbage): the history would lose
+        // track of what was sent, and FLUSHALL would void every checker.
+        cfg.disruptive_pct = 0;
+        cfg.repl_weights = crate::cluster::CLASSES
+            .iter()
+            .map(|c| match (*c, r.pct(10)) {
+                (_, true) => 0,
+                // Lists only grow here (pushes only, so the checker knows every element), and a
+                // replica's merge costs grow with a list's length: keep them short.
+                ("list", _) => u32::from(r.pct(60)),
+                _ => r.range(1, 10) as u32,
+            })
+            .collect();
+        // 30 s of virtual time without faults and without new writes: anti-entropy must bring
+        // every replica to the same state, and every expiry set during the run (at most 10 s
+        // ahead, clocks at most a few seconds apart) has passed on every node by then.
+        cfg.drain_us = 30_000_000;
+        cfg
     }
 
     pub fn describe(&self) -> String {
         let mut s = String::new();
+        if self.replicated {
+            s.push_str("replicated ");
+        }
         let _ = write!(
             s,
             "nodes={} clients={} safety={}ms liveness={}ms latency={}+~{}us chunk={}% nemesis~{}ms",
@@ -161,11 +220,19 @@ impl RunConfig {
             self.peer.dup_ppm,
             self.peer.reorder_ppm
         );
-        let mix: Vec<String> = FAMILIES
-            .iter()
-            .zip(&self.family_weights)
-            .map(|(f, w)| format!("{}={w}", f.name))
-            .collect();
+        let mix: Vec<String> = if self.replicated {
+            crate::cluster::CLASSES
+                .iter()
+                .zip(&self.repl_weights)
+                .map(|(c, w)| format!("{c}={w}"))
+                .collect()
+        } else {
+            FAMILIES
+                .iter()
+                .zip(&self.family_weights)
+                .map(|(f, w)| format!("{}={w}", f.name))
+                .collect()
+        };
         let _ = write!(
             s,
             " mix=[{}] batch<={} depth<={} think~{}us timeout={}ms hz={}",

@@ -15,6 +15,7 @@ mod blocking;
 mod check;
 mod client;
 mod clock;
+mod cluster;
 mod config;
 mod fault;
 mod model;
@@ -65,6 +66,10 @@ struct Args {
     /// Fail on known node divergences from Redis too (see docs/TESTING.md).
     #[arg(long)]
     strict: bool,
+    /// Replicated mode: 3-5 replicas of one cluster, a workload of concurrent writes checked
+    /// by convergence, counter, set, register and list checkers at the end (docs/TESTING.md).
+    #[arg(long)]
+    replicated: bool,
     /// Print each run's options.
     #[arg(long, short)]
     verbose: bool,
@@ -86,6 +91,7 @@ thread_local! {
 
 struct RunOpts {
     strict: bool,
+    replicated: bool,
     print_trace: bool,
     record_hashes: bool,
     capture: Option<(u64, u64)>,
@@ -109,7 +115,11 @@ struct RunResult {
 }
 
 fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
-    let cfg = RunConfig::from_seed(seed);
+    let cfg = if o.replicated {
+        RunConfig::replicated_from_seed(seed)
+    } else {
+        RunConfig::from_seed(seed)
+    };
     let mut tracer = Tracer::new(o.tail.max(1));
     tracer.print = o.print_trace;
     if o.record_hashes {
@@ -145,14 +155,15 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
     }
 }
 
-fn repro(seed: u64, strict: bool) -> String {
+fn repro(seed: u64, strict: bool, replicated: bool) -> String {
     let features = if cfg!(feature = "planted-bug") {
         " --features planted-bug"
     } else {
         ""
     };
     let strict = if strict { " --strict" } else { "" };
-    format!("cargo run --release -p lattice-sim{features} -- --seed {seed}{strict}")
+    let replicated = if replicated { " --replicated" } else { "" };
+    format!("cargo run --release -p lattice-sim{features} --{replicated} --seed {seed}{strict}")
 }
 
 fn rate(ops: u64, wall: Duration) -> u64 {
@@ -168,8 +179,16 @@ fn result_line(r: &RunResult) -> String {
         let k: Vec<String> = r.known.iter().map(|(b, n)| format!("{b}={n}")).collect();
         format!(" known-divergences=[{}]", k.join(","))
     };
+    let repl = if r.cfg.replicated {
+        format!(
+            " replicated peer-msgs={}/{} acked={} indeterminate={}",
+            r.stats.peer_delivered, r.stats.peer_sent, r.stats.acked, r.stats.indeterminate
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "seed={} {status} nodes={} clients={} ops={} requests={} events={} virtual={:.1}s wall={:.2}s ops/s={} reconnects={} scan-iterations={} faults=[{}]{known} trace={}",
+        "seed={} {status}{repl} nodes={} clients={} ops={} requests={} events={} virtual={:.1}s wall={:.2}s ops/s={} reconnects={} scan-iterations={} faults=[{}]{known} trace={}",
         r.seed,
         r.cfg.nodes,
         r.cfg.clients,
@@ -193,7 +212,10 @@ fn report(r: &RunResult, strict: bool, verbose: bool) -> String {
     }
     if let Some(f) = &r.failure {
         out.push_str(&format!("seed={} FAILED: {f}\n", r.seed));
-        out.push_str(&format!("  reproduce: {}\n", repro(r.seed, strict)));
+        out.push_str(&format!(
+            "  reproduce: {}\n",
+            repro(r.seed, strict, r.cfg.replicated)
+        ));
         out.push_str(&format!("  options: {}\n", r.cfg.describe()));
         out.push_str(&format!("  last {} events:\n", r.tail.len()));
         for l in &r.tail {
@@ -288,6 +310,7 @@ fn main() -> ExitCode {
     }
     let opts = RunOpts {
         strict: args.strict,
+        replicated: args.replicated,
         print_trace: args.trace,
         record_hashes: false,
         capture: None,
@@ -372,7 +395,7 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let mut results = results.into_inner().expect("results");
     results.sort_by_key(|(r, _)| r.seed);
-    summary(&results, elapsed, jobs, args.strict)
+    summary(&results, elapsed, jobs, args.strict, args.replicated)
 }
 
 fn summary(
@@ -380,6 +403,7 @@ fn summary(
     elapsed: Duration,
     jobs: usize,
     strict: bool,
+    replicated: bool,
 ) -> ExitCode {
     let failed: Vec<u64> = results
         .iter()
@@ -422,11 +446,26 @@ fn summary(
         }
     }
     for s in &failed {
-        println!("FAILED seed={s}: reproduce with {}", repro(*s, strict));
+        println!(
+            "FAILED seed={s}: reproduce with {}",
+            repro(*s, strict, replicated)
+        );
     }
     let mut all = xxhash_rust::xxh3::Xxh3::new();
     for (r, _) in results {
         all.update(r.digest.as_bytes());
+    }
+    if replicated {
+        let sum = |f: fn(&world::RunStats) -> u64| -> u64 {
+            results.iter().map(|(r, _)| f(&r.stats)).sum()
+        };
+        println!(
+            "replicated: peer messages delivered {} of {} sent; requests acknowledged {}, indeterminate {}",
+            sum(|s| s.peer_delivered),
+            sum(|s| s.peer_sent),
+            sum(|s| s.acked),
+            sum(|s| s.indeterminate)
+        );
     }
     println!(
         "seeds={} failed={} ops={} wall={:.1}s jobs={} ops/s={} (per core {}) trace={:016x}",

@@ -222,6 +222,8 @@ pub struct PeerStats {
 struct InFlight {
     from: HostId,
     to: HostId,
+    /// Opaque to the network: the world's link epoch at sending.
+    tag: u64,
     /// Send order on the link, for detecting reordering at delivery.
     seq: u64,
     msg: Bytes,
@@ -244,6 +246,7 @@ pub struct PeerNetwork {
 pub struct Delivered {
     pub from: HostId,
     pub to: HostId,
+    pub tag: u64,
     pub msg: Bytes,
 }
 
@@ -267,6 +270,23 @@ impl PeerNetwork {
         now: u64,
         from: HostId,
         to: HostId,
+        msg: Bytes,
+    ) {
+        self.send_tagged(rng, net, now, from, to, 0, msg);
+    }
+
+    /// Sends `msg` carrying `tag` (handed back on delivery; the world uses it to drop messages
+    /// of a link that has failed since, as a new TCP connection does not carry the old one's
+    /// bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_tagged(
+        &mut self,
+        rng: &mut Rand,
+        net: &NetState,
+        now: u64,
+        from: HostId,
+        to: HostId,
+        tag: u64,
         msg: Bytes,
     ) {
         self.stats.sent += 1;
@@ -303,6 +323,7 @@ impl PeerNetwork {
                 InFlight {
                     from,
                     to,
+                    tag,
                     seq,
                     msg: msg.clone(),
                 },
@@ -348,6 +369,7 @@ impl PeerNetwork {
             return Some(Delivered {
                 from: m.from,
                 to: m.to,
+                tag: m.tag,
                 msg: m.msg,
             });
         }

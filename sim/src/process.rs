@@ -15,6 +15,10 @@ use lattice_node::{Buggify, Config, Input, Micros, Node, ProcessStats};
 use crate::clock::Clock;
 use crate::model::Model;
 
+/// Replica ids of successive incarnations of one host are this far apart (more hosts than this
+/// would make ids collide; worlds have at most 5 nodes).
+pub const ID_STRIDE: u32 = 100;
+
 pub struct Host {
     pub id: usize,
     /// `None` while crashed.
@@ -29,16 +33,18 @@ pub struct Host {
     pub timer_gen: u64,
     /// Connections whose bytes wait for this node to resume.
     pub parked: Vec<u64>,
-    /// Peer messages that arrived while paused.
-    pub inbox: Vec<(usize, Bytes)>,
+    /// Peer messages that arrived while paused: sender host, link epoch at sending, payload.
+    pub inbox: Vec<(usize, u64, Bytes)>,
     pub incarnation: u32,
     /// Buggify firings of earlier incarnations.
     pub buggify_fired_before: u64,
     pub hz: u64,
+    /// Replicas in the cluster (1: a standalone node, as in the single-node swarm).
+    pub cluster_size: usize,
 }
 
 impl Host {
-    pub fn new(id: usize, clock: Clock, hz: u64) -> Host {
+    pub fn new(id: usize, clock: Clock, hz: u64, cluster_size: usize) -> Host {
         Host {
             id,
             node: None,
@@ -53,12 +59,37 @@ impl Host {
             incarnation: 0,
             buggify_fired_before: 0,
             hz,
+            cluster_size,
         }
+    }
+
+    /// The replica id of incarnation `incarnation` (1 for the first start) of host `host`.
+    ///
+    /// A restarted replica comes back with a new id: the node has no persistence yet, so it
+    /// restarts with empty state and its operation counters back at zero. Reusing the old id
+    /// would make it issue dots (node id, counter) its peers have already seen for different
+    /// writes; they would take the new writes for ones they have and drop them, and counters
+    /// keyed by node id would be overwritten by smaller values. A fresh id is a fresh replica.
+    pub fn node_id_of(host: usize, incarnation: u32) -> u32 {
+        host as u32 + 1 + ID_STRIDE * incarnation.saturating_sub(1)
+    }
+
+    /// The host and incarnation a replica id belongs to (inverse of [`Host::node_id_of`]).
+    pub fn host_of(node_id: u32) -> (usize, u32) {
+        let i = node_id.saturating_sub(1);
+        ((i % ID_STRIDE) as usize, i / ID_STRIDE + 1)
+    }
+
+    /// This host's current replica id (meaningful while up).
+    pub fn node_id(&self) -> u32 {
+        Host::node_id_of(self.id, self.incarnation)
     }
 
     /// Starts a fresh incarnation at virtual time `virt`: empty keyspace, fresh model.
     pub fn start(&mut self, seed: u64, buggify_seed: u64, virt: u64) {
         let mut config = Config::default();
+        config.node_id = Host::node_id_of(self.id, self.incarnation + 1);
+        config.cluster_size = self.cluster_size;
         config
             .set("hz", &self.hz.to_string())
             .expect("hz within range");

@@ -76,6 +76,26 @@ pub enum TraceEvent {
         node: u32,
         what: &'static str,
     },
+    /// A replica handed the driver a message for replica `to_id` (replicated mode).
+    PeerSend {
+        from: u32,
+        to_id: u32,
+        data: Bytes,
+        /// Why the driver dropped it instead of sending, if it did.
+        dropped: Option<&'static str>,
+    },
+    /// A peer message handed to a replica (replicated mode).
+    PeerRecv {
+        from_id: u32,
+        node: u32,
+        data: Bytes,
+    },
+    /// The driver told `node` that its link to replica `peer` is up (or down).
+    PeerLink {
+        node: u32,
+        peer: u32,
+        up: bool,
+    },
 }
 
 impl TraceEvent {
@@ -103,6 +123,9 @@ impl TraceEvent {
             TraceEvent::Timer { .. } => 12,
             TraceEvent::Peer { .. } => 13,
             TraceEvent::Process { .. } => 14,
+            TraceEvent::PeerSend { .. } => 15,
+            TraceEvent::PeerRecv { .. } => 16,
+            TraceEvent::PeerLink { .. } => 17,
         };
         out.push(tag);
         u(out, at);
@@ -190,6 +213,31 @@ impl TraceEvent {
                 u(out, *node as u64);
                 b(out, what.as_bytes());
             }
+            TraceEvent::PeerSend {
+                from,
+                to_id,
+                data,
+                dropped,
+            } => {
+                u(out, *from as u64);
+                u(out, *to_id as u64);
+                b(out, data);
+                b(out, dropped.unwrap_or("").as_bytes());
+            }
+            TraceEvent::PeerRecv {
+                from_id,
+                node,
+                data,
+            } => {
+                u(out, *from_id as u64);
+                u(out, *node as u64);
+                b(out, data);
+            }
+            TraceEvent::PeerLink { node, peer, up } => {
+                u(out, *node as u64);
+                u(out, *peer as u64);
+                u(out, *up as u64);
+            }
         }
     }
 
@@ -261,6 +309,28 @@ impl TraceEvent {
             }
             TraceEvent::Process { node, what } => {
                 let _ = write!(s, "PROCESS n{node} {what}");
+            }
+            TraceEvent::PeerSend {
+                from,
+                to_id,
+                data,
+                dropped,
+            } => {
+                let _ = write!(s, "PEER-SEND n{from} -> id{to_id} {}B", data.len());
+                if let Some(why) = dropped {
+                    let _ = write!(s, " dropped ({why})");
+                }
+            }
+            TraceEvent::PeerRecv {
+                from_id,
+                node,
+                data,
+            } => {
+                let _ = write!(s, "PEER-RECV id{from_id} -> n{node} {}B", data.len());
+            }
+            TraceEvent::PeerLink { node, peer, up } => {
+                let what = if *up { "up" } else { "down" };
+                let _ = write!(s, "PEER-LINK n{node} id{peer} {what}");
             }
         }
         s
@@ -370,6 +440,12 @@ impl Tracer {
         }
         self.ring.push_back((at, ev));
         self.count += 1;
+    }
+
+    /// The events still in the ring, oldest first.
+    #[cfg(test)]
+    pub fn ring_events(&self) -> impl Iterator<Item = &TraceEvent> {
+        self.ring.iter().map(|(_, e)| e)
     }
 
     pub fn events(&self) -> u64 {

@@ -36,6 +36,7 @@ pub mod wire;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bincode::Options as _;
 use bytes::Bytes;
 use lattice_crdt::{CausalContext, Crdt, Hlc, HlcClock, NodeId, VersionVector};
 use lattice_store::Value;
@@ -132,8 +133,12 @@ pub struct Replicator {
     keys: BTreeMap<(u32, Bytes), KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
+    /// Keys whose state may hold collectable metadata (written or merged since they were last
+    /// found fully compact): what a GC round visits.
+    gc_pending: std::collections::BTreeSet<(u32, Bytes)>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
-    pending: BTreeMap<Bytes, KeyState>,
+    /// Keyed like `keys` (leaf first), so comparisons rarely reach the key bytes.
+    pending: BTreeMap<(u32, Bytes), KeyState>,
     /// Keys changed by the command being executed, captured when it finishes.
     pub dirty: Vec<Bytes>,
     outbox: VecDeque<(NodeId, Bytes)>,
@@ -164,6 +169,7 @@ impl Replicator {
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
             pending: BTreeMap::new(),
+            gc_pending: std::collections::BTreeSet::new(),
             dirty: Vec::new(),
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
@@ -201,6 +207,7 @@ impl Replicator {
             return; // nothing known, nothing to remove
         }
         let ts = self.hlc.now(now_ms);
+        self.gc_pending.insert(id.clone());
         let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
             state: fresh_state(&self.frontier),
             digest: 0,
@@ -222,7 +229,7 @@ impl Replicator {
             return; // the next anti-entropy ships the whole difference anyway
         }
         let full = self.pending.len() >= MAX_QUEUED_KEYS;
-        match self.pending.get_mut(&id.1) {
+        match self.pending.get_mut(&id) {
             Some(q) => q.merge(&delta),
             None if full => {
                 self.pending.clear();
@@ -232,7 +239,7 @@ impl Replicator {
                 }
             }
             None => {
-                self.pending.insert(id.1, delta);
+                self.pending.insert(id, delta);
             }
         }
     }
@@ -310,7 +317,7 @@ impl Replicator {
         while !self.pending.is_empty() {
             let mut entries = Vec::new();
             let mut bytes = 0;
-            while let Some((k, st)) = self.pending.pop_first() {
+            while let Some(((_, k), st)) = self.pending.pop_first() {
                 let blob = encode_state(&st);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
@@ -512,12 +519,20 @@ impl Replicator {
         self.frontier.merge(stable);
         let frontier = self.frontier.clone();
         let mut drop = Vec::new();
-        for (id, e) in self.keys.iter_mut() {
+        // Only keys changed since they were last fully compact need a visit: the sweep costs
+        // what was written, not the keyspace.
+        let candidates = std::mem::take(&mut self.gc_pending);
+        for id in candidates {
+            let Some(e) = self.keys.get_mut(&id) else {
+                continue;
+            };
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
             e.state.gc(&frontier);
             if e.state.collectable(&frontier) {
                 drop.push(id.clone());
+            } else if !e.state.is_compact() {
+                self.gc_pending.insert(id.clone());
             }
             if had_tombstones {
                 let d = key_digest(&id.1, &e.state);
@@ -597,7 +612,7 @@ impl Replicator {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
         for b in entries {
-            let Ok(st) = bincode::deserialize::<KeyState>(&b.state) else {
+            let Ok(st) = state::codec().deserialize::<KeyState>(&b.state) else {
                 self.stats.bad_messages += 1;
                 continue;
             };
@@ -610,6 +625,7 @@ impl Replicator {
                 self.seen.merge(c);
             }
             let id = (leaf_of_key(&b.key), b.key.clone());
+            self.gc_pending.insert(id.clone());
             let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
                 state: fresh_state(&self.frontier),
                 digest: 0,
@@ -806,7 +822,11 @@ fn fresh_state(frontier: &VersionVector) -> KeyState {
 }
 
 fn encode_state(st: &KeyState) -> Bytes {
-    Bytes::from(bincode::serialize(st).expect("in-memory states always encode"))
+    Bytes::from(
+        state::codec()
+            .serialize(st)
+            .expect("in-memory states always encode"),
+    )
 }
 
 /// The intent of a command's numeric changes (see [`Intent`]).

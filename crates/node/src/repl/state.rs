@@ -28,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use bincode::Options as _;
 use bytes::Bytes;
 use lattice_crdt::{
     CausalContext, Counter, CounterValue, Crdt, Dot, Hlc, LwwRegister, NodeId, Number, OrMap,
@@ -268,20 +269,21 @@ impl KeyState {
         // the other components are serialized borrowed.
         let list = self.list.max_id().map(|_| self.list.stripped());
         let mut w = HashWriter(xxhash_rust::xxh3::Xxh3::new());
-        bincode::serialize_into(
-            &mut w,
-            &(
-                key,
-                self.string.entries(),
-                self.hash.entries(),
-                self.set.entries(),
-                self.zset.entries(),
-                list,
-                &self.expiry,
-                self.stamps,
-            ),
-        )
-        .ok()?;
+        codec()
+            .serialize_into(
+                &mut w,
+                &(
+                    key,
+                    self.string.entries(),
+                    self.hash.entries(),
+                    self.set.entries(),
+                    self.zset.entries(),
+                    list,
+                    &self.expiry,
+                    self.stamps,
+                ),
+            )
+            .ok()?;
         Some(w.0.digest())
     }
 
@@ -305,6 +307,14 @@ impl KeyState {
                 .iter()
                 .all(|c| c.cloud().is_empty() && stable.dominates(c.vv()))
             && self.list.tombstones() == 0
+    }
+
+    /// Nothing left for GC to do: no dots outside the contexts' vectors, no list tombstones,
+    /// and the key has contents (a tombstoned key waits to be forgotten).
+    pub fn is_compact(&self) -> bool {
+        !self.is_empty()
+            && self.list.tombstones() == 0
+            && self.contexts().iter().all(|c| c.cloud().is_empty())
     }
 
     /// Tombstones held (list elements removed but not yet collected), a GC metric.
@@ -657,6 +667,15 @@ impl Crdt for KeyState {
     fn gc(&mut self, stable: &VersionVector) {
         KeyState::gc(self, stable);
     }
+}
+
+/// The encoding of states on the wire and under digests: variable-length integers (most
+/// lengths and counters are small, and empty components then cost a byte each), and a size
+/// limit so a hostile length prefix cannot make the decoder allocate without bound.
+pub fn codec() -> impl bincode::Options + Copy {
+    bincode::DefaultOptions::new()
+        .with_varint_encoding()
+        .with_limit(super::wire::MAX_MESSAGE_BYTES as u64)
 }
 
 /// Encoding thresholds for materialized values (from the node's configuration).
