@@ -742,8 +742,9 @@ impl Node {
             }
         }
         if let Some(r) = core.repl.as_mut() {
-            if r.has_queued() {
-                r.flush(core.now.as_millis());
+            let now_ms = core.now.as_millis();
+            if r.flush_ready(now_ms) {
+                r.flush(now_ms);
             }
             if let Some((peer, data)) = r.poll_send() {
                 return Some(Output::PeerSend { peer, data });

@@ -90,8 +90,20 @@ impl Cluster {
         }
     }
 
-    /// Delivers everything in flight (and what that causes) until quiet.
+    /// Lets queued deltas go out (a few ms of time) and delivers everything in flight, and
+    /// what that causes, until quiet.
     fn settle(&mut self) {
+        for _ in 0..3 {
+            self.now_ms += 5;
+            for i in 0..self.nodes.len() {
+                self.nodes[i].handle_timeout(Micros::from_millis(self.now_ms));
+                self.drain(i);
+            }
+            self.deliver();
+        }
+    }
+
+    fn deliver(&mut self) {
         while let Some((to, from, data)) = self.wire.pop_front() {
             self.delivered_bytes += data.len() as u64;
             let now = Micros::from_millis(self.now_ms);
@@ -130,7 +142,7 @@ impl Cluster {
                 self.nodes[i].handle_timeout(Micros::from_millis(self.now_ms));
                 self.drain(i);
             }
-            self.settle();
+            self.deliver();
         }
     }
 

@@ -11,9 +11,9 @@
 //!   write to a queued key merges into the queued delta). The queue is bounded
 //!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and every peer is marked for anti-entropy,
 //!   which ships whatever it lacks: nothing is silently lost.
-//! - The queue is flushed after each batch of input (the server calls the node once per
-//!   pipeline): encoded once, sent to every live peer in a `Deltas` message numbered by a
-//!   per-link sequence.
+//! - The queue is flushed `FLUSH_DELAY_MS` after its oldest delta was captured (or at once when
+//!   it holds `FLUSH_EAGER_KEYS`): encoded once, sent to every live peer in a `Deltas` message
+//!   numbered by a per-link sequence.
 //! - Unacknowledged messages are resent with exponential backoff (`RTO_*`); after
 //!   `MAX_RETRIES`, or when the unacknowledged bytes exceed `MAX_UNACKED_BYTES`, they are
 //!   dropped and the peer is marked for anti-entropy.
@@ -49,6 +49,12 @@ use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publ
 const MAX_QUEUED_KEYS: usize = 100_000;
 /// Bytes of one outgoing `Deltas` or `States` message (well under the 16 MiB frame limit).
 const MAX_BATCH_BYTES: usize = 1 << 20;
+/// How long a captured delta may wait for company before it is sent: many pipelines' writes
+/// share one message (and one ack) per peer, and a key written repeatedly ships once. Bounds
+/// the replication lag this adds.
+const FLUSH_DELAY_MS: u64 = 2;
+/// Queued keys that trigger a flush without waiting.
+const FLUSH_EAGER_KEYS: usize = 4_096;
 /// Unacknowledged bytes kept for retransmission per peer.
 const MAX_UNACKED_BYTES: usize = 32 << 20;
 const RTO_INITIAL_MS: u64 = 200;
@@ -139,6 +145,8 @@ pub struct Replicator {
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
     /// Keyed like `keys` (leaf first), so comparisons rarely reach the key bytes.
     pending: BTreeMap<(u32, Bytes), KeyState>,
+    /// When the oldest queued delta must go out.
+    flush_due_ms: Option<u64>,
     /// Keys changed by the command being executed, captured when it finishes.
     pub dirty: Vec<Bytes>,
     outbox: VecDeque<(NodeId, Bytes)>,
@@ -170,6 +178,7 @@ impl Replicator {
             peers: BTreeMap::new(),
             pending: BTreeMap::new(),
             gc_pending: std::collections::BTreeSet::new(),
+            flush_due_ms: None,
             dirty: Vec::new(),
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
@@ -242,6 +251,9 @@ impl Replicator {
                 self.pending.insert(id, delta);
             }
         }
+        if self.flush_due_ms.is_none() {
+            self.flush_due_ms = Some(now_ms + FLUSH_DELAY_MS);
+        }
     }
 
     /// FLUSHALL: an observed-remove of every key known here.
@@ -304,6 +316,7 @@ impl Replicator {
     /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
     /// each batch of input.
     pub fn flush(&mut self, now_ms: u64) {
+        self.flush_due_ms = None;
         let ups: Vec<NodeId> = self
             .peers
             .iter()
@@ -364,13 +377,20 @@ impl Replicator {
         self.outbox.pop_front()
     }
 
-    pub fn has_queued(&self) -> bool {
+    /// Whether queued deltas should go out now: the oldest has waited `FLUSH_DELAY_MS`, or
+    /// enough keys are queued to fill a message.
+    pub fn flush_ready(&self, now_ms: u64) -> bool {
         !self.pending.is_empty()
+            && (self.pending.len() >= FLUSH_EAGER_KEYS
+                || self.flush_due_ms.is_some_and(|d| d <= now_ms))
     }
 
     /// When [`Replicator::tick`] next has work.
     pub fn next_deadline_ms(&self) -> u64 {
         let mut next = self.next_gc_ms;
+        if let Some(d) = self.flush_due_ms {
+            next = next.min(d);
+        }
         for p in self.peers.values().filter(|p| p.up) {
             next = next.min(p.next_ae_ms);
             if let Some(u) = p.unacked.values().map(|u| u.due_ms).min() {
@@ -380,8 +400,11 @@ impl Replicator {
         next
     }
 
-    /// Retransmissions, anti-entropy and GC rounds that are due.
+    /// Flushes, retransmissions, anti-entropy and GC rounds that are due.
     pub fn tick(&mut self, now_ms: u64) {
+        if self.flush_ready(now_ms) {
+            self.flush(now_ms);
+        }
         let ids: Vec<NodeId> = self.peers.keys().copied().collect();
         for id in ids {
             let p = self.peers.get_mut(&id).expect("listed");
