@@ -401,3 +401,15 @@ fn deleted_keys_are_garbage_collected_once_every_replica_has_seen_them() {
         assert_eq!(c.cmd(i, &["SMEMBERS", "s1"]), "*1\r\n$3\r\nnew\r\n");
     }
 }
+
+#[test]
+fn a_local_stream_is_not_overwritten_by_a_peer() {
+    let mut c = Cluster::new(2);
+    c.cmd(1, &["XADD", "k", "1-1", "f", "v"]);
+    c.cmd(0, &["SET", "k", "v"]);
+    c.settle();
+    c.advance(2_000);
+    assert_eq!(c.cmd(1, &["TYPE", "k"]), "+stream\r\n");
+    assert_eq!(c.cmd(1, &["XLEN", "k"]), ":1\r\n");
+    assert_eq!(c.cmd(0, &["GET", "k"]), "$1\r\nv\r\n");
+}

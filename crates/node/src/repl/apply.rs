@@ -90,6 +90,15 @@ impl Core {
         };
         let _ = repl;
         let now_ms = self.now.as_millis();
+        if self
+            .db
+            .get_raw(key)
+            .is_some_and(|e| matches!(e.value, Value::Stream(_)))
+        {
+            // Streams are local to their node (not replicated yet): a peer's state for the key
+            // must not overwrite or delete one.
+            return;
+        }
         let same = match (&value, self.db.get_raw(key)) {
             (None, None) => true,
             (Some(v), Some(e)) => e.expire_at_ms() == deadline && same_content(v, &e.value),
@@ -118,7 +127,7 @@ impl Core {
         let now_ms = self.now.as_millis();
         let limits = self.repl_limits();
         for e in self.db.iter() {
-            if e.is_expired(now_ms) {
+            if e.is_expired(now_ms) || matches!(e.value, Value::Stream(_)) {
                 continue;
             }
             let st = repl.state(e.key()).unwrap_or_else(|| {
