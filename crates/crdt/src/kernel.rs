@@ -113,18 +113,6 @@ impl<K: Ord + Clone, P: Crdt> DotKernel<K, P> {
     /// concurrent snapshots of one key are joined when read. Raising a snapshot's own causal
     /// context (if it has one, e.g. a nested set) would make it claim to have seen, and hence
     /// removed, the elements of a concurrent snapshot. (Found by the GC property test.)
-    /// A copy without the causal context: what a digest of the visible contents should cover
-    /// (contexts differ between replicas with equal contents, e.g. after GC at different times).
-    pub(crate) fn stripped(&self) -> Self
-    where
-        P: Clone,
-    {
-        DotKernel {
-            entries: self.entries.clone(),
-            cc: CausalContext::new(),
-        }
-    }
-
     pub(crate) fn gc(&mut self, stable: &VersionVector) {
         self.cc.raise_to(stable);
     }

@@ -164,17 +164,6 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
         &self.kernel.entries
     }
 
-    /// A copy without the causal context, for digests (see `DotKernel::stripped`).
-    #[must_use]
-    pub fn stripped(&self) -> OrMap<K, V>
-    where
-        V: Clone,
-    {
-        OrMap {
-            kernel: self.kernel.stripped(),
-        }
-    }
-
     /// The causal context (for metrics: `context().cloud().len()`).
     #[must_use]
     pub fn context(&self) -> &CausalContext {

@@ -103,17 +103,9 @@ impl<E: Ord + Clone> OrSet<E> {
     }
 
     /// Elements with their supporting dots, borrowed: what a digest covers, without the
-    /// causal context (see `DotKernel::stripped`).
+    /// causal context (contexts differ between replicas with equal contents).
     pub fn entries(&self) -> &std::collections::BTreeMap<E, std::collections::BTreeMap<Dot, ()>> {
         &self.kernel.entries
-    }
-
-    /// A copy without the causal context, for digests (see `DotKernel::stripped`).
-    #[must_use]
-    pub fn stripped(&self) -> OrSet<E> {
-        OrSet {
-            kernel: self.kernel.stripped(),
-        }
     }
 
     /// The dots currently supporting `elem` (more than one after concurrent adds).

@@ -79,16 +79,14 @@ impl Core {
 
     /// Makes the store hold what the replicated state of `key` says.
     pub(crate) fn apply_remote(&mut self, key: &Bytes) {
-        if self.repl.is_none() {
-            return;
-        }
         let limits = self.repl_limits();
-        let repl = self.repl.as_ref().expect("checked");
+        let Some(repl) = self.repl.as_ref() else {
+            return;
+        };
         let (value, deadline) = match repl.state(key) {
             Some(st) => (st.materialize(&limits), st.deadline_ms()),
             None => (None, None),
         };
-        let _ = repl;
         let now_ms = self.now.as_millis();
         if self
             .db

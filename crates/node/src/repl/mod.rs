@@ -185,10 +185,6 @@ impl Replicator {
         }
     }
 
-    pub fn node_id(&self) -> NodeId {
-        self.node
-    }
-
     /// Marks `key` as changed by the running command.
     pub fn note_modified(&mut self, key: &[u8]) {
         if !self.dirty.iter().any(|k| k[..] == *key) {
@@ -282,15 +278,18 @@ impl Replicator {
             channel: Bytes::copy_from_slice(channel),
             message: Bytes::copy_from_slice(message),
         }));
-        let ups: Vec<NodeId> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| p.up)
-            .map(|(n, _)| *n)
-            .collect();
+        let ups: Vec<NodeId> = self.live_peers();
         for n in ups {
             self.outbox.push_back((n, data.clone()));
         }
+    }
+
+    fn live_peers(&self) -> Vec<NodeId> {
+        self.peers
+            .iter()
+            .filter(|(_, p)| p.up)
+            .map(|(n, _)| *n)
+            .collect()
     }
 
     pub fn peer_up(&mut self, peer: NodeId, now_ms: u64) {
@@ -317,12 +316,7 @@ impl Replicator {
     /// each batch of input.
     pub fn flush(&mut self, now_ms: u64) {
         self.flush_due_ms = None;
-        let ups: Vec<NodeId> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| p.up)
-            .map(|(n, _)| *n)
-            .collect();
+        let ups: Vec<NodeId> = self.live_peers();
         if ups.is_empty() {
             self.pending.clear();
             return;
@@ -479,12 +473,7 @@ impl Replicator {
             // Tell every peer what we have merged, even when no deltas flow (acks carry it
             // otherwise): GC needs fresh reports from everyone to make progress.
             let report = self.seen_report(REPORT_ONLY_SEQ);
-            let ups: Vec<NodeId> = self
-                .peers
-                .iter()
-                .filter(|(_, p)| p.up)
-                .map(|(n, _)| *n)
-                .collect();
+            let ups: Vec<NodeId> = self.live_peers();
             for n in ups {
                 self.outbox.push_back((n, report.clone()));
             }
@@ -815,11 +804,6 @@ impl Replicator {
                 p.retransmits,
             );
         }
-    }
-
-    /// Bytes sent to `peer` for anti-entropy so far (for measurements).
-    pub fn ae_bytes_sent(&self, peer: NodeId) -> u64 {
-        self.peers.get(&peer).map_or(0, |p| p.ae_bytes)
     }
 
     pub fn check_invariants(&self) {

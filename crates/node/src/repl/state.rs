@@ -87,6 +87,26 @@ impl Reg {
         }
     }
 
+    /// The register after a local command left `new` in it: counters record the change as
+    /// this node's increment, everything else is an assignment at `ts`.
+    fn written(old: Option<Reg>, new: &[u8], intent: Intent, node: NodeId, ts: Hlc) -> Reg {
+        match (intent, old) {
+            (Intent::Increment, Some(mut r)) => {
+                let old_value = r.value();
+                increment(&mut r, &old_value, new, node, ts);
+                r
+            }
+            (Intent::Increment, None) => {
+                // The implicit base of a new counter has the least timestamp, so concurrent
+                // INCRs of a missing key all count.
+                let mut r = Reg::assigned(Bytes::from_static(b"0"), Hlc::ZERO);
+                increment(&mut r, b"0", new, node, ts);
+                r
+            }
+            (Intent::Assign, _) => Reg::assigned(Bytes::copy_from_slice(new), ts),
+        }
+    }
+
     /// The bytes clients read.
     pub fn value(&self) -> Bytes {
         if self.parts.is_empty() {
@@ -225,15 +245,6 @@ impl KeyState {
     /// The HLC of the winning string write.
     pub fn string_stamp(&self) -> Option<Hlc> {
         self.string.get(&()).map(|r| r.base_ts)
-    }
-
-    /// The greatest timestamp inside the state (observe it so later local writes order after).
-    pub fn max_stamp(&self) -> Hlc {
-        let mut m = self.expiry.ts();
-        for s in self.stamps {
-            m = m.max(s);
-        }
-        m
     }
 
     /// Every dot this state has seen (for the node's seen-set).
@@ -397,21 +408,7 @@ impl KeyState {
                 let old = self.string.get(&()).map(|r| r.into_owned());
                 let unchanged = old.as_ref().is_some_and(|r| r.value()[..] == new[..]);
                 if !unchanged {
-                    let reg = match (intent, old) {
-                        (Intent::Increment, Some(mut r)) => {
-                            let old_value = r.value();
-                            increment(&mut r, &old_value, &new, st.node, ts);
-                            r
-                        }
-                        (Intent::Increment, None) => {
-                            // The implicit base of a new counter has the least timestamp, so
-                            // concurrent INCRs of a missing key all count.
-                            let mut r = Reg::assigned(Bytes::from_static(b"0"), Hlc::ZERO);
-                            increment(&mut r, b"0", &new, st.node, ts);
-                            r
-                        }
-                        (Intent::Assign, _) => Reg::assigned(Bytes::copy_from_slice(&new), ts),
-                    };
+                    let reg = Reg::written(old, &new, intent, st.node, ts);
                     let dot = st.dot();
                     delta.string.merge(&self.string.put((), reg, dot));
                     wrote = true;
@@ -434,19 +431,7 @@ impl KeyState {
                     if old.as_ref().is_some_and(|r| r.value()[..] == *v) {
                         continue;
                     }
-                    let reg = match (intent, old) {
-                        (Intent::Increment, Some(mut r)) => {
-                            let old_value = r.value();
-                            increment(&mut r, &old_value, v, st.node, ts);
-                            r
-                        }
-                        (Intent::Increment, None) => {
-                            let mut r = Reg::assigned(Bytes::from_static(b"0"), Hlc::ZERO);
-                            increment(&mut r, b"0", v, st.node, ts);
-                            r
-                        }
-                        (Intent::Assign, _) => Reg::assigned(Bytes::copy_from_slice(v), ts),
-                    };
+                    let reg = Reg::written(old, v, intent, st.node, ts);
                     let dot = st.dot();
                     delta
                         .hash
