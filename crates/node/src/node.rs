@@ -357,9 +357,26 @@ impl Core {
         }
         let handler = spec.handler.expect("resolve returns runnable commands");
         let errors_before = call.error_code.is_some();
+        let intent = self
+            .repl
+            .as_ref()
+            .map(|r| (r, crate::repl::intent_of(spec.name, call.args)));
+        let intent = match intent {
+            Some((r, intent)) => {
+                // Deferred captures are coalesced per intent: settle them before this command
+                // changes any of their keys in another way.
+                if r.must_settle_before(intent) {
+                    self.settle_captures();
+                }
+                Some(intent)
+            }
+            None => None,
+        };
         handler(self, call);
-        if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
-            self.capture_dirty(crate::repl::intent_of(spec.name, call.args));
+        if let Some(intent) = intent {
+            if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
+                self.capture_dirty(intent);
+            }
         }
         self.stats.total_commands_processed += 1;
         let s = self.stats.commands.entry(spec.name).or_default();
@@ -436,6 +453,13 @@ impl Node {
 
     pub fn handle(&mut self, now: Micros, input: Input) {
         self.advance(now);
+        if matches!(
+            input,
+            Input::PeerUp { .. } | Input::PeerDown { .. } | Input::PeerMessage { .. }
+        ) {
+            // Peer traffic reads and merges replicated state: local writes go in first.
+            self.core.settle_captures();
+        }
         match input {
             Input::Connected {
                 conn,
@@ -638,6 +662,7 @@ impl Node {
         self.advance(now);
         let now_ms = self.core.now.as_millis();
         self.expire_blocked(now_ms);
+        self.core.settle_captures();
         if let Some(r) = self.core.repl.as_mut() {
             r.tick(now_ms);
         }
@@ -741,11 +766,14 @@ impl Node {
                 return Some(Output::Close { conn });
             }
         }
-        if let Some(r) = core.repl.as_mut() {
-            let now_ms = core.now.as_millis();
-            if r.flush_ready(now_ms) {
+        let now_ms = core.now.as_millis();
+        if core.repl.as_ref().is_some_and(|r| r.flush_ready(now_ms)) {
+            core.settle_captures();
+            if let Some(r) = core.repl.as_mut() {
                 r.flush(now_ms);
             }
+        }
+        if let Some(r) = core.repl.as_mut() {
             if let Some((peer, data)) = r.poll_send() {
                 return Some(Output::PeerSend { peer, data });
             }
@@ -772,13 +800,15 @@ impl Node {
     /// Standalone nodes (cluster_size 1) keep no replicated state and answer 0.
     #[must_use]
     pub fn replication_digest(&mut self) -> u64 {
+        self.core.settle_captures();
         self.core.repl.as_mut().map_or(0, |r| r.digest())
     }
 
     /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
     /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
     #[must_use]
-    pub fn string_stamp(&self, key: &[u8]) -> Option<lattice_crdt::Hlc> {
+    pub fn string_stamp(&mut self, key: &[u8]) -> Option<lattice_crdt::Hlc> {
+        self.core.settle_key(key);
         self.core.repl.as_ref()?.state(key)?.string_stamp()
     }
 

@@ -8,7 +8,9 @@ use super::state::{Intent, Limits};
 use crate::node::Core;
 
 impl Core {
-    /// Captures every key the finished command changed (see `Core::modified`).
+    /// Captures every key the finished command changed (see `Core::modified`). A key left
+    /// holding a string is deferred to the next flush instead (see `Replicator::defer`); the
+    /// caller settled deferred captures of the other intent before the command ran.
     pub(crate) fn capture_dirty(&mut self, intent: Intent) {
         let Some(repl) = self.repl.as_mut() else {
             return;
@@ -16,9 +18,54 @@ impl Core {
         if repl.dirty.is_empty() {
             return;
         }
+        debug_assert!(!repl.must_settle_before(intent));
         let now_ms = self.now.as_millis();
-        let keys = std::mem::take(&mut repl.dirty);
-        for key in &keys {
+        let mut keys = std::mem::take(&mut repl.dirty);
+        keys.retain(|key| {
+            let live = self.db.get_raw(key).filter(|e| !e.is_expired(now_ms));
+            if live.is_some_and(|e| matches!(e.value, Value::Str(_))) {
+                repl.defer(key, intent, now_ms);
+                false
+            } else {
+                // Captured now: this capture covers a deferred change of the key as well.
+                repl.undefer(key);
+                true
+            }
+        });
+        self.capture_keys(&keys, intent);
+    }
+
+    /// Captures every deferred key now: before a flush, before anything that reads replicated
+    /// state, and before a command whose intent differs from theirs.
+    pub(crate) fn settle_captures(&mut self) {
+        let Some(repl) = self.repl.as_mut() else {
+            return;
+        };
+        if !repl.has_deferred() {
+            return;
+        }
+        let (keys, intent) = repl.take_deferred();
+        self.capture_keys(&keys, intent);
+    }
+
+    /// Settles the deferred capture of `key` alone, if it has one.
+    pub(crate) fn settle_key(&mut self, key: &[u8]) {
+        let Some(repl) = self.repl.as_mut() else {
+            return;
+        };
+        if !repl.undefer(key) {
+            return;
+        }
+        let intent = repl.deferred_intent();
+        self.capture_keys(&[Bytes::copy_from_slice(key)], intent);
+    }
+
+    fn capture_keys(&mut self, keys: &[Bytes], intent: Intent) {
+        let Some(repl) = self.repl.as_mut() else {
+            return;
+        };
+        let now_ms = self.now.as_millis();
+        for key in keys {
             let entry = self.db.get_raw(key).filter(|e| !e.is_expired(now_ms));
             repl.capture(
                 key,
@@ -30,7 +77,7 @@ impl Core {
         if intent == Intent::Increment {
             // Merged counters are summed in a fixed order, which can differ from the command's
             // own arithmetic in the last float digit: the replicated value is the one to keep.
-            for key in &keys {
+            for key in keys {
                 self.apply_remote(key);
             }
         }
@@ -38,6 +85,7 @@ impl Core {
 
     /// FLUSHALL/FLUSHDB: an observed-remove of every key this replica knows.
     pub(crate) fn capture_flush(&mut self) {
+        self.settle_captures();
         let now_ms = self.now.as_millis();
         if let Some(repl) = self.repl.as_mut() {
             for key in repl.keys_with_content() {
@@ -126,6 +174,14 @@ impl Core {
         let limits = self.repl_limits();
         for e in self.db.iter() {
             if e.is_expired(now_ms) || matches!(e.value, Value::Stream(_)) {
+                continue;
+            }
+            if repl.is_deferred(e.key()) {
+                // Its capture is owed (at the latest at the planned flush).
+                assert!(
+                    matches!(e.value, Value::Str(_)),
+                    "a deferred capture for a key that holds no string"
+                );
                 continue;
             }
             let st = repl.state(e.key()).unwrap_or_else(|| {

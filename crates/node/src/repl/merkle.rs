@@ -13,10 +13,13 @@
 pub const DEPTH: u32 = 4;
 pub const FANOUT: usize = 16;
 pub const LEAVES: usize = FANOUT.pow(DEPTH);
+/// log2(LEAVES): a leaf is the top `LEAF_BITS` bits of a key's hash.
+pub const LEAF_BITS: u32 = 16;
+const _: () = assert!(1 << LEAF_BITS == LEAVES);
 
 /// The leaf a key belongs to.
 pub fn leaf_of(key_hash: u64) -> usize {
-    (key_hash >> (64 - 16)) as usize
+    (key_hash >> (64 - LEAF_BITS)) as usize
 }
 
 /// Number of nodes at `level` (0 = root).

@@ -8,7 +8,11 @@
 //!
 //! Delivery, per peer link:
 //! - Local writes are captured after each command and queued, coalesced per key (a second
-//!   write to a queued key merges into the queued delta). The queue is bounded
+//!   write to a queued key merges into the queued delta). A write that leaves a string is not
+//!   captured at once but deferred to the next flush (`defer`): a key written again and again
+//!   (a counter, a hot string) then costs one capture per flush window instead of one per
+//!   command. Why this is exact for strings, and not for collections, is in
+//!   docs/ARCHITECTURE.md §17. The queue is bounded
 //!   (`MAX_QUEUED_KEYS`); on overflow it is dropped and every peer is marked for anti-entropy,
 //!   which ships whatever it lacks: nothing is silently lost.
 //! - The queue is flushed `FLUSH_DELAY_MS` after its oldest delta was captured (or at once when
@@ -40,6 +44,8 @@ use bincode::Options as _;
 use bytes::Bytes;
 use lattice_crdt::{CausalContext, Crdt, Hlc, HlcClock, NodeId, VersionVector};
 use lattice_store::Value;
+
+use hashbrown::HashTable;
 
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Intent, KeyState, Stamper};
@@ -109,6 +115,18 @@ struct Peer {
 struct KeyEntry {
     state: KeyState,
     digest: u64,
+    /// Listed in `gc_queue` (so a key written many times between GC rounds is listed once).
+    gc_queued: bool,
+}
+
+impl KeyEntry {
+    fn fresh(frontier: &VersionVector) -> KeyEntry {
+        KeyEntry {
+            state: fresh_state(frontier),
+            digest: 0,
+            gc_queued: false,
+        }
+    }
 }
 
 /// Counters for INFO.
@@ -136,25 +154,41 @@ pub struct Replicator {
     gc_prev: Option<(VersionVector, VersionVector)>,
     next_gc_ms: u64,
     /// States by (leaf, key): anti-entropy reads whole leaves.
-    keys: BTreeMap<(u32, Bytes), KeyEntry>,
+    keys: BTreeMap<KeyId, KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
     /// Keys whose state may hold collectable metadata (written or merged since they were last
     /// found fully compact): what a GC round visits.
-    gc_pending: std::collections::BTreeSet<(u32, Bytes)>,
+    /// A list with a flag per entry rather than a set: queueing costs a push, not a search.
+    /// May name a key twice (collected, then written again) or a key gone since: both harmless.
+    gc_queue: Vec<KeyId>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
     /// Keyed like `keys` (leaf first), so comparisons rarely reach the key bytes.
-    pending: BTreeMap<(u32, Bytes), KeyState>,
+    pending: BTreeMap<KeyId, KeyState>,
     /// When the oldest queued delta must go out.
     flush_due_ms: Option<u64>,
     /// Keys changed by the command being executed, captured when it finishes.
     pub dirty: Vec<Bytes>,
+    /// Keys whose last change left a string and whose capture waits for the next flush (or for
+    /// anything that reads replicated state: a peer message, a timer, a digest). All were
+    /// written with `deferred_intent`; a command of the other intent settles them first.
+    deferred: HashTable<Bytes>,
+    deferred_intent: Intent,
     outbox: VecDeque<(NodeId, Bytes)>,
     pub stats: ReplStats,
 }
 
-fn leaf_of_key(key: &[u8]) -> u32 {
-    merkle::leaf_of(lattice_store::key_hash(key)) as u32
+/// How the per-key maps are keyed: the key's hash first, so that searches compare integers and
+/// reach the key bytes (a likely cache miss) only for the key itself; and a Merkle leaf (the
+/// hash's top bits) is a contiguous range.
+type KeyId = (u64, Bytes);
+
+fn key_id(key: &[u8]) -> KeyId {
+    (lattice_store::key_hash(key), Bytes::copy_from_slice(key))
+}
+
+fn leaf_of_id(id: &KeyId) -> usize {
+    merkle::leaf_of(id.0)
 }
 
 fn key_digest(key: &[u8], state: &KeyState) -> u64 {
@@ -177,9 +211,11 @@ impl Replicator {
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
             pending: BTreeMap::new(),
-            gc_pending: std::collections::BTreeSet::new(),
+            gc_queue: Vec::new(),
             flush_due_ms: None,
             dirty: Vec::new(),
+            deferred: HashTable::new(),
+            deferred_intent: Intent::Assign,
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
         }
@@ -192,10 +228,69 @@ impl Replicator {
         }
     }
 
+    /// Postpones the capture of `key` (which now holds a string) to the next flush.
+    /// Precondition: nothing is deferred, or it was deferred with the same `intent`.
+    pub fn defer(&mut self, key: &[u8], intent: Intent, now_ms: u64) {
+        debug_assert!(self.deferred.is_empty() || self.deferred_intent == intent);
+        self.deferred_intent = intent;
+        let h = lattice_store::key_hash(key);
+        if let hashbrown::hash_table::Entry::Vacant(v) =
+            self.deferred
+                .entry(h, |k| k[..] == *key, |k| lattice_store::key_hash(k))
+        {
+            v.insert(Bytes::copy_from_slice(key));
+        }
+        if self.flush_due_ms.is_none() {
+            self.flush_due_ms = Some(now_ms + FLUSH_DELAY_MS);
+        }
+    }
+
+    /// Whether a command of `intent` must first settle the deferred captures.
+    pub fn must_settle_before(&self, intent: Intent) -> bool {
+        !self.deferred.is_empty() && self.deferred_intent != intent
+    }
+
+    pub fn deferred_intent(&self) -> Intent {
+        self.deferred_intent
+    }
+
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    pub fn is_deferred(&self, key: &[u8]) -> bool {
+        self.deferred
+            .find(lattice_store::key_hash(key), |k| k[..] == *key)
+            .is_some()
+    }
+
+    /// Forgets a deferral because `key` is being captured now (its capture covers the deferred
+    /// change too). Returns whether it was deferred.
+    pub fn undefer(&mut self, key: &[u8]) -> bool {
+        if self.deferred.is_empty() {
+            return false;
+        }
+        match self
+            .deferred
+            .find_entry(lattice_store::key_hash(key), |k| k[..] == *key)
+        {
+            Ok(e) => {
+                e.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Every deferred key, in the table's order (fixed hasher: the same on every run), and
+    /// the intent they were written with.
+    pub fn take_deferred(&mut self) -> (Vec<Bytes>, Intent) {
+        let keys = self.deferred.drain().collect();
+        (keys, self.deferred_intent)
+    }
+
     pub fn state(&self, key: &[u8]) -> Option<&KeyState> {
-        self.keys
-            .get(&(leaf_of_key(key), Bytes::copy_from_slice(key)))
-            .map(|e| &e.state)
+        self.keys.get(&key_id(key)).map(|e| &e.state)
     }
 
     /// Records a local change of `key` (its store value and deadline now) and queues the
@@ -207,16 +302,17 @@ impl Replicator {
         intent: Intent,
         now_ms: u64,
     ) {
-        let id = (leaf_of_key(key), Bytes::copy_from_slice(key));
-        if now_value.is_none() && !self.keys.contains_key(&id) {
-            return; // nothing known, nothing to remove
-        }
+        let id = key_id(key);
+        let entry = match self.keys.entry(id.clone()) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                if now_value.is_none() {
+                    return; // nothing known, nothing to remove
+                }
+                v.insert(KeyEntry::fresh(&self.frontier))
+            }
+        };
         let ts = self.hlc.now(now_ms);
-        self.gc_pending.insert(id.clone());
-        let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
-            state: fresh_state(&self.frontier),
-            digest: 0,
-        });
         let mut st = Stamper {
             node: self.node,
             ts,
@@ -224,11 +320,15 @@ impl Replicator {
             issued: &mut self.seen,
         };
         let delta = entry.state.capture(now_value, intent, &mut st);
-        let digest = key_digest(key, &entry.state);
-        self.merkle.update(id.0 as usize, entry.digest, digest);
-        entry.digest = digest;
         if delta == KeyState::default() {
-            return;
+            return; // unchanged: no new metadata, nothing to send
+        }
+        let digest = key_digest(key, &entry.state);
+        self.merkle.update(leaf_of_id(&id), entry.digest, digest);
+        entry.digest = digest;
+        if !entry.gc_queued {
+            entry.gc_queued = true;
+            self.gc_queue.push(id.clone());
         }
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
@@ -314,7 +414,9 @@ impl Replicator {
 
     /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
     /// each batch of input.
+    /// Precondition: the node settled the deferred captures (they are part of the batch).
     pub fn flush(&mut self, now_ms: u64) {
+        debug_assert!(self.deferred.is_empty(), "flush before settling captures");
         self.flush_due_ms = None;
         let ups: Vec<NodeId> = self.live_peers();
         if ups.is_empty() {
@@ -374,9 +476,8 @@ impl Replicator {
     /// Whether queued deltas should go out now: the oldest has waited `FLUSH_DELAY_MS`, or
     /// enough keys are queued to fill a message.
     pub fn flush_ready(&self, now_ms: u64) -> bool {
-        !self.pending.is_empty()
-            && (self.pending.len() >= FLUSH_EAGER_KEYS
-                || self.flush_due_ms.is_some_and(|d| d <= now_ms))
+        let queued = self.pending.len() + self.deferred.len();
+        queued > 0 && (queued >= FLUSH_EAGER_KEYS || self.flush_due_ms.is_some_and(|d| d <= now_ms))
     }
 
     /// When [`Replicator::tick`] next has work.
@@ -387,8 +488,8 @@ impl Replicator {
         }
         for p in self.peers.values().filter(|p| p.up) {
             next = next.min(p.next_ae_ms);
-            if let Some(u) = p.unacked.values().map(|u| u.due_ms).min() {
-                next = next.min(u);
+            if let Some(u) = p.unacked.values().next() {
+                next = next.min(u.due_ms);
             }
         }
         next
@@ -396,7 +497,9 @@ impl Replicator {
 
     /// Flushes, retransmissions, anti-entropy and GC rounds that are due.
     pub fn tick(&mut self, now_ms: u64) {
-        if self.flush_ready(now_ms) {
+        // A due flush runs even with nothing queued (deferred captures that turned out to
+        // change nothing): it clears the deadline, which would otherwise stay due forever.
+        if self.flush_ready(now_ms) || self.flush_due_ms.is_some_and(|d| d <= now_ms) {
             self.flush(now_ms);
         }
         let ids: Vec<NodeId> = self.peers.keys().copied().collect();
@@ -409,26 +512,19 @@ impl Replicator {
             // A peer that is merely slow or paused then receives one duplicate per timeout
             // instead of its whole backlog again, which it would have to chew through when it
             // resumes.
+            // Only the oldest message carries a live timer: the ones behind it are covered by
+            // its probe, and each gets its turn as the oldest once everything before it is
+            // acknowledged. So a tick and `next_deadline_ms` cost O(1), not O(unacked).
             let mut resend = None;
             let mut give_up = false;
-            let mut probe_due = None;
-            for u in p.unacked.values_mut() {
-                if u.due_ms > now_ms {
-                    continue;
-                }
-                match probe_due {
-                    None => {
-                        if u.tries >= MAX_RETRIES {
-                            give_up = true;
-                            break;
-                        }
-                        u.tries += 1;
-                        u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
-                        u.due_ms = now_ms + u.rto_ms;
-                        probe_due = Some(u.due_ms);
-                        resend = Some(u.data.clone());
-                    }
-                    Some(due) => u.due_ms = due,
+            if let Some(u) = p.unacked.values_mut().next().filter(|u| u.due_ms <= now_ms) {
+                if u.tries >= MAX_RETRIES {
+                    give_up = true;
+                } else {
+                    u.tries += 1;
+                    u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
+                    u.due_ms = now_ms + u.rto_ms;
+                    resend = Some(u.data.clone());
                 }
             }
             if give_up {
@@ -533,30 +629,43 @@ impl Replicator {
         let mut drop = Vec::new();
         // Only keys changed since they were last fully compact need a visit: the sweep costs
         // what was written, not the keyspace.
-        let candidates = std::mem::take(&mut self.gc_pending);
+        let candidates = std::mem::take(&mut self.gc_queue);
+        let mut requeue = Vec::new();
         for id in candidates {
             let Some(e) = self.keys.get_mut(&id) else {
                 continue;
             };
+            if !e.gc_queued {
+                continue; // listed twice; already visited in this round
+            }
+            e.gc_queued = false;
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
             e.state.gc(&frontier);
             if e.state.collectable(&frontier) {
                 drop.push(id.clone());
             } else if !e.state.is_compact() {
-                self.gc_pending.insert(id.clone());
+                requeue.push(id.clone());
             }
             if had_tombstones {
                 let d = key_digest(&id.1, &e.state);
                 if d != e.digest {
-                    self.merkle.update(id.0 as usize, e.digest, d);
+                    self.merkle.update(leaf_of_id(&id), e.digest, d);
                     e.digest = d;
+                }
+            }
+        }
+        for id in requeue {
+            if let Some(e) = self.keys.get_mut(&id) {
+                if !e.gc_queued {
+                    e.gc_queued = true;
+                    self.gc_queue.push(id);
                 }
             }
         }
         for id in drop {
             if let Some(e) = self.keys.remove(&id) {
-                self.merkle.update(id.0 as usize, e.digest, 0);
+                self.merkle.update(leaf_of_id(&id), e.digest, 0);
                 self.stats.keys_collected += 1;
             }
         }
@@ -636,18 +745,21 @@ impl Replicator {
             for c in st.contexts() {
                 self.seen.merge(c);
             }
-            let id = (leaf_of_key(&b.key), b.key.clone());
-            self.gc_pending.insert(id.clone());
-            let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
-                state: fresh_state(&self.frontier),
-                digest: 0,
-            });
+            let id = (lattice_store::key_hash(&b.key), b.key.clone());
+            let entry = self
+                .keys
+                .entry(id.clone())
+                .or_insert_with(|| KeyEntry::fresh(&self.frontier));
+            if !entry.gc_queued {
+                entry.gc_queued = true;
+                self.gc_queue.push(id.clone());
+            }
             let before = entry.digest;
             entry.state.merge(&st);
             let digest = key_digest(&b.key, &entry.state);
             entry.digest = digest;
             if digest != before {
-                self.merkle.update(id.0 as usize, before, digest);
+                self.merkle.update(leaf_of_id(&id), before, digest);
                 changed.push(b.key.clone());
             }
             if !deltas && digest == key_digest(&b.key, &st) {
@@ -727,8 +839,12 @@ impl Replicator {
         let mut entries = Vec::new();
         let mut bytes = 0;
         'outer: for &leaf in leaves {
-            let lo = (leaf, Bytes::new());
-            for ((_, k), e) in self.keys.range(lo..).take_while(|((l, _), _)| *l == leaf) {
+            let lo = ((leaf as u64) << (64 - merkle::LEAF_BITS), Bytes::new());
+            for ((_, k), e) in self
+                .keys
+                .range(lo..)
+                .take_while(|((h, _), _)| merkle::leaf_of(*h) == leaf as usize)
+            {
                 if skip.contains(k) {
                     continue;
                 }
@@ -810,6 +926,14 @@ impl Replicator {
         assert!(
             self.pending.len() <= MAX_QUEUED_KEYS,
             "delta queue over its bound"
+        );
+        assert!(
+            self.deferred.len() <= MAX_QUEUED_KEYS,
+            "deferred captures over their bound"
+        );
+        assert!(
+            self.deferred.is_empty() || self.flush_due_ms.is_some(),
+            "deferred captures with no flush planned"
         );
         for p in self.peers.values() {
             let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
