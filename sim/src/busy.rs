@@ -43,7 +43,10 @@ fn a_long_script_answers_busy_after_the_threshold_and_dies_by_script_kill() {
         // The PING waited for the threshold, on the node's clock, and no longer than a slice.
         assert_eq!(r2[1].frame, error(BUSY), "seed {seed}");
         assert!(r2[1].node_us >= started + 50_000, "seed {seed}: early");
-        assert!(r2[1].node_us <= started + 50_000 + 5_000, "seed {seed}: late");
+        assert!(
+            r2[1].node_us <= started + 50_000 + 5_000,
+            "seed {seed}: late"
+        );
         assert_eq!(r2[2].frame, simple("PONG"), "seed {seed}");
         let r3: Vec<&Frame> = b.replies_on(3).iter().map(|r| &r.frame).collect();
         assert_eq!(r3, vec![&error(BUSY), &simple("OK")], "seed {seed}");

@@ -520,7 +520,11 @@ impl Node {
     /// replication messages keep waiting.
     fn check_script_threshold(&mut self) {
         let now = self.core.now;
-        let threshold_us = self.core.config.busy_reply_threshold_ms.saturating_mul(1000);
+        let threshold_us = self
+            .core
+            .config
+            .busy_reply_threshold_ms
+            .saturating_mul(1000);
         let Some(run) = self.core.scripts.running.as_mut() else {
             return;
         };
@@ -725,6 +729,11 @@ impl Node {
 
     /// Offers changed keys to parked clients, first come first served, until nothing changes.
     fn serve_ready_keys(&mut self) {
+        if self.core.scripts.running.is_some() {
+            // Keys a script changed are offered once it has ended, as Redis does after the
+            // whole command: a parked client must not see (or pop) its half-done state.
+            return;
+        }
         // Each retry that succeeds consumes data; a retry can also make other keys ready
         // (BLMOVE pushes), so loop until quiet. Bounded: every successful retry releases a
         // client, and a key is only re-offered after a further change.
@@ -897,7 +906,11 @@ impl Node {
             }
         }
         // A script's effects go to the peers together, once it has ended.
-        if let Some(r) = core.repl.as_mut().filter(|_| core.scripts.running.is_none()) {
+        if let Some(r) = core
+            .repl
+            .as_mut()
+            .filter(|_| core.scripts.running.is_none())
+        {
             let now_ms = core.now.as_millis();
             if r.flush_ready(now_ms) {
                 r.flush(now_ms);

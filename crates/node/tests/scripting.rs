@@ -298,6 +298,22 @@ fn a_script_stays_atomic_across_slices() {
 }
 
 #[test]
+fn parked_clients_see_a_script_only_once_it_has_ended() {
+    let mut h = busy_node();
+    assert_eq!(h.cmd(2, &["BLPOP", "q", "0"]), "");
+    let script = "redis.call('rpush', 'q', 'a') \
+                  local i = 0 while i < 3000000 do i = i + 1 end \
+                  redis.call('del', 'q') return i";
+    assert_eq!(h.cmd(1, &["EVAL", script, "0"]), "");
+    h.finish_script();
+    assert_eq!(h.take(1), ":3000000\r\n");
+    // The push was undone before the script ended: the parked client got nothing.
+    assert_eq!(h.take(2), "");
+    assert_eq!(h.cmd(3, &["RPUSH", "q", "b"]), ":1\r\n");
+    assert_eq!(h.take(2), "*2\r\n$1\r\nq\r\n$1\r\nb\r\n");
+}
+
+#[test]
 fn a_script_that_wrote_cannot_be_killed() {
     let mut h = busy_node();
     let script = "redis.call('set', 'x', 'mine') \

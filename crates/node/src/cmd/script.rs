@@ -422,7 +422,9 @@ fn eval_generic(core: &mut Core, call: &mut Call, by_sha: bool, read_only: bool)
     let split = 3 + numkeys as usize;
     let (keys, argv) = (&call.args[3..split], &call.args[split..]);
     let seed = core.random_u64();
-    let mut run = match core.scripts.start(call.conn, call.now, &sha, keys, argv, read_only, seed)
+    let mut run = match core
+        .scripts
+        .start(call.conn, call.now, &sha, keys, argv, read_only, seed)
     {
         Ok(run) => run,
         Err(e) => return call.error_bytes(&e),
