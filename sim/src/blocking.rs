@@ -20,15 +20,16 @@ use crate::process::Host;
 
 /// One reply as a client saw it: connection, virtual time, node time, frame.
 #[derive(Debug)]
-struct Reply {
-    conn: u64,
-    virt: u64,
-    node_us: u64,
-    frame: Frame,
+pub(crate) struct Reply {
+    pub(crate) conn: u64,
+    pub(crate) virt: u64,
+    pub(crate) node_us: u64,
+    pub(crate) frame: Frame,
 }
 
-/// One node and a script of requests, run on virtual time.
-struct Bench {
+/// One node and a script of requests, run on virtual time (also used by the busy-script
+/// scenarios).
+pub(crate) struct Bench {
     host: Host,
     now: u64,
     /// Virtual time -> requests to hand the node then, in order.
@@ -40,7 +41,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(seed: u64, conns: &[u64]) -> Bench {
+    pub(crate) fn new(seed: u64, conns: &[u64]) -> Bench {
         // A clock 3 s ahead and running 500 ppm fast: timeouts are on the node's clock.
         let mut host = Host::new(0, Clock::new(3_000_000, 500), 10, 1);
         host.start(seed, seed ^ 0x5eed, 0);
@@ -71,7 +72,7 @@ impl Bench {
         self.host.node.as_mut().expect("up")
     }
 
-    fn at(&mut self, virt_ms: u64, conn: u64, args: &[&str]) {
+    pub(crate) fn at(&mut self, virt_ms: u64, conn: u64, args: &[&str]) {
         let args = args.iter().map(|a| Bytes::from(a.to_string())).collect();
         self.script
             .entry(virt_ms * 1000)
@@ -103,15 +104,10 @@ impl Bench {
     }
 
     /// Runs the event loop until virtual time `until_ms`.
-    fn run(&mut self, until_ms: u64) {
+    pub(crate) fn run(&mut self, until_ms: u64) {
         let until = until_ms * 1000;
         loop {
-            let timer = self
-                .host
-                .node
-                .as_ref()
-                .and_then(|n| n.poll_timeout())
-                .map(|t| self.host.clock.virtual_at(t.0, self.now));
+            let timer = self.host.timer_due(self.now);
             let request = self.script.keys().next().copied();
             let next = match (timer, request) {
                 (Some(t), Some(r)) => t.min(r),
@@ -151,11 +147,11 @@ impl Bench {
         self.now = self.now.max(until);
     }
 
-    fn replies_on(&self, conn: u64) -> Vec<&Reply> {
+    pub(crate) fn replies_on(&self, conn: u64) -> Vec<&Reply> {
         self.replies.iter().filter(|r| r.conn == conn).collect()
     }
 
-    fn sent_at(&self, conn: u64, text: &str) -> u64 {
+    pub(crate) fn sent_at(&self, conn: u64, text: &str) -> u64 {
         self.sent
             .iter()
             .find(|(c, s, _)| *c == conn && s == text)
@@ -164,7 +160,7 @@ impl Bench {
     }
 }
 
-fn bulk(s: &str) -> Frame {
+pub(crate) fn bulk(s: &str) -> Frame {
     Frame::Bulk(Bytes::from(s.to_string()))
 }
 

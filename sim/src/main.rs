@@ -12,6 +12,8 @@
 mod against;
 #[cfg(test)]
 mod blocking;
+#[cfg(test)]
+mod busy;
 mod check;
 mod client;
 mod clock;

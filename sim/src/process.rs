@@ -15,6 +15,11 @@ use lattice_node::{Buggify, Config, Input, Micros, Node, ProcessStats};
 use crate::clock::Clock;
 use crate::model::Model;
 
+/// Virtual time one slice of a long script takes (a slice is about a million Lua instructions:
+/// a few milliseconds on a real core). Without it a script suspended between slices would run
+/// in zero virtual time and never reach busy-reply-threshold.
+pub const SCRIPT_SLICE_US: u64 = 2_000;
+
 /// Replica ids of successive incarnations of one host are this far apart (more hosts than this
 /// would make ids collide; worlds have at most 5 nodes).
 pub const ID_STRIDE: u32 = 100;
@@ -61,6 +66,19 @@ impl Host {
             hz,
             cluster_size,
         }
+    }
+
+    /// Virtual time at which the node wants its timers fired (None while crashed or with no
+    /// timer): its deadline on its own clock, and while a script runs in slices no earlier
+    /// than one slice from `now`.
+    pub fn timer_due(&self, now: u64) -> Option<u64> {
+        let node = self.node.as_ref()?;
+        let v = self.clock.virtual_at(node.poll_timeout()?.0, now);
+        Some(if node.script_running() {
+            v.max(now + SCRIPT_SLICE_US)
+        } else {
+            v
+        })
     }
 
     /// The replica id of incarnation `incarnation` (1 for the first start) of host `host`.

@@ -761,10 +761,9 @@ impl World {
         if !host.running() {
             return;
         }
-        let Some(t) = host.node.as_ref().and_then(|n| n.poll_timeout()) else {
+        let Some(v) = host.timer_due(now) else {
             return;
         };
-        let v = host.clock.virtual_at(t.0, now);
         if host.timer_at == Some(v) {
             return;
         }

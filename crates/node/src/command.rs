@@ -125,11 +125,7 @@ impl<'a> Call<'a> {
     /// Like [`Call::error`] for a message holding arbitrary bytes (echoed user input).
     pub fn error_bytes(&mut self, message: &[u8]) {
         if self.error_code.is_none() {
-            let end = message
-                .iter()
-                .position(|&b| b == b' ')
-                .unwrap_or(message.len());
-            self.error_code = Some(String::from_utf8_lossy(&message[..end]).into_owned());
+            self.error_code = Some(error_code(message));
         }
         self.out.error(message);
     }
@@ -150,6 +146,16 @@ impl<'a> Call<'a> {
     pub fn failed(&self) -> bool {
         self.error_code.is_some()
     }
+}
+
+/// The code of an error reply (its first word: `ERR`, `WRONGTYPE`, ...), as error statistics
+/// count it.
+pub fn error_code(message: &[u8]) -> String {
+    let end = message
+        .iter()
+        .position(|&b| b == b' ')
+        .unwrap_or(message.len());
+    String::from_utf8_lossy(&message[..end]).into_owned()
 }
 
 /// Case-insensitive lookup over all command tables, by binary search on lowercase names.

@@ -35,6 +35,16 @@ const POLICIES: &[&str] = &[
 /// (name, default, kind). Names are lowercase, as Redis reports them.
 const PARAMS: &[(&str, &str, Kind)] = &[
     ("activedefrag", "no", Kind::Bool),
+    // Milliseconds a script runs before other clients get BUSY (Redis 7's name; the older
+    // lua-time-limit is an alias).
+    (
+        "busy-reply-threshold",
+        "5000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("active-expire-effort", "1", Kind::Int { min: 1, max: 10 }),
     (
         "appendfsync",
@@ -110,15 +120,6 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         "-2",
         Kind::Int {
             min: i64::MIN,
-            max: i64::MAX,
-        },
-    ),
-    // Accepted for Redis's test suite; Lattice runs no scripts.
-    (
-        "lua-time-limit",
-        "5000",
-        Kind::Int {
-            min: 0,
             max: i64::MAX,
         },
     ),
@@ -212,6 +213,7 @@ const PARAMS: &[(&str, &str, Kind)] = &[
 /// Old names Redis 7.0 still accepts, as (alias, name). Both answer CONFIG GET; setting either
 /// sets the one value.
 const ALIASES: &[(&str, &str)] = &[
+    ("lua-time-limit", "busy-reply-threshold"),
     ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
     ("hash-max-ziplist-value", "hash-max-listpack-value"),
     ("list-max-ziplist-size", "list-max-listpack-size"),
@@ -225,6 +227,8 @@ pub struct Config {
     values: BTreeMap<&'static str, String>,
     pub maxclients: u64,
     pub hz: u64,
+    /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
+    pub busy_reply_threshold_ms: u64,
     pub proto_max_bulk_len: u64,
     /// Close clients idle for this long; 0 never.
     pub timeout_s: u64,
@@ -248,6 +252,7 @@ impl Default for Config {
             values: PARAMS.iter().map(|(n, d, _)| (*n, d.to_string())).collect(),
             maxclients: 0,
             hz: 0,
+            busy_reply_threshold_ms: 0,
             proto_max_bulk_len: 0,
             timeout_s: 0,
             maxmemory_bytes: 0,
@@ -373,6 +378,7 @@ impl Config {
         let int = |c: &Config, n: &str| c.values[n].parse::<i64>().unwrap_or(0).max(0) as u64;
         self.maxclients = int(self, "maxclients");
         self.hz = int(self, "hz").max(1);
+        self.busy_reply_threshold_ms = int(self, "busy-reply-threshold");
         self.proto_max_bulk_len = int(self, "proto-max-bulk-len");
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
@@ -426,5 +432,11 @@ mod tests {
         c.set("zset-max-ziplist-entries", "7").unwrap();
         assert_eq!(c.get("zset-max-listpack-entries"), Some("7"));
         assert_eq!(c.matching(b"zset-max-*-entries").len(), 2);
+        assert_eq!(c.busy_reply_threshold_ms, 5000);
+        c.set("lua-time-limit", "10").unwrap();
+        assert_eq!(c.busy_reply_threshold_ms, 10);
+        assert_eq!(c.get("busy-reply-threshold"), Some("10"));
+        assert_eq!(c.get("lua-time-limit"), Some("10"));
+        assert!(c.set("busy-reply-threshold", "-1").is_err());
     }
 }

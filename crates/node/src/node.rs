@@ -97,6 +97,11 @@ const ALLOWED_WHILE_SUBSCRIBED: &[&str] = &[
     "quit",
     "reset",
 ];
+/// Inputs held back while a script runs (client requests before busy-reply-threshold, the
+/// script caller's requests, replication messages) at most. Past it, replication messages are
+/// dropped (anti-entropy repairs them) and clients sending more are closed.
+const MAX_HELD_INPUTS: usize = 100_000;
+
 /// Commands executed at once inside MULTI instead of being queued.
 const RUN_INSIDE_MULTI: &[&str] = &["exec", "discard", "multi", "watch", "quit", "reset"];
 
@@ -139,6 +144,9 @@ pub struct Core {
     pub(crate) repl: Option<Box<Replicator>>,
     /// The Lua interpreter and script cache (EVAL, SCRIPT).
     pub(crate) scripts: crate::cmd::script::Scripts,
+    /// Inputs that arrived while a script runs and must wait until it ends, in arrival order
+    /// (see [`Node::handle`]).
+    held: VecDeque<Input>,
 }
 
 impl Core {
@@ -281,16 +289,7 @@ impl Core {
         let in_multi = self.clients.get(&conn).is_some_and(|c| c.multi.is_some());
         match resolve(self, args) {
             Err(message) if args[0].eq_ignore_ascii_case(b"exec") => {
-                // A rejected EXEC (wrong arity) aborts the transaction outright, in or out of
-                // MULTI, as Redis's execCommandAbort does.
-                let reason = message.strip_prefix(b"ERR ").unwrap_or(&message);
-                let mut text = b"EXECABORT Transaction discarded because of: ".to_vec();
-                text.extend_from_slice(reason);
-                if let Some(c) = self.clients.get_mut(&conn) {
-                    c.multi = None;
-                }
-                crate::cmd::tx::unwatch_all(self, conn);
-                call.error_bytes(&text);
+                self.abort_exec(&mut call, &message);
             }
             Err(message) => {
                 if in_multi {
@@ -334,6 +333,26 @@ impl Core {
                         m.errored = true;
                     }
                     call.error(crate::cmd::server::NOT_IN_MULTI);
+                } else if self.scripts.running.as_ref().is_some_and(|r| r.timed_out)
+                    && !spec.flags.contains(&"allow-busy")
+                {
+                    // A script is past busy-reply-threshold: refused like Redis's
+                    // rejectCommand, which also dooms a transaction being queued.
+                    self.stats
+                        .commands
+                        .entry(spec.name)
+                        .or_default()
+                        .rejected_calls += 1;
+                    let busy = crate::cmd::script::BUSY.as_bytes();
+                    if spec.name == "exec" {
+                        self.abort_exec(&mut call, busy);
+                    } else {
+                        if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut())
+                        {
+                            m.errored = true;
+                        }
+                        call.error_bytes(busy);
+                    }
                 } else if in_multi && !RUN_INSIDE_MULTI.contains(&spec.name) {
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                         m.queued.push((spec, args.to_vec()));
@@ -348,6 +367,19 @@ impl Core {
             self.stats.total_error_replies += 1;
             *self.stats.errors.entry(code).or_insert(0) += 1;
         }
+    }
+
+    /// A refused EXEC aborts the transaction outright, in or out of MULTI, as Redis's
+    /// execCommandAbort does: `EXECABORT ... because of: <reason>`.
+    fn abort_exec(&mut self, call: &mut Call, message: &[u8]) {
+        let reason = message.strip_prefix(b"ERR ").unwrap_or(message);
+        let mut text = b"EXECABORT Transaction discarded because of: ".to_vec();
+        text.extend_from_slice(reason);
+        if let Some(c) = self.clients.get_mut(&call.conn) {
+            c.multi = None;
+        }
+        crate::cmd::tx::unwatch_all(self, call.conn);
+        call.error_bytes(&text);
     }
 
     /// Calls the handler of `spec` and accounts for it.
@@ -431,6 +463,7 @@ impl Node {
             next_cron_ms: now_ms,
             repl,
             scripts: crate::cmd::script::Scripts::new(),
+            held: VecDeque::new(),
         };
         Node { core }
     }
@@ -451,8 +484,117 @@ impl Node {
         }
     }
 
+    /// Handles one input. While a script is suspended between slices, inputs that could
+    /// observe or change the keyspace wait in arrival order until it ends, as Redis's clients
+    /// wait while a script runs: client requests until the script passes busy-reply-threshold
+    /// (then they are served, and refused with BUSY unless `allow-busy`), the script caller's
+    /// own requests and replication messages until the end.
     pub fn handle(&mut self, now: Micros, input: Input) {
         self.advance(now);
+        self.take_input(input);
+    }
+
+    fn take_input(&mut self, input: Input) {
+        if self.core.scripts.running.is_some() {
+            self.input_during_script(input);
+        } else {
+            self.apply(input);
+        }
+    }
+
+    fn input_during_script(&mut self, input: Input) {
+        self.check_script_threshold();
+        let Some(run) = self.core.scripts.running.as_mut() else {
+            return self.apply(input);
+        };
+        let conn = match &input {
+            // No keyspace involved: served at once.
+            Input::Connected { .. } | Input::ProcessStats(_) => return self.apply(input),
+            Input::Request { conn, .. }
+            | Input::ProtocolError { conn, .. }
+            | Input::Closed { conn } => Some(*conn),
+            Input::PeerUp { .. } | Input::PeerDown { .. } | Input::PeerMessage { .. } => None,
+        };
+        if run.timed_out && conn.is_some_and(|c| c != run.caller) {
+            return self.apply(input);
+        }
+        if self.core.held.len() >= MAX_HELD_INPUTS {
+            match (&input, conn) {
+                (Input::PeerMessage { .. }, _) => return,
+                (Input::Request { .. }, Some(c)) if c == run.caller => {
+                    run.close_caller = true;
+                    return;
+                }
+                (Input::Request { .. }, Some(c)) => return self.core.close_client(c),
+                _ => {}
+            }
+        }
+        self.core.held.push_back(input);
+    }
+
+    /// Once the running script is past busy-reply-threshold on the node's clock, the client
+    /// inputs held back for it are served (and mostly refused with BUSY); the caller's and the
+    /// replication messages keep waiting.
+    fn check_script_threshold(&mut self) {
+        let now = self.core.now;
+        let threshold_us = self
+            .core
+            .config
+            .busy_reply_threshold_ms
+            .saturating_mul(1000);
+        let Some(run) = self.core.scripts.running.as_mut() else {
+            return;
+        };
+        if run.timed_out || now.0.saturating_sub(run.started.0) < threshold_us {
+            return;
+        }
+        run.timed_out = true;
+        let caller = run.caller;
+        for input in std::mem::take(&mut self.core.held) {
+            let other_client = match &input {
+                Input::Request { conn, .. }
+                | Input::ProtocolError { conn, .. }
+                | Input::Closed { conn } => *conn != caller,
+                _ => false,
+            };
+            if other_client {
+                self.apply(input);
+            } else {
+                self.core.held.push_back(input);
+            }
+        }
+    }
+
+    /// Runs the suspended script's next slice; when it ends, replies to its caller and lets
+    /// everything held back in, in order.
+    fn continue_script(&mut self) {
+        self.check_script_threshold();
+        let Some(done) = crate::cmd::script::continue_script(&mut self.core) else {
+            return;
+        };
+        let core = &mut self.core;
+        if done.reply.is_some() {
+            let mut code = None;
+            core.write_to(done.caller, |w| code = done.write(w));
+            if let Some(code) = code {
+                core.stats.total_error_replies += 1;
+                *core.stats.errors.entry(code).or_insert(0) += 1;
+            }
+        }
+        if done.close {
+            core.close_client(done.caller);
+        }
+        self.serve_ready_keys();
+        for conn in std::mem::take(&mut self.core.released) {
+            self.run_queued(conn);
+        }
+        // A held request may start another long script: the rest is then held again.
+        for input in std::mem::take(&mut self.core.held) {
+            self.take_input(input);
+        }
+    }
+
+    fn apply(&mut self, input: Input) {
         if matches!(
             input,
             Input::PeerUp { .. } | Input::PeerDown { .. } | Input::PeerMessage { .. }
@@ -611,6 +753,11 @@ impl Node {
 
     /// Offers changed keys to parked clients, first come first served, until nothing changes.
     fn serve_ready_keys(&mut self) {
+        if self.core.scripts.running.is_some() {
+            // Keys a script changed are offered once it has ended, as Redis does after the
+            // whole command: a parked client must not see (or pop) its half-done state.
+            return;
+        }
         // Each retry that succeeds consumes data; a retry can also make other keys ready
         // (BLMOVE pushes), so loop until quiet. Bounded: every successful retry releases a
         // client, and a key is only re-offered after a further change.
@@ -660,6 +807,11 @@ impl Node {
     /// Runs due timers: blocking timeouts, active expiry, statistics, idle-client timeouts.
     pub fn handle_timeout(&mut self, now: Micros) {
         self.advance(now);
+        if self.core.scripts.running.is_some() {
+            // No other timer runs in the middle of a script (Redis runs none either): expiry
+            // or a blocking timeout would break its atomicity.
+            return self.continue_script();
+        }
         let now_ms = self.core.now.as_millis();
         self.expire_blocked(now_ms);
         self.core.settle_captures();
@@ -723,6 +875,10 @@ impl Node {
     /// The earliest time the node wants [`Node::handle_timeout`] called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Micros> {
+        if self.core.scripts.running.is_some() {
+            // The next slice, at once (the driver serves what arrived meanwhile first).
+            return Some(self.core.now);
+        }
         let cron = self.core.next_cron_ms;
         let mut next = match self.core.next_block_deadline_ms() {
             Some(d) => cron.min(d),
@@ -732,6 +888,14 @@ impl Node {
             next = next.min(r.next_deadline_ms());
         }
         Some(Micros::from_millis(next))
+    }
+
+    /// True while a script is suspended between slices: [`Node::poll_timeout`] then asks for
+    /// the next slice at once. A driver should let other inputs in before it (the server
+    /// yields to its connection tasks), and a simulator charges the slice virtual time.
+    #[must_use]
+    pub fn script_running(&self) -> bool {
+        self.core.scripts.running.is_some()
     }
 
     /// The next effect for the driver to carry out, or `None` when there is nothing to do.
@@ -766,8 +930,11 @@ impl Node {
                 return Some(Output::Close { conn });
             }
         }
+        // A script's effects go to the peers together, once it has ended.
         let now_ms = core.now.as_millis();
-        if core.repl.as_ref().is_some_and(|r| r.flush_ready(now_ms)) {
+        if core.scripts.running.is_none()
+            && core.repl.as_ref().is_some_and(|r| r.flush_ready(now_ms))
+        {
             core.settle_captures();
             if let Some(r) = core.repl.as_mut() {
                 r.flush(now_ms);
@@ -818,6 +985,10 @@ impl Node {
         let core = &self.core;
         core.db.check_invariants();
         core.check_replica_invariants();
+        assert!(
+            core.scripts.running.is_some() || core.held.is_empty(),
+            "inputs held back with no script running"
+        );
         for conn in &core.pending {
             if let Some(c) = core.clients.get(conn) {
                 assert!(c.pending, "queued connection not flagged pending");

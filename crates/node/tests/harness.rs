@@ -94,6 +94,22 @@ impl Harness {
         self.drain();
     }
 
+    /// Fires the node's timers at the current time (one slice of a running script).
+    pub fn tick(&mut self) {
+        self.advance(0);
+    }
+
+    /// Ticks until no script is running; returns how many slices that took.
+    pub fn finish_script(&mut self) -> usize {
+        let mut slices = 0;
+        while self.node.script_running() {
+            self.tick();
+            slices += 1;
+            assert!(slices < 100_000, "script never ended");
+        }
+        slices
+    }
+
     pub fn is_closed(&self, id: u64) -> bool {
         self.closed.contains(&id)
     }

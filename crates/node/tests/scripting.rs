@@ -178,13 +178,9 @@ fn sandbox_has_no_io_and_protects_globals() {
 }
 
 #[test]
-fn runaway_scripts_are_stopped_even_inside_pcall() {
+fn scripts_that_cannot_be_suspended_are_stopped_by_the_budget() {
     let mut h = node();
-    let r = h.cmd(1, &["EVAL", "while true do end", "0"]);
-    assert!(
-        r.starts_with("-ERR Script exceeded its execution budget"),
-        "{r}"
-    );
+    // Lua 5.1 cannot suspend a coroutine inside pcall: the instruction budget stops it.
     let r = h.cmd(
         1,
         &[
@@ -197,8 +193,215 @@ fn runaway_scripts_are_stopped_even_inside_pcall() {
         r.starts_with("-ERR Script exceeded its execution budget"),
         "{r}"
     );
+    // Inside EXEC a script is never suspended (EXEC answers as one reply).
+    assert_eq!(h.cmd(1, &["MULTI"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["EVAL", "while true do end", "0"]), "+QUEUED\r\n");
+    let r = h.cmd(1, &["EXEC"]);
+    assert!(
+        r.starts_with("*1\r\n-ERR Script exceeded its execution budget"),
+        "{r}"
+    );
     // The node goes on serving.
     assert_eq!(h.cmd(1, &["EVAL", "return 2", "0"]), ":2\r\n");
+}
+
+const BUSY: &str =
+    "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+const FOREVER: &str = "while true do end";
+
+/// A node with clients 1..=3 and busy-reply-threshold at 100 ms.
+fn busy_node() -> Harness {
+    let mut h = node();
+    h.connect(2);
+    h.connect(3);
+    assert_eq!(
+        h.cmd(2, &["CONFIG", "SET", "lua-time-limit", "100"]),
+        "+OK\r\n"
+    );
+    h
+}
+
+#[test]
+fn busy_threshold_is_configurable_under_both_names() {
+    let mut h = node();
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "SET", "busy-reply-threshold", "250"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "GET", "lua-time-limit"]),
+        "*2\r\n$14\r\nlua-time-limit\r\n$3\r\n250\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "GET", "busy-reply-threshold"]),
+        "*2\r\n$20\r\nbusy-reply-threshold\r\n$3\r\n250\r\n"
+    );
+    assert!(h
+        .cmd(1, &["CONFIG", "SET", "lua-time-limit", "soon"])
+        .starts_with("-ERR CONFIG SET failed"));
+}
+
+#[test]
+fn long_script_makes_others_wait_then_answers_busy_after_the_threshold() {
+    let mut h = busy_node();
+    assert_eq!(h.cmd(1, &["EVAL", FOREVER, "0"]), "");
+    assert!(h.node.script_running());
+    // Younger than the threshold on the node's clock: other clients simply wait.
+    assert_eq!(h.cmd(2, &["PING"]), "");
+    h.advance(60);
+    assert_eq!(h.take(2), "");
+    // Past it: what waited is answered BUSY, and so is every new command...
+    h.advance(60);
+    assert_eq!(h.take(2), BUSY);
+    assert_eq!(h.cmd(3, &["GET", "x"]), BUSY);
+    // ... but not the caller's own requests, which wait for its reply.
+    assert_eq!(h.cmd(1, &["PING"]), "");
+    // SCRIPT KILL stops a script that wrote nothing: OK for the killer, the Redis error for
+    // the caller, then the caller's waiting PING.
+    assert_eq!(h.cmd(3, &["SCRIPT", "KILL"]), "+OK\r\n");
+    h.tick();
+    assert!(!h.node.script_running());
+    let sha = lattice_node::cmd::script::sha1_hex(FOREVER.as_bytes());
+    assert_eq!(
+        h.take(1),
+        format!(
+            "-ERR Script killed by user with SCRIPT KILL... script: {sha}, on @user_script:1.\r\n+PONG\r\n"
+        )
+    );
+    assert_eq!(h.cmd(2, &["PING"]), "+PONG\r\n");
+    assert_eq!(
+        h.cmd(2, &["SCRIPT", "KILL"]),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    let stats = h.cmd(2, &["INFO", "errorstats"]);
+    assert!(stats.contains("errorstat_BUSY:count=2"), "{stats}");
+}
+
+#[test]
+fn a_script_stays_atomic_across_slices() {
+    let mut h = busy_node();
+    h.cmd(2, &["SET", "x", "before"]);
+    let script = "local a = redis.call('get', 'x') \
+                  local i = 0 while i < 3000000 do i = i + 1 end \
+                  return {a, redis.call('get', 'x'), i}";
+    assert_eq!(h.cmd(1, &["EVAL", script, "0"]), "");
+    // Arrives mid-script, before the threshold: it waits, it does not slip in.
+    assert_eq!(h.cmd(2, &["SET", "x", "during"]), "");
+    let slices = h.finish_script();
+    assert!(slices > 1, "{slices}");
+    assert_eq!(
+        h.take(1),
+        "*3\r\n$6\r\nbefore\r\n$6\r\nbefore\r\n:3000000\r\n"
+    );
+    assert_eq!(h.take(2), "+OK\r\n");
+    assert_eq!(h.cmd(2, &["GET", "x"]), "$6\r\nduring\r\n");
+}
+
+#[test]
+fn parked_clients_see_a_script_only_once_it_has_ended() {
+    let mut h = busy_node();
+    assert_eq!(h.cmd(2, &["BLPOP", "q", "0"]), "");
+    let script = "redis.call('rpush', 'q', 'a') \
+                  local i = 0 while i < 3000000 do i = i + 1 end \
+                  redis.call('del', 'q') return i";
+    assert_eq!(h.cmd(1, &["EVAL", script, "0"]), "");
+    h.finish_script();
+    assert_eq!(h.take(1), ":3000000\r\n");
+    // The push was undone before the script ended: the parked client got nothing.
+    assert_eq!(h.take(2), "");
+    assert_eq!(h.cmd(3, &["RPUSH", "q", "b"]), ":1\r\n");
+    assert_eq!(h.take(2), "*2\r\n$1\r\nq\r\n$1\r\nb\r\n");
+}
+
+#[test]
+fn a_script_that_wrote_cannot_be_killed() {
+    let mut h = busy_node();
+    let script = "redis.call('set', 'x', 'mine') \
+                  local i = 0 while i < 5000000 do i = i + 1 end return i";
+    assert_eq!(h.cmd(1, &["EVAL", script, "0"]), "");
+    h.advance(150);
+    assert_eq!(
+        h.cmd(2, &["SCRIPT", "KILL"]),
+        "-UNKILLABLE Sorry the script already executed write commands against the dataset. \
+         You can either wait the script termination or kill the server in a hard way using the \
+         SHUTDOWN NOSAVE command.\r\n"
+    );
+    assert_eq!(h.cmd(2, &["GET", "x"]), BUSY);
+    h.finish_script();
+    assert_eq!(h.take(1), ":5000000\r\n");
+    assert_eq!(h.cmd(2, &["GET", "x"]), "$4\r\nmine\r\n");
+}
+
+/// Starts an endless script from client 1 and lets the node pass the threshold.
+fn start_busy_script(h: &mut Harness) {
+    assert_eq!(h.cmd(1, &["EVAL", FOREVER, "0"]), "");
+    h.advance(200);
+}
+
+/// Kills the endless script from client 3 and checks client 1 got the kill error.
+fn kill_busy_script(h: &mut Harness) {
+    assert_eq!(h.cmd(3, &["SCRIPT", "KILL"]), "+OK\r\n");
+    h.tick();
+    assert!(h.take(1).starts_with("-ERR Script killed by user"));
+}
+
+#[test]
+fn multi_during_a_busy_script_is_doomed_by_the_refused_command() {
+    // Redis's "MULTI and script timeout".
+    let mut h = busy_node();
+    h.cmd(2, &["SET", "xx", "1"]);
+    start_busy_script(&mut h);
+    assert_eq!(h.cmd(2, &["MULTI"]), "+OK\r\n");
+    assert_eq!(h.cmd(2, &["INCR", "xx"]), BUSY);
+    kill_busy_script(&mut h);
+    assert_eq!(h.cmd(2, &["INCR", "xx"]), "+QUEUED\r\n");
+    assert_eq!(
+        h.cmd(2, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(h.cmd(2, &["GET", "xx"]), "$1\r\n1\r\n");
+    assert_eq!(h.cmd(2, &["PING", "asdf"]), "$4\r\nasdf\r\n");
+}
+
+#[test]
+fn exec_during_a_busy_script_aborts_the_transaction() {
+    // Redis's "EXEC and script timeout" and "just EXEC and script timeout".
+    for extra_incr in [true, false] {
+        let mut h = busy_node();
+        h.cmd(2, &["SET", "xx", "1"]);
+        assert_eq!(h.cmd(2, &["MULTI"]), "+OK\r\n");
+        assert_eq!(h.cmd(2, &["INCR", "xx"]), "+QUEUED\r\n");
+        start_busy_script(&mut h);
+        if extra_incr {
+            assert_eq!(h.cmd(2, &["INCR", "xx"]), BUSY);
+        }
+        assert_eq!(
+            h.cmd(2, &["EXEC"]),
+            "-EXECABORT Transaction discarded because of: BUSY Redis is busy running a script. \
+             You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+        );
+        kill_busy_script(&mut h);
+        assert_eq!(h.cmd(2, &["GET", "xx"]), "$1\r\n1\r\n");
+        // No longer in MULTI.
+        assert_eq!(h.cmd(2, &["PING", "asdf"]), "$4\r\nasdf\r\n");
+    }
+}
+
+#[test]
+fn queued_body_during_a_busy_script_is_discarded_at_exec() {
+    // Redis's "MULTI-EXEC body and script timeout".
+    let mut h = busy_node();
+    h.cmd(2, &["SET", "xx", "1"]);
+    assert_eq!(h.cmd(2, &["MULTI"]), "+OK\r\n");
+    assert_eq!(h.cmd(2, &["INCR", "xx"]), "+QUEUED\r\n");
+    start_busy_script(&mut h);
+    assert_eq!(h.cmd(2, &["INCR", "xx"]), BUSY);
+    kill_busy_script(&mut h);
+    assert_eq!(
+        h.cmd(2, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(h.cmd(2, &["GET", "xx"]), "$1\r\n1\r\n");
 }
 
 #[test]

@@ -380,12 +380,12 @@ async fn run(s: Settings) -> Result<(), String> {
     Ok(())
 }
 
-/// Drives the node's timers (active expiry, statistics, idle timeouts) and refreshes process
-/// figures for INFO.
+/// Drives the node's timers (active expiry, statistics, idle timeouts, the slices of a long
+/// script) and refreshes process figures for INFO.
 async fn timer_task(shared: Arc<Shared>) {
     let mut last_stats_us = 0u64;
     loop {
-        let deadline_us = {
+        let (deadline_us, script_running) = {
             let mut host = shared.host.lock();
             let now = host.now();
             if now.0.saturating_sub(last_stats_us) >= 1_000_000 {
@@ -399,8 +399,14 @@ async fn timer_task(shared: Arc<Shared>) {
             // Wake at least every 100 ms for the process figures.
             let next = next.min(now.0 + 100_000);
             shared.timer_deadline_us.store(next, Ordering::Relaxed);
-            next.saturating_sub(now.0)
+            (next.saturating_sub(now.0), host.node.script_running())
         };
+        if script_running {
+            // A long script runs slice by slice from here: let the connection tasks take the
+            // lock in between (their requests wait or get BUSY), then run the next slice.
+            tokio::task::yield_now().await;
+            continue;
+        }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_micros(deadline_us)) => {}
             _ = shared.timer_wake.notified() => {}

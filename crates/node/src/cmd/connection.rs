@@ -34,7 +34,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "hello",
         -1,
-        &["no-auth", "fast"],
+        &["no-auth", "fast", "allow-busy"],
         (0, 0, 0),
         CONN,
         "6.0.0",
@@ -44,7 +44,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "auth",
         -2,
-        &["no-auth", "fast"],
+        &["no-auth", "fast", "allow-busy"],
         (0, 0, 0),
         CONN,
         "1.0.0",
@@ -54,7 +54,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "quit",
         -1,
-        &["no-auth", "fast"],
+        &["no-auth", "fast", "allow-busy"],
         (0, 0, 0),
         CONN,
         "1.0.0",
@@ -64,7 +64,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "reset",
         1,
-        &["no-auth", "fast"],
+        &["no-auth", "fast", "allow-busy"],
         (0, 0, 0),
         CONN,
         "6.2.0",

@@ -11,40 +11,58 @@
 //!
 //! `redis.call` / `redis.pcall` run commands through the same handlers as clients, with
 //! `Core::run_handler` (so replication captures each command's effect and keyspace events
-//! fire), marked as inside EXEC so that blocking commands answer at once. A script is atomic
-//! because the node runs one input at a time.
+//! fire), marked as inside EXEC so that blocking commands answer at once. Every command a
+//! script runs sees the time the script started, as in Redis.
 //!
-//! Bounds: a script runs at most [`INSTRUCTION_BUDGET`] Lua VM instructions and may hold at
-//! most [`MEMORY_LIMIT_BYTES`] of Lua memory; past either it is stopped with an error. Redis
-//! instead lets a script run forever, answering BUSY to other clients until SCRIPT KILL; the
-//! node cannot serve other inputs in the middle of a handler, so a bound is what keeps a
-//! runaway script from hanging it (see docs/ARCHITECTURE.md §13). The script cache is bounded
-//! too ([`MAX_CACHED_SCRIPTS`], [`MAX_CACHED_BYTES`]).
+//! Long scripts (Redis's busy scripts): a script runs as a Lua coroutine in slices of
+//! [`SLICE_INSTRUCTIONS`]; the count hook suspends it at the end of a slice
+//! ([`coroutine`]). If it has not finished, the EVAL handler returns without a reply and the
+//! node keeps it as [`Running`]; the node asks for an immediate timer and resumes the next
+//! slice from `handle_timeout`. In between, the node stays atomic: other clients' inputs are
+//! held back in arrival order while the script is younger than `busy-reply-threshold` on the
+//! node's clock (as Redis's clients simply wait), and after that they are answered `-BUSY`,
+//! except the `allow-busy` commands (SCRIPT KILL, MULTI, DISCARD, WATCH, ...). SCRIPT KILL
+//! ends a script that has not run a write command (the caller gets "Script killed by user");
+//! one that wrote answers UNKILLABLE, since its effects cannot be undone. Replication messages
+//! and the caller's own later requests wait until the script ends; no timer (expiry, blocking
+//! timeouts) runs in between. See docs/ARCHITECTURE.md §13.
+//!
+//! Bounds: Lua 5.1 cannot suspend a coroutine inside a C call (`pcall`, a sort comparator, a
+//! metamethod), so a script may run at most [`INSTRUCTION_BUDGET`] instructions without being
+//! suspended, and is stopped with an error past that; a script inside MULTI/EXEC is never
+//! suspended (EXEC answers as one reply), so the same bound is its whole budget. A script may
+//! hold at most [`MEMORY_LIMIT_BYTES`] of Lua memory. The script cache is bounded too
+//! ([`MAX_CACHED_SCRIPTS`], [`MAX_CACHED_BYTES`]).
 
+mod coroutine;
+
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use lattice_resp::{decode_frame, Frame, Protocol, ReplyWriter};
-use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue, VmState,
-};
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, Value as LuaValue};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
-use crate::client::ConnId;
+use crate::client::{ConnId, ReplyMode};
 use crate::command::{find_subcommand, spec, Call, CommandSpec};
 use crate::node::{Core, Micros};
 
 const SCRIPTING: &str = "scripting";
 
-/// Lua VM instructions between two checks of the budget: cheap enough to be invisible
-/// (one callback per 10,000 instructions) and fine enough to stop a loop promptly.
+/// Lua VM instructions between two calls of the count hook: cheap enough to be invisible
+/// (one callback per 10,000 instructions) and fine enough to suspend or stop a loop promptly.
 const HOOK_STEP: u32 = 10_000;
-/// Instructions one script may execute: about two seconds of a tight loop on a current core.
-/// Chosen to be far above what a legitimate script does inside one atomic step.
+/// Instructions in one slice of a script: a few milliseconds of a tight loop, so a long script
+/// notices SCRIPT KILL and lets BUSY replies out within milliseconds, while a short script
+/// (nearly every one) finishes inside its first slice, in the EVAL handler itself.
+pub const SLICE_INSTRUCTIONS: u64 = 1_000_000;
+/// Instructions a script may execute without being suspended: about two seconds of a tight
+/// loop on a current core. Only code Lua cannot suspend (inside `pcall`, a comparator, a
+/// metamethod) or a script inside EXEC can get this far.
 pub const INSTRUCTION_BUDGET: u64 = 500_000_000;
 /// Lua heap limit: a script building huge tables gets an error instead of exhausting memory.
 pub const MEMORY_LIMIT_BYTES: usize = 512 << 20;
@@ -56,18 +74,47 @@ pub const MAX_CACHED_BYTES: usize = 256 << 20;
 /// otherwise recurse forever).
 const MAX_REPLY_DEPTH: usize = 1000;
 
-const KILLED: &str = "ERR Script exceeded its execution budget and was stopped (a script may run at most 500000000 Lua instructions)";
+/// Redis's reply to other clients while a script runs past busy-reply-threshold.
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// What the caller of a script stopped by SCRIPT KILL gets (before the location).
+const KILLED_BY_USER: &str = "ERR Script killed by user with SCRIPT KILL...";
 
 /// The interpreter and the script cache of one node.
 pub struct Scripts {
     lua: Lua,
     cache: BTreeMap<String, Cached>,
     cache_bytes: usize,
-    /// Budget checks done by the running script (in units of [`HOOK_STEP`] instructions).
-    steps: Arc<AtomicU64>,
-    /// Set once the running script is over budget: every later check fails, and the wrapped
-    /// `pcall`/`xpcall` re-raise, so the script cannot swallow its own stop.
-    killed: Arc<AtomicBool>,
+    /// Shared with the count hook (which finds it through the registry).
+    hook: Arc<coroutine::HookState>,
+    /// The start-up check of the coroutine machinery passed: scripts may be suspended.
+    can_suspend: bool,
+    /// The script in progress between two slices, if any.
+    pub(crate) running: Option<Running>,
+}
+
+/// A script suspended between two slices, and what the node needs to finish it.
+pub(crate) struct Running {
+    thread: Thread,
+    /// The connection that sent EVAL: it gets the reply when the script ends, and its later
+    /// requests wait until then.
+    pub(crate) caller: ConnId,
+    sha: String,
+    read_only: bool,
+    rng: ChaCha8Rng,
+    /// The node's time when the script started: commands inside it see this time, and
+    /// busy-reply-threshold counts from it.
+    pub(crate) started: Micros,
+    /// A write command ran: SCRIPT KILL refuses, since the effects cannot be undone.
+    pub(crate) wrote: bool,
+    /// SCRIPT KILL accepted: the script ends instead of running its next slice.
+    pub(crate) killed: bool,
+    /// Past busy-reply-threshold: other clients get BUSY.
+    pub(crate) timed_out: bool,
+    /// The caller asked for no reply (CLIENT REPLY OFF or SKIP).
+    silent: bool,
+    /// The caller overflowed the requests held back for it: closed once the script ends.
+    pub(crate) close_caller: bool,
 }
 
 struct Cached {
@@ -99,7 +146,6 @@ pcall = function(...) return checked(rawpcall(...)) end
 xpcall = function(f, h)
   return checked(rawxpcall(f, function(e) return h(unwrap(e)) end))
 end
-__lattice_run = function(f, handler) return rawxpcall(f, handler) end
 local mt = {}
 mt.__index = function(_, name)
   error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
@@ -125,14 +171,19 @@ impl Scripts {
         for name in ["loadfile", "dofile", "print", "gcinfo", "newproxy"] {
             g.raw_set(name, LuaValue::Nil)?;
         }
-        let steps = Arc::new(AtomicU64::new(0));
-        let killed = Arc::new(AtomicBool::new(false));
-        let k = killed.clone();
+        let hook = Arc::new(coroutine::HookState::new(
+            INSTRUCTION_BUDGET / HOOK_STEP as u64,
+        ));
+        coroutine::register(&lua, &hook)?;
+        let h = hook.clone();
         g.raw_set(
             "__lattice_killed",
-            lua.create_function(move |_, ()| Ok(k.load(Ordering::Relaxed)))?,
+            lua.create_function(move |_, ()| Ok(h.stopped()))?,
         )?;
-        g.raw_set("__lattice_kill_message", KILLED)?;
+        g.raw_set(
+            "__lattice_kill_message",
+            coroutine::STOP_MESSAGE.to_str().expect("ascii"),
+        )?;
         g.raw_set(
             "__lattice_unwrap",
             lua.create_function(|lua, v: LuaValue| unwrap_call_error(lua, v))?,
@@ -228,26 +279,16 @@ impl Scripts {
                 f.call::<()>(args)
             })?,
         )?;
+        // Before the prelude wraps `pcall`: the probe counts the C calls of the raw one.
+        let can_suspend = coroutine::layout_matches(&lua);
         lua.load(PRELUDE).set_name("=prelude").exec()?;
-
-        let (s, kk) = (steps.clone(), killed.clone());
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_STEP),
-            move |_, _| {
-                let n = s.fetch_add(1, Ordering::Relaxed) + 1;
-                if n.saturating_mul(HOOK_STEP as u64) > INSTRUCTION_BUDGET {
-                    kk.store(true, Ordering::Relaxed);
-                    return Err(mlua::Error::runtime(KILLED));
-                }
-                Ok(VmState::Continue)
-            },
-        )?;
         Ok(Scripts {
             lua,
             cache: BTreeMap::new(),
             cache_bytes: 0,
-            steps,
-            killed,
+            hook,
+            can_suspend,
+            running: None,
         })
     }
 
@@ -381,10 +422,73 @@ fn eval_generic(core: &mut Core, call: &mut Call, by_sha: bool, read_only: bool)
     let split = 3 + numkeys as usize;
     let (keys, argv) = (&call.args[3..split], &call.args[split..]);
     let seed = core.random_u64();
-    let outcome = run_script(core, call.conn, call.now, &sha, keys, argv, read_only, seed);
-    match outcome {
-        Ok(frame) => write_frame(&mut call.out, &frame),
-        Err(message) => call.error_bytes(&message),
+    let mut run = match core
+        .scripts
+        .start(call.conn, call.now, &sha, keys, argv, read_only, seed)
+    {
+        Ok(run) => run,
+        Err(e) => return call.error_bytes(&e),
+    };
+    run.silent = core
+        .clients
+        .get(&call.conn)
+        .is_some_and(|c| matches!(c.reply_mode, ReplyMode::Off | ReplyMode::SkipThis));
+    // Inside EXEC (the only way a script runs with `in_exec`: scripts cannot call EVAL) the
+    // transaction's reply is one array, so the script must finish here.
+    let suspendable = !call.in_exec;
+    match run_slice(core, &mut run, suspendable) {
+        Some(Ok(frame)) => write_frame(&mut call.out, &frame),
+        Some(Err(message)) => call.error_bytes(&message),
+        None => core.scripts.running = Some(run),
+    }
+}
+
+/// Runs the next slice of the suspended script, or ends it if SCRIPT KILL asked. Returns the
+/// caller and its reply when the script is over (None while it goes on); the reply is `None`
+/// when the caller asked for none, and `close` says the caller must be closed after it.
+pub(crate) fn continue_script(core: &mut Core) -> Option<Finished> {
+    let mut run = core.scripts.running.take()?;
+    let outcome = if run.killed {
+        let line = core.scripts.hook.suspended_line();
+        Err(located(KILLED_BY_USER.as_bytes().to_vec(), &run.sha, line))
+    } else {
+        match run_slice(core, &mut run, true) {
+            Some(outcome) => outcome,
+            None => {
+                core.scripts.running = Some(run);
+                return None;
+            }
+        }
+    };
+    Some(Finished {
+        caller: run.caller,
+        reply: (!run.silent).then_some(outcome),
+        close: run.close_caller,
+    })
+}
+
+/// A script that ended after the EVAL handler returned.
+pub(crate) struct Finished {
+    pub(crate) caller: ConnId,
+    pub(crate) reply: Option<Result<Frame, Vec<u8>>>,
+    pub(crate) close: bool,
+}
+
+impl Finished {
+    /// Writes the reply (as `proto` requires) into `out`; returns the error code for the
+    /// error statistics if it is an error reply.
+    pub(crate) fn write(&self, out: &mut ReplyWriter) -> Option<String> {
+        match &self.reply {
+            Some(Ok(frame)) => {
+                write_frame(out, frame);
+                None
+            }
+            Some(Err(message)) => {
+                out.error(message);
+                Some(crate::command::error_code(message))
+            }
+            None => None,
+        }
     }
 }
 
@@ -420,38 +524,79 @@ fn unwrap_call_error(lua: &Lua, v: LuaValue) -> mlua::Result<LuaValue> {
     Ok(v)
 }
 
-/// Runs the cached script `sha`; the reply as a frame, or an error reply's text.
-#[allow(clippy::too_many_arguments)]
-fn run_script(
+impl Scripts {
+    /// Prepares the cached script `sha` to run for `conn`: KEYS and ARGV, RESP2 replies, a
+    /// fresh coroutine with the count hook, a fresh budget.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        conn: ConnId,
+        now: Micros,
+        sha: &str,
+        keys: &[Bytes],
+        argv: &[Bytes],
+        read_only: bool,
+        seed: u64,
+    ) -> Result<Running, Vec<u8>> {
+        let lua = &self.lua;
+        let setup = || -> mlua::Result<Thread> {
+            let g = lua.globals();
+            g.raw_set("KEYS", string_sequence(lua, keys)?)?;
+            g.raw_set("ARGV", string_sequence(lua, argv)?)?;
+            lua.set_named_registry_value("lattice.resp", 2)?;
+            lua.create_thread(self.cache[sha].func.clone())
+        };
+        let thread = setup().map_err(internal_error)?;
+        coroutine::install_hook(lua, &thread, HOOK_STEP);
+        self.hook.reset();
+        Ok(Running {
+            thread,
+            caller: conn,
+            sha: sha.to_string(),
+            read_only,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            started: now,
+            wrote: false,
+            killed: false,
+            timed_out: false,
+            silent: false,
+            close_caller: false,
+        })
+    }
+}
+
+fn string_sequence(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+fn internal_error(e: mlua::Error) -> Vec<u8> {
+    format!("ERR internal scripting error: {e}").into_bytes()
+}
+
+/// Runs `run` until it ends (its reply as a frame, or an error reply's text) or, when
+/// `suspendable`, until the count hook suspends it at the end of a slice (None).
+fn run_slice(
     core: &mut Core,
-    conn: ConnId,
-    now: Micros,
-    sha: &str,
-    keys: &[Bytes],
-    argv: &[Bytes],
-    read_only: bool,
-    seed: u64,
-) -> Result<Frame, Vec<u8>> {
+    run: &mut Running,
+    suspendable: bool,
+) -> Option<Result<Frame, Vec<u8>>> {
     let lua = core.scripts.lua.clone();
-    let func = core.scripts.cache[sha].func.clone();
-    core.scripts.steps.store(0, Ordering::Relaxed);
-    core.scripts.killed.store(false, Ordering::Relaxed);
-    let internal = |e: mlua::Error| format!("ERR internal scripting error: {e}").into_bytes();
-    let setup = (|| -> mlua::Result<()> {
-        let g = lua.globals();
-        g.raw_set(
-            "KEYS",
-            lua.create_sequence_from(keys.iter().map(|k| lua.create_string(k).expect("string")))?,
-        )?;
-        g.raw_set(
-            "ARGV",
-            lua.create_sequence_from(argv.iter().map(|k| lua.create_string(k).expect("string")))?,
-        )?;
-        lua.set_named_registry_value("lattice.resp", 2)
-    })();
-    setup.map_err(internal)?;
-    let core_cell = std::cell::RefCell::new(core);
-    let rng = std::cell::RefCell::new(ChaCha8Rng::seed_from_u64(seed));
+    let hook = core.scripts.hook.clone();
+    let slice_steps = if core.buggify.fire("script_short_slice") {
+        0
+    } else {
+        SLICE_INSTRUCTIONS / HOOK_STEP as u64
+    };
+    let suspendable = suspendable && core.scripts.can_suspend;
+    hook.arm(suspendable.then_some(&run.thread), slice_steps);
+    let (conn, now, read_only) = (run.caller, run.started, run.read_only);
+    let wrote = Cell::new(run.wrote);
+    let core_cell = RefCell::new(core);
+    let rng = RefCell::new(run.rng.clone());
     let result = lua.scope(|scope| {
         let dispatch = scope.create_function(|lua, args: MultiValue| {
             let resp = match lua.named_registry_value::<i64>("lattice.resp")? {
@@ -465,7 +610,7 @@ fn run_script(
             let mut core = core_cell
                 .try_borrow_mut()
                 .map_err(|_| mlua::Error::runtime("redis.call is not reentrant"))?;
-            match execute(&mut core, conn, now, &argv, read_only, resp) {
+            match execute(&mut core, conn, now, &argv, read_only, resp, &wrote) {
                 Ok(frame) => frame_to_lua(lua, frame, 0),
                 Err(e) => error_table(lua, e.as_bytes()),
             }
@@ -479,19 +624,22 @@ fn run_script(
         lua.set_named_registry_value("lattice.dispatch", dispatch)?;
         lua.set_named_registry_value("lattice.random", random)?;
         lua.set_named_registry_value("lattice.randomseed", randomseed)?;
-        let handler = scope.create_function(|lua, err: LuaValue| error_handler(lua, err))?;
-        let run: Function = lua.globals().raw_get("__lattice_run")?;
-        let (ok, value): (bool, LuaValue) = run.call((func.clone(), handler))?;
-        Ok(if ok {
-            lua_to_frame(&value, 0).map_err(String::into_bytes)
-        } else {
-            Err(error_text(&value, sha))
-        })
+        coroutine::resume(&lua, &run.thread)
     });
+    hook.disarm();
     for name in ["lattice.dispatch", "lattice.random", "lattice.randomseed"] {
         lua.unset_named_registry_value(name).ok();
     }
-    result.unwrap_or_else(|e| Err(internal(e)))
+    run.wrote = wrote.get();
+    run.rng = rng.into_inner();
+    Some(match result {
+        Err(e) => Err(internal_error(e)),
+        Ok(coroutine::Resumed::Suspended) => return None,
+        Ok(coroutine::Resumed::Returned(value)) => {
+            lua_to_frame(&value, 0).map_err(String::into_bytes)
+        }
+        Ok(coroutine::Resumed::Raised(err, line)) => Err(failure_text(&lua, err, line, &run.sha)),
+    })
 }
 
 /// The arguments of `redis.call`: strings and numbers only, as Redis requires.
@@ -520,6 +668,7 @@ fn execute(
     args: &[Bytes],
     read_only: bool,
     resp: Protocol,
+    wrote: &Cell<bool>,
 ) -> Result<Frame, String> {
     const UNKNOWN: &str = "ERR Unknown Redis command called from script";
     const ARITY: &str = "ERR Wrong number of args calling Redis command from script";
@@ -542,6 +691,11 @@ fn execute(
     }
     if read_only && spec.is_write() {
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
+    }
+    if spec.is_write() {
+        // As Redis: from the first write command on, SCRIPT KILL can no longer stop the
+        // script, whether or not the command changed anything.
+        wrote.set(true);
     }
     let mut buf = BytesMut::new();
     let mut sub = Call::new(conn, args, now, ReplyWriter::new(&mut buf, resp));
@@ -566,10 +720,32 @@ fn error_table(lua: &Lua, message: &[u8]) -> mlua::Result<LuaValue> {
     Ok(LuaValue::Table(t))
 }
 
-/// The `xpcall` handler: turns any error into an `{err=...}` table and records where in the
-/// user's script it happened.
-fn error_handler(lua: &Lua, err: LuaValue) -> mlua::Result<LuaValue> {
-    let t = match unwrap_call_error(lua, err)? {
+/// The error reply for a script that raised `err`, located at `line` of the user's script
+/// when known.
+fn failure_text(lua: &Lua, err: LuaValue, line: Option<i64>, sha: &str) -> Vec<u8> {
+    let table = match error_table_of(lua, err) {
+        Ok(t) => t,
+        Err(e) => return internal_error(e),
+    };
+    if let Some(line) = line {
+        table.raw_set("source", "@user_script").ok();
+        table.raw_set("line", line).ok();
+    }
+    error_text(&LuaValue::Table(table), sha)
+}
+
+/// `message` with Redis's location suffix when the line is known.
+fn located(mut message: Vec<u8>, sha: &str, line: Option<i64>) -> Vec<u8> {
+    if let Some(line) = line {
+        message.extend_from_slice(format!(" script: {sha}, on @user_script:{line}.").as_bytes());
+    }
+    message
+}
+
+/// Turns any error value into an `{err=...}` table (a `redis.call` error, a table raised by
+/// the script, or a runtime error's text, which gets the `ERR` code unless it has one).
+fn error_table_of(lua: &Lua, err: LuaValue) -> mlua::Result<Table> {
+    Ok(match unwrap_call_error(lua, err)? {
         LuaValue::Table(t) => t,
         other => {
             let text = match &other {
@@ -590,25 +766,7 @@ fn error_handler(lua: &Lua, err: LuaValue) -> mlua::Result<LuaValue> {
             }
             t
         }
-    };
-    for level in 0..64 {
-        let found = lua.inspect_stack(level, |d| {
-            let src = d.source();
-            (src.source.as_deref() == Some("@user_script")).then(|| d.current_line())
-        });
-        match found {
-            None => break,
-            Some(None) => continue,
-            Some(Some(line)) => {
-                t.raw_set("source", "@user_script")?;
-                if let Some(line) = line {
-                    t.raw_set("line", line as i64)?;
-                }
-                break;
-            }
-        }
-    }
-    Ok(LuaValue::Table(t))
+    })
 }
 
 /// The error reply for a script that raised: `<err> script: <sha>, on @user_script:<line>.`
@@ -622,11 +780,7 @@ fn error_text(err: &LuaValue, sha: &str) -> Vec<u8> {
     };
     let source: Option<String> = t.raw_get("source").ok().flatten();
     let line: Option<i64> = t.raw_get("line").ok().flatten();
-    let mut out = msg;
-    if let (Some(source), Some(line)) = (source, line) {
-        out.extend_from_slice(format!(" script: {sha}, on {source}:{line}.").as_bytes());
-    }
-    out
+    located(msg, sha, source.and(line))
 }
 
 /// Lua's `math.random` on the per-script generator: `()` a float in [0, 1), `(m)` an integer
@@ -847,10 +1001,20 @@ fn script_flush(core: &mut Core, call: &mut Call) {
     call.ok();
 }
 
-/// A script runs inside one input of the node, so no other command can ever observe one in
-/// progress: there is never anything to kill.
-fn script_kill(_core: &mut Core, call: &mut Call) {
-    call.error("NOTBUSY No scripts in execution right now.");
+/// SCRIPT KILL: stops the suspended script unless it already wrote (its effects cannot be
+/// undone; Redis answers UNKILLABLE and only SHUTDOWN NOSAVE gets out). Only a script past
+/// busy-reply-threshold can be seen running: before that, this request waits behind it.
+fn script_kill(core: &mut Core, call: &mut Call) {
+    match core.scripts.running.as_mut() {
+        None => call.error("NOTBUSY No scripts in execution right now."),
+        Some(run) if run.wrote => call.error(
+            "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+        ),
+        Some(run) => {
+            run.killed = true;
+            call.ok();
+        }
+    }
 }
 
 fn script_debug(_core: &mut Core, call: &mut Call) {
@@ -935,6 +1099,13 @@ mod tests {
         let t = lua.create_table().unwrap();
         t.raw_set(1, t.clone()).unwrap();
         assert!(lua_to_frame(&LuaValue::Table(t), 0).is_err());
+    }
+
+    #[test]
+    fn scripts_can_be_suspended_on_this_interpreter() {
+        // The mirror of Lua's state layout matched: long scripts run in slices instead of
+        // being bounded by the instruction budget alone.
+        assert!(Scripts::new().can_suspend);
     }
 
     #[test]
