@@ -281,16 +281,7 @@ impl Core {
         let in_multi = self.clients.get(&conn).is_some_and(|c| c.multi.is_some());
         match resolve(self, args) {
             Err(message) if args[0].eq_ignore_ascii_case(b"exec") => {
-                // A rejected EXEC (wrong arity) aborts the transaction outright, in or out of
-                // MULTI, as Redis's execCommandAbort does.
-                let reason = message.strip_prefix(b"ERR ").unwrap_or(&message);
-                let mut text = b"EXECABORT Transaction discarded because of: ".to_vec();
-                text.extend_from_slice(reason);
-                if let Some(c) = self.clients.get_mut(&conn) {
-                    c.multi = None;
-                }
-                crate::cmd::tx::unwatch_all(self, conn);
-                call.error_bytes(&text);
+                self.exec_abort(conn, &mut call, &message);
             }
             Err(message) => {
                 if in_multi {
@@ -319,10 +310,18 @@ impl Core {
                     && client.subscriptions() > 0
                     && !ALLOWED_WHILE_SUBSCRIBED.contains(&spec.name)
                 {
-                    call.error(&format!(
+                    let message = format!(
                         "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                         spec.name
-                    ));
+                    );
+                    if spec.name == "exec" {
+                        self.exec_abort(conn, &mut call, message.as_bytes());
+                    } else {
+                        if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                            m.errored = true;
+                        }
+                        call.error(&message);
+                    }
                     self.stats
                         .commands
                         .entry(spec.name)
@@ -350,9 +349,23 @@ impl Core {
         }
     }
 
+    /// A rejected EXEC (wrong arity, refused to a RESP2 subscriber) aborts the transaction
+    /// outright, in or out of MULTI, as Redis's execCommandAbort does.
+    fn exec_abort(&mut self, conn: ConnId, call: &mut Call, message: &[u8]) {
+        let reason = message.strip_prefix(b"ERR ").unwrap_or(message);
+        let mut text = b"EXECABORT Transaction discarded because of: ".to_vec();
+        text.extend_from_slice(reason);
+        if let Some(c) = self.clients.get_mut(&conn) {
+            c.multi = None;
+        }
+        crate::cmd::tx::unwatch_all(self, conn);
+        call.error_bytes(&text);
+    }
+
     /// Calls the handler of `spec` and accounts for it.
     pub(crate) fn run_handler(&mut self, spec: &'static CommandSpec, call: &mut Call) {
-        if let Some(c) = self.clients.get_mut(&call.conn) {
+        // Inside EXEC the connection's command stays EXEC (CLIENT INFO/LIST cmd=), as in Redis.
+        if let Some(c) = self.clients.get_mut(&call.conn).filter(|_| !call.in_exec) {
             c.last_command = spec.name;
         }
         let handler = spec.handler.expect("resolve returns runnable commands");

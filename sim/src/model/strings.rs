@@ -379,6 +379,7 @@ fn getex(m: &mut Model, cx: &mut Cx) -> Check {
             m.db.delete(key, now);
         } else if let Some(e) = m.db.get_mut(key, now) {
             e.deadline = Some(ms as u64);
+            m.db.touch(key);
         }
     } else if o.persist {
         if let Some(e) = m.db.get_mut(key, now) {
