@@ -206,8 +206,13 @@ impl Core {
     pub(crate) fn touched_by_peer(&mut self, key: &[u8]) {
         if !self.watched_keys.is_empty() {
             if let Some(watchers) = self.watched_keys.get(key) {
+                let gone = self.db.get_raw(key).is_none();
                 for conn in watchers {
                     if let Some(c) = self.clients.get_mut(conn) {
+                        // A key that had expired before the WATCH being reclaimed: no change.
+                        if gone && c.watched_expired.remove(key) {
+                            continue;
+                        }
                         c.dirty_cas = true;
                     }
                 }

@@ -112,7 +112,7 @@ fn zadd(g: &mut Gen) -> Cmd {
 /// Sources for a set operation: a count and keys (general or lex).
 fn sources(g: &mut Gen, c: Cmd, max: i64) -> Cmd {
     let n = g.range(1, max);
-    let mut c = c.a(if g.pct(3) { g.pick(&["0", "5", "x"]).to_string() } else { n.to_string() });
+    let mut c = c.a(if g.pct(3) { g.pick(&["0", "20", "x"]).to_string() } else { n.to_string() });
     for _ in 0..n {
         c = c.a(any_zkey(g));
     }
