@@ -578,10 +578,17 @@ fn verify_sample(
     let mut seen = BTreeSet::new();
     for (m, s) in picks {
         let Some(i) = member_of(m) else {
-            return Err(format!("members of {}", show_keys(&pool.iter().map(|p| p.0.clone()).collect::<Vec<_>>())));
+            return Err(format!(
+                "members of {}",
+                show_keys(&pool.iter().map(|p| p.0.clone()).collect::<Vec<_>>())
+            ));
         };
         if s.is_some_and(|s| *s != pool[i].1) {
-            return Err(format!("the score {} with member {:?}", show_frame(&pool[i].1), pool[i].0));
+            return Err(format!(
+                "the score {} with member {:?}",
+                show_frame(&pool[i].1),
+                pool[i].0
+            ));
         }
         if distinct && !seen.insert(i) {
             return Err("distinct members".into());

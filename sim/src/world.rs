@@ -981,7 +981,7 @@ impl World {
         // An open transaction is closed soon (EXEC or DISCARD come from its family).
         let fam = if in_multi && self.rng.pct(25) {
             TX_FAMILY
-        } else if !c.subs.is_empty() && self.rng.pct(40) {
+        } else if !c.subs.is_empty() && self.rng.pct(25) {
             // A subscriber mostly speaks pub/sub (in RESP2 nothing else runs).
             PUBSUB_FAMILY
         } else {

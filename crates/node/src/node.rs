@@ -322,7 +322,8 @@ impl Core {
                     if spec.name == "exec" {
                         self.exec_abort(conn, &mut call, message.as_bytes());
                     } else {
-                        if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                        if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut())
+                        {
                             m.errored = true;
                         }
                         call.error(&message);

@@ -184,8 +184,7 @@ pub struct WatchProbe {
 }
 
 fn seen(m: &Model, key: &[u8], now_ms: u64) -> Seen {
-    m.db
-        .get(key, now_ms)
+    m.db.get(key, now_ms)
         .map(|e| (e.value.clone(), e.deadline, e.birth))
 }
 

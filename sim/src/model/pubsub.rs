@@ -76,7 +76,11 @@ fn subscribe_generic(m: &mut Model, cx: &mut Cx, pattern: bool) -> Check {
 }
 
 fn unsubscribe_generic(m: &mut Model, cx: &mut Cx, pattern: bool) -> Check {
-    let kind = if pattern { "punsubscribe" } else { "unsubscribe" };
+    let kind = if pattern {
+        "punsubscribe"
+    } else {
+        "unsubscribe"
+    };
     let args = cx.args;
     if args.len() > 1 {
         for name in &args[1..] {
@@ -143,7 +147,11 @@ fn publish(m: &mut Model, cx: &mut Cx) -> Check {
         if st.channels.contains(&channel) {
             let f = push_frame(
                 st.proto,
-                vec![bulk_frame(b"message"), bulk_frame(&channel), bulk_frame(&message)],
+                vec![
+                    bulk_frame(b"message"),
+                    bulk_frame(&channel),
+                    bulk_frame(&message),
+                ],
             );
             deliveries.push((id, Check::Exact(f), 0));
             receivers += 1;

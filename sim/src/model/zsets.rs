@@ -230,7 +230,8 @@ fn members_reply(proto: Proto, items: &[(&[u8], f64)], scores: bool) -> Check {
 // ---- ZADD / ZINCRBY ----
 
 fn zadd(m: &mut Model, cx: &mut Cx) -> Check {
-    let (mut nx, mut xx, mut ch, mut incr, mut gt, mut lt) = (false, false, false, false, false, false);
+    let (mut nx, mut xx, mut ch, mut incr, mut gt, mut lt) =
+        (false, false, false, false, false, false);
     let mut i = 2;
     while i < cx.argc() {
         let a = cx.arg(i);
@@ -271,7 +272,19 @@ fn zadd(m: &mut Model, cx: &mut Cx) -> Check {
             None => return Check::err(NOT_FLOAT),
         }
     }
-    add_generic(m, cx, &pairs, Flags { nx, xx, gt, lt, incr }, ch)
+    add_generic(
+        m,
+        cx,
+        &pairs,
+        Flags {
+            nx,
+            xx,
+            gt,
+            lt,
+            incr,
+        },
+        ch,
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -363,7 +376,10 @@ fn zrem(m: &mut Model, cx: &mut Cx) -> Check {
         Ok(Some(_)) => {}
     }
     let z = write(m, key, now);
-    let n = cx.args[2..].iter().filter(|v| z.remove(&v[..]).is_some()).count();
+    let n = cx.args[2..]
+        .iter()
+        .filter(|v| z.remove(&v[..]).is_some())
+        .count();
     settle(m, key, now);
     int(n as i64)
 }
@@ -444,12 +460,24 @@ impl ScoreRange {
         };
         let (min, minex) = bound(min)?;
         let (max, maxex) = bound(max)?;
-        Some(ScoreRange { min, max, minex, maxex })
+        Some(ScoreRange {
+            min,
+            max,
+            minex,
+            maxex,
+        })
     }
 
     fn contains(&self, s: f64) -> bool {
-        (if self.minex { s > self.min } else { s >= self.min })
-            && (if self.maxex { s < self.max } else { s <= self.max })
+        (if self.minex {
+            s > self.min
+        } else {
+            s >= self.min
+        }) && (if self.maxex {
+            s < self.max
+        } else {
+            s <= self.max
+        })
     }
 }
 
@@ -502,8 +530,7 @@ enum Range {
 /// Whether every member has the same score: only then is a lex range defined.
 fn uniform(z: &ZSet) -> bool {
     let mut it = z.values();
-    it.next()
-        .is_none_or(|first| it.all(|s| s == first))
+    it.next().is_none_or(|first| it.all(|s| s == first))
 }
 
 /// Redis's rank normalisation: `None` when the range is empty.
@@ -645,7 +672,10 @@ fn range_generic(
     let empty = ZSet::new();
     let z = z.unwrap_or(&empty);
     if kind == Kind::Lex && !uniform(z) {
-        assert!(dst.is_none(), "model limitation: ZRANGESTORE BYLEX over mixed scores");
+        assert!(
+            dst.is_none(),
+            "model limitation: ZRANGESTORE BYLEX over mixed scores"
+        );
         return Check::NotError;
     }
     let picked = select(z, &range, rev, limit);
@@ -705,9 +735,10 @@ fn zlexcount(m: &mut Model, cx: &mut Cx) -> Check {
         Err(e) => e,
         Ok(None) => int(0),
         Ok(Some(z)) if !uniform(z) => Check::NotError,
-        Ok(Some(z)) => {
-            int(z.keys().filter(|mb| min.above_min(mb) && max.below_max(mb)).count() as i64)
-        }
+        Ok(Some(z)) => int(z
+            .keys()
+            .filter(|mb| min.above_min(mb) && max.below_max(mb))
+            .count() as i64),
     }
 }
 
@@ -803,7 +834,10 @@ fn pop_generic(m: &mut Model, cx: &mut Cx, max: bool) -> Check {
     let mut out = Vec::with_capacity(popped.len() * 2);
     for (mb, sc) in &popped {
         if nested {
-            out.push(Frame::Array(vec![bulk_frame(mb), score_frame(cx.proto, *sc)]));
+            out.push(Frame::Array(vec![
+                bulk_frame(mb),
+                score_frame(cx.proto, *sc),
+            ]));
         } else {
             out.push(bulk_frame(mb));
             out.push(score_frame(cx.proto, *sc));

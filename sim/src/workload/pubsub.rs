@@ -29,7 +29,9 @@ fn pubsub(g: &mut Gen) -> Cmd {
 }
 
 fn publish(g: &mut Gen) -> Cmd {
-    Cmd::new("PUBLISH").a(channel(g)).a(g.pick(&["hi", "", "m1", "m2"]))
+    Cmd::new("PUBLISH")
+        .a(channel(g))
+        .a(g.pick(&["hi", "", "m1", "m2"]))
 }
 
 fn names(g: &mut Gen, c: Cmd, pool: &[&'static str], lo: i64, hi: i64) -> Cmd {

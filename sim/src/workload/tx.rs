@@ -9,7 +9,11 @@ use super::{Cmd, Gen};
 fn watch(g: &mut Gen) -> Cmd {
     let mut c = Cmd::new("WATCH");
     for _ in 0..g.range(1, 3) {
-        c = c.a(if g.pct(85) { g.general_key() } else { g.pick(&["lx0", "f0"]) });
+        c = c.a(if g.pct(85) {
+            g.general_key()
+        } else {
+            g.pick(&["lx0", "f0"])
+        });
     }
     c
 }

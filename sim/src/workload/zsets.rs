@@ -58,7 +58,9 @@ fn score_bound(g: &mut Gen) -> String {
     match g.rng.weighted(&[10, 5, 4, 1]) {
         0 => g.range(-2, 6).to_string(),
         1 => format!("({}", g.range(-2, 6)),
-        2 => g.pick(&["-inf", "+inf", "(-inf", "(+inf", "2.5", "(0.1"]).to_string(),
+        2 => g
+            .pick(&["-inf", "+inf", "(-inf", "(+inf", "2.5", "(0.1"])
+            .to_string(),
         _ => g.pick(&["abc", "(x", "1e"]).to_string(),
     }
 }
@@ -112,7 +114,11 @@ fn zadd(g: &mut Gen) -> Cmd {
 /// Sources for a set operation: a count and keys (general or lex).
 fn sources(g: &mut Gen, c: Cmd, max: i64) -> Cmd {
     let n = g.range(1, max);
-    let mut c = c.a(if g.pct(3) { g.pick(&["0", "20", "x"]).to_string() } else { n.to_string() });
+    let mut c = c.a(if g.pct(3) {
+        g.pick(&["0", "20", "x"]).to_string()
+    } else {
+        n.to_string()
+    });
     for _ in 0..n {
         c = c.a(any_zkey(g));
     }
@@ -131,14 +137,25 @@ fn setop(g: &mut Gen, name: &'static str, store: bool) -> Cmd {
     } else {
         Some(g.pick(&["SUM", "MIN", "MAX", "min", "max", "avg"]))
     };
-    let max = if agg.is_some_and(|a| !a.eq_ignore_ascii_case("sum")) { 3 } else { 2 };
+    let max = if agg.is_some_and(|a| !a.eq_ignore_ascii_case("sum")) {
+        3
+    } else {
+        2
+    };
     let n_pos = c.args.len();
     c = sources(g, c, max);
-    let n: i64 = std::str::from_utf8(&c.args[n_pos]).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let n: i64 = std::str::from_utf8(&c.args[n_pos])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     if !diff && g.pct(30) && (1..=3).contains(&n) {
         c = c.a("WEIGHTS");
         for _ in 0..n {
-            c = c.a(if g.pct(3) { "x" } else { g.pick(&["1", "2", "0.5", "3"]) });
+            c = c.a(if g.pct(3) {
+                "x"
+            } else {
+                g.pick(&["1", "2", "0.5", "3"])
+            });
         }
     }
     if let Some(a) = agg {
@@ -169,7 +186,10 @@ fn zrange(g: &mut Gen) -> Cmd {
             c
         }
         1 => {
-            let mut c = Cmd::new("ZRANGE").a(any_zkey(g)).a(score_bound(g)).a(score_bound(g));
+            let mut c = Cmd::new("ZRANGE")
+                .a(any_zkey(g))
+                .a(score_bound(g))
+                .a(score_bound(g));
             c = c.a(g.pick(&["BYSCORE", "byscore"]));
             if g.pct(30) {
                 c = c.a("REV");
@@ -183,7 +203,11 @@ fn zrange(g: &mut Gen) -> Cmd {
             c
         }
         _ => {
-            let mut c = Cmd::new("ZRANGE").a(lex_key(g)).a(lex_bound(g)).a(lex_bound(g)).a("BYLEX");
+            let mut c = Cmd::new("ZRANGE")
+                .a(lex_key(g))
+                .a(lex_bound(g))
+                .a(lex_bound(g))
+                .a("BYLEX");
             if g.pct(30) {
                 c = c.a("REV");
             }
@@ -219,20 +243,33 @@ pub fn gen(g: &mut Gen) -> Cmd {
         2,  // zrandmember
     ]) {
         0 => zadd(g),
-        1 => Cmd::new("ZINCRBY").a(g.general_key()).a(score(g)).a(member(g)),
+        1 => Cmd::new("ZINCRBY")
+            .a(g.general_key())
+            .a(score(g))
+            .a(member(g)),
         2 => {
             let mut c = Cmd::new("ZREM").a(any_zkey(g));
             for _ in 0..g.range(1, 3) {
-                c = c.a(if g.pct(50) { member(g) } else { g.pick(LEX_MEMBERS) });
+                c = c.a(if g.pct(50) {
+                    member(g)
+                } else {
+                    g.pick(LEX_MEMBERS)
+                });
             }
             c
         }
         3 => Cmd::new("ZCARD").a(any_zkey(g)),
         4 => {
             if g.pct(60) {
-                Cmd::new("ZCOUNT").a(any_zkey(g)).a(score_bound(g)).a(score_bound(g))
+                Cmd::new("ZCOUNT")
+                    .a(any_zkey(g))
+                    .a(score_bound(g))
+                    .a(score_bound(g))
             } else {
-                Cmd::new("ZLEXCOUNT").a(lex_key(g)).a(lex_bound(g)).a(lex_bound(g))
+                Cmd::new("ZLEXCOUNT")
+                    .a(lex_key(g))
+                    .a(lex_bound(g))
+                    .a(lex_bound(g))
             }
         }
         5 => {
@@ -246,13 +283,21 @@ pub fn gen(g: &mut Gen) -> Cmd {
                 c
             }
         }
-        6 => Cmd::new(g.pick(&["ZRANK", "ZREVRANK"])).a(any_zkey(g)).a(member(g)),
+        6 => Cmd::new(g.pick(&["ZRANK", "ZREVRANK"]))
+            .a(any_zkey(g))
+            .a(member(g)),
         7 => zrange(g),
         8 => {
             let k = any_zkey(g);
             let mut c = match g.range(0, 2) {
-                0 => Cmd::new("ZRANGEBYSCORE").a(k).a(score_bound(g)).a(score_bound(g)),
-                1 => Cmd::new("ZREVRANGEBYSCORE").a(k).a(score_bound(g)).a(score_bound(g)),
+                0 => Cmd::new("ZRANGEBYSCORE")
+                    .a(k)
+                    .a(score_bound(g))
+                    .a(score_bound(g)),
+                1 => Cmd::new("ZREVRANGEBYSCORE")
+                    .a(k)
+                    .a(score_bound(g))
+                    .a(score_bound(g)),
                 _ => Cmd::new("ZREVRANGE").a(k).a(rank(g)).a(rank(g)),
             };
             if g.pct(40) {
@@ -267,7 +312,11 @@ pub fn gen(g: &mut Gen) -> Cmd {
             c
         }
         9 => {
-            let name = if g.pct(50) { "ZRANGEBYLEX" } else { "ZREVRANGEBYLEX" };
+            let name = if g.pct(50) {
+                "ZRANGEBYLEX"
+            } else {
+                "ZREVRANGEBYLEX"
+            };
             let mut c = Cmd::new(name).a(lex_key(g)).a(lex_bound(g)).a(lex_bound(g));
             if g.pct(30) {
                 c = limit(g, c);
@@ -290,7 +339,11 @@ pub fn gen(g: &mut Gen) -> Cmd {
                 }
                 c
             } else {
-                let c = Cmd::new("ZRANGESTORE").a(dst).a(any_zkey(g)).a(rank(g)).a(rank(g));
+                let c = Cmd::new("ZRANGESTORE")
+                    .a(dst)
+                    .a(any_zkey(g))
+                    .a(rank(g))
+                    .a(rank(g));
                 if g.pct(5) {
                     c.a("WITHSCORES")
                 } else {
@@ -299,12 +352,18 @@ pub fn gen(g: &mut Gen) -> Cmd {
             }
         }
         11 => match g.range(0, 2) {
-            0 => Cmd::new("ZREMRANGEBYRANK").a(any_zkey(g)).a(rank(g)).a(rank(g)),
+            0 => Cmd::new("ZREMRANGEBYRANK")
+                .a(any_zkey(g))
+                .a(rank(g))
+                .a(rank(g)),
             1 => Cmd::new("ZREMRANGEBYSCORE")
                 .a(any_zkey(g))
                 .a(score_bound(g))
                 .a(score_bound(g)),
-            _ => Cmd::new("ZREMRANGEBYLEX").a(lex_key(g)).a(lex_bound(g)).a(lex_bound(g)),
+            _ => Cmd::new("ZREMRANGEBYLEX")
+                .a(lex_key(g))
+                .a(lex_bound(g))
+                .a(lex_bound(g)),
         },
         12 => {
             let c = Cmd::new(g.pick(&["ZPOPMIN", "ZPOPMAX"])).a(any_zkey(g));

@@ -99,8 +99,7 @@ fn exec(core: &mut Core, call: &mut Call) {
     // (which marked it dirty) or not.
     let now_ms = call.now.as_millis();
     let expired = c.watched.iter().any(|k| {
-        !c.watched_expired.contains(k)
-            && core.db.get_raw(k).is_some_and(|e| e.is_expired(now_ms))
+        !c.watched_expired.contains(k) && core.db.get_raw(k).is_some_and(|e| e.is_expired(now_ms))
     });
     let dirty = c.dirty_cas || expired;
     unwatch_all(core, call.conn);
