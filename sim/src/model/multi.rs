@@ -209,7 +209,7 @@ impl WatchProbe {
     pub fn after(self, m: &mut Model, now_ms: u64) {
         let written = m.db.track_writes(false);
         for (key, was) in self.before {
-            let changed = written.iter().any(|w| *w == key) || seen(m, &key, now_ms) != was;
+            let changed = written.contains(&key) || seen(m, &key, now_ms) != was;
             if !changed {
                 continue;
             }

@@ -259,7 +259,7 @@ fn zadd(m: &mut Model, cx: &mut Cx) -> Check {
     if nx && xx {
         return Check::err("ERR XX and NX options at the same time are not compatible");
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if (nx && (gt || lt)) || (gt && lt) {
         return Check::err("ERR GT, LT, and/or NX options at the same time are not compatible");
     }
     if incr && rest > 2 {
