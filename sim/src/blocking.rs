@@ -7,7 +7,9 @@
 //! - a BLPOP with a timeout is woken by another client's push and gets `[key, value]`,
 //!   clients blocked on one key being served first come, first served;
 //! - a BLPOP whose timeout passes gets the null array at its deadline on the node's clock,
-//!   and a request pipelined behind it is answered after it.
+//!   and a request pipelined behind it is answered after it;
+//! - BZPOPMIN/BZPOPMAX likewise: woken by a ZADD in the order they blocked, each gets
+//!   `[key, member, score]` from its end of the sorted set, or the null array at its deadline.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -226,5 +228,44 @@ fn a_blpop_timeout_fires_at_its_deadline_on_the_node_clock() {
         assert_eq!(r1[1].frame, Frame::Simple(Bytes::from_static(b"PONG")));
         // The wait was on virtual time: nothing else happened to the blocked client before.
         assert!(r1[1].virt == r1[0].virt, "seed {seed}");
+    }
+}
+
+#[test]
+fn bzpopmin_and_bzpopmax_are_woken_by_zadd_first_come_first_served() {
+    let triple = |k: &str, m: &str, s: &str| Frame::Array(vec![bulk(k), bulk(m), bulk(s)]);
+    for seed in 0..20 {
+        let mut b = Bench::new(seed, &[1, 2, 3]);
+        b.at(10, 1, &["BZPOPMIN", "z", "0.5"]);
+        b.at(20, 3, &["BZPOPMAX", "other", "z", "1"]);
+        b.at(100, 2, &["ZADD", "z", "1", "a", "2.5", "b", "3", "c"]);
+        b.at(150, 2, &["ZRANGE", "z", "0", "-1", "WITHSCORES"]);
+        b.at(200, 1, &["BZPOPMIN", "empty", "0.1"]);
+        b.run(2_000);
+        let r1 = b.replies_on(1);
+        let r3 = b.replies_on(3);
+        assert_eq!(r1.len(), 2, "seed {seed}: {r1:?}");
+        assert_eq!(r3.len(), 1, "seed {seed}: {r3:?}");
+        // Served at the ZADD, in the order they blocked: the lowest, then the highest.
+        assert_eq!(r1[0].frame, triple("z", "a", "1"), "seed {seed}");
+        assert_eq!(r1[0].virt, 100_000, "seed {seed}");
+        assert_eq!(r3[0].frame, triple("z", "c", "3"), "seed {seed}");
+        assert_eq!(r3[0].virt, 100_000, "seed {seed}");
+        let r2: Vec<&Frame> = b.replies_on(2).iter().map(|r| &r.frame).collect();
+        assert_eq!(
+            r2,
+            vec![
+                &Frame::Integer(3),
+                &Frame::Array(vec![bulk("b"), bulk("2.5")])
+            ],
+            "seed {seed}"
+        );
+        // A timeout answers the null array at its deadline on the node's clock.
+        assert_eq!(r1[1].frame, Frame::NullArray, "seed {seed}");
+        let start = b.sent_at(1, "BZPOPMIN empty 0.1");
+        assert!(
+            r1[1].node_us >= start / 1000 * 1000 + 100_000,
+            "seed {seed}"
+        );
     }
 }

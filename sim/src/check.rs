@@ -83,6 +83,21 @@ pub enum Check {
     NotError,
     /// Exactly one of these frames.
     AnyOf(Vec<Frame>),
+    /// An array whose elements pass these checks, in order (EXEC).
+    Elements(Vec<Check>),
+    /// Random picks from `pool` (ZRANDMEMBER): `n` elements, distinct when `distinct`, as
+    /// members or, when `scores`, member/score pairs (nested pairs in RESP3, flat in RESP2).
+    /// `single`: one bulk member (no count given), or a null when the pool is empty.
+    Sample {
+        pool: Vec<(Bytes, Frame)>,
+        n: usize,
+        distinct: bool,
+        scores: bool,
+        resp3: bool,
+        single: bool,
+    },
+    /// Model-internal: the reply is the pushes the command queued (SUBSCRIBE); never checked.
+    Pushed,
 }
 
 impl Check {
@@ -127,6 +142,11 @@ pub struct Expect {
     pub op: Option<u64>,
     /// The node's clock when it executed the request, µs.
     pub at_us: u64,
+    /// Non-zero: consecutive expectations of one group may be met in any order.
+    pub group: u64,
+    /// The frame answers a request the client counts as outstanding (false for pub/sub
+    /// messages and the extra confirmations of one SUBSCRIBE).
+    pub answers: bool,
 }
 
 #[derive(Default)]
@@ -416,6 +436,31 @@ impl Verifier {
                 Frame::Error(_) => want("no error"),
                 _ => Ok(()),
             },
+            Check::Elements(checks) => {
+                let Frame::Array(items) = got else {
+                    return want(&format!("an array of {} replies", checks.len()));
+                };
+                if items.len() != checks.len() {
+                    return want(&format!("an array of {} replies", checks.len()));
+                }
+                for (i, (c, f)) in checks.iter().zip(items).enumerate() {
+                    let mut scratch = ScanState::default();
+                    if let Err(why) = self.verify(c, f, &mut scratch) {
+                        return Err(format!("element {i}: {why}"));
+                    }
+                }
+                Ok(())
+            }
+            Check::Sample {
+                pool,
+                n,
+                distinct,
+                scores,
+                resp3,
+                single,
+            } => verify_sample(pool, *n, *distinct, *scores, *resp3, *single, got)
+                .or_else(|what| want(&what)),
+            Check::Pushed => want("nothing (model-internal check)"),
             Check::AnyOf(options) => {
                 if options.contains(got) {
                     Ok(())
@@ -484,6 +529,72 @@ impl Verifier {
         }
         Ok(())
     }
+}
+
+/// ZRANDMEMBER: the reply's shape, its size, membership and (for a positive count)
+/// distinctness; `Err` says what was expected.
+fn verify_sample(
+    pool: &[(Bytes, Frame)],
+    n: usize,
+    distinct: bool,
+    scores: bool,
+    resp3: bool,
+    single: bool,
+    got: &Frame,
+) -> Result<(), String> {
+    let member_of = |f: &Frame| match f {
+        Frame::Bulk(b) => pool.iter().position(|(m, _)| m == b),
+        _ => None,
+    };
+    if single {
+        return match got {
+            Frame::Null if pool.is_empty() => Ok(()),
+            f if !pool.is_empty() && member_of(f).is_some() => Ok(()),
+            _ => Err("one member of the sorted set (nil when missing)".into()),
+        };
+    }
+    let Frame::Array(items) = got else {
+        return Err("an array of random members".into());
+    };
+    let mut picks: Vec<(&Frame, Option<&Frame>)> = Vec::new();
+    if !scores {
+        picks.extend(items.iter().map(|f| (f, None)));
+    } else if resp3 {
+        for it in items {
+            match it {
+                Frame::Array(p) if p.len() == 2 => picks.push((&p[0], Some(&p[1]))),
+                _ => return Err("member/score pairs".into()),
+            }
+        }
+    } else {
+        if items.len() % 2 != 0 {
+            return Err("a flat array of members and scores".into());
+        }
+        picks.extend(items.chunks(2).map(|c| (&c[0], Some(&c[1]))));
+    }
+    if picks.len() != n {
+        return Err(format!("{n} random members"));
+    }
+    let mut seen = BTreeSet::new();
+    for (m, s) in picks {
+        let Some(i) = member_of(m) else {
+            return Err(format!(
+                "members of {}",
+                show_keys(&pool.iter().map(|p| p.0.clone()).collect::<Vec<_>>())
+            ));
+        };
+        if s.is_some_and(|s| *s != pool[i].1) {
+            return Err(format!(
+                "the score {} with member {:?}",
+                show_frame(&pool[i].1),
+                pool[i].0
+            ));
+        }
+        if distinct && !seen.insert(i) {
+            return Err("distinct members".into());
+        }
+    }
+    Ok(())
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

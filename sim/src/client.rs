@@ -5,7 +5,7 @@
 //! tracks which of its requests expect a reply (CLIENT REPLY OFF/SKIP) so it knows what is
 //! outstanding. Checking the replies is the world's job (it owns the model's expectations).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -39,6 +39,11 @@ pub struct Client {
     /// Where the current SCAN iteration continues (cursor, arguments), if one is under way.
     pub scan_next: Option<(Bytes, ScanArgs)>,
     pub scan_busy: bool,
+    /// MULTI sent and neither EXEC nor DISCARD since: commands are being queued.
+    pub in_multi: bool,
+    /// Subscriptions the client asked for (`c:` channels, `p:` patterns) and has not
+    /// given up, which is exactly what the node holds: (un)subscribe always runs.
+    pub subs: BTreeSet<Vec<u8>>,
     /// Earliest time the next batch may be sent (think time).
     pub next_send_at: u64,
     /// A wake-up event is queued for this time.
@@ -61,6 +66,8 @@ impl Client {
             mode: ReplyMode::On,
             scan_next: None,
             scan_busy: false,
+            in_multi: false,
+            subs: BTreeSet::new(),
             next_send_at: 0,
             wake_at: None,
             replies: 0,
@@ -78,6 +85,56 @@ impl Client {
         self.mode = ReplyMode::On;
         self.scan_next = None;
         self.scan_busy = false;
+        self.in_multi = false;
+        self.subs.clear();
+    }
+
+    /// Follows what a request sent does to the connection's transaction and subscriptions
+    /// (the workload keeps (un)subscribe out of transactions, so these are exact).
+    pub fn track(&mut self, args: &[Bytes]) {
+        let name = args[0].to_ascii_lowercase();
+        let queued = self.in_multi
+            && !matches!(
+                &name[..],
+                b"exec" | b"discard" | b"multi" | b"watch" | b"quit" | b"reset"
+            );
+        if queued {
+            return;
+        }
+        let (prefix, sub): (&[u8], bool) = match &name[..] {
+            b"multi" if args.len() == 1 => {
+                self.in_multi = true;
+                return;
+            }
+            b"exec" => {
+                self.in_multi = false;
+                return;
+            }
+            b"discard" if args.len() == 1 => {
+                self.in_multi = false;
+                return;
+            }
+            b"reset" => {
+                self.in_multi = false;
+                self.subs.clear();
+                return;
+            }
+            b"subscribe" => (b"c:", true),
+            b"psubscribe" => (b"p:", true),
+            b"unsubscribe" => (b"c:", false),
+            b"punsubscribe" => (b"p:", false),
+            _ => return,
+        };
+        let named = |a: &Bytes| [prefix, &a[..]].concat();
+        if sub {
+            self.subs.extend(args[1..].iter().map(named));
+        } else if args.len() == 1 {
+            self.subs.retain(|s| !s.starts_with(prefix));
+        } else {
+            for a in &args[1..] {
+                self.subs.remove(&named(a));
+            }
+        }
     }
 
     /// Records a request sent at `now`: whether it expects a reply follows CLIENT REPLY.

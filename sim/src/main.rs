@@ -453,6 +453,24 @@ fn summary(
             repro(*s, strict, replicated)
         );
     }
+    if !replicated {
+        let mut counts = vec![0u64; workload::FAMILIES.len()];
+        for (r, _) in results {
+            for (c, n) in counts.iter_mut().zip(&r.stats.family_commands) {
+                *c += n;
+            }
+        }
+        let per: Vec<String> = workload::FAMILIES
+            .iter()
+            .zip(&counts)
+            .map(|(f, n)| format!("{}={n}", f.name))
+            .collect();
+        let pushes: u64 = results.iter().map(|(r, _)| r.stats.pushes).sum();
+        println!(
+            "commands generated per family: {}; pub/sub pushes checked: {pushes}",
+            per.join(" ")
+        );
+    }
     let mut all = xxhash_rust::xxh3::Xxh3::new();
     for (r, _) in results {
         all.update(r.digest.as_bytes());

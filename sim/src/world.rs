@@ -31,7 +31,7 @@ use crate::net::{chunk, NetState, PeerFaults, PeerNetwork, Pipe, Seg};
 use crate::process::Host;
 use crate::rng::Rand;
 use crate::trace::{escape, TraceEvent, Tracer};
-use crate::workload::{inline_safe, Cmd, Gen, Tag, FAMILIES};
+use crate::workload::{inline_safe, Cmd, Gen, Tag, FAMILIES, PUBSUB_FAMILY, TX_FAMILY};
 
 /// The largest peer message a replica may hand a driver (the real driver's frame limit); a
 /// bigger one is a node bug, reported as a failure.
@@ -136,6 +136,10 @@ pub struct RunStats {
     /// Replicated mode: requests acknowledged, and sent without a reply (indeterminate).
     pub acked: u64,
     pub indeterminate: u64,
+    /// Frames that answered no request (pub/sub messages and extra confirmations).
+    pub pushes: u64,
+    /// Commands generated per workload family (index into `workload::FAMILIES`).
+    pub family_commands: Vec<u64>,
 }
 
 pub struct World {
@@ -598,6 +602,18 @@ impl World {
             now_us: t,
             args: args.clone(),
         });
+        for p in applied.pushes {
+            if let Some(pc) = self.conn(p.conn) {
+                pc.expected.push_back(Expect {
+                    args: args.clone(),
+                    check: p.check,
+                    op: None,
+                    at_us: t,
+                    group: p.group,
+                    answers: p.answers,
+                });
+            }
+        }
         let c = self.conn(id).expect("executing on a live connection");
         if let Some(check) = applied.reply {
             c.expected.push_back(Expect {
@@ -605,6 +621,8 @@ impl World {
                 check,
                 at_us: t,
                 op: None,
+                group: 0,
+                answers: true,
             });
         }
         if applied.close_self {
@@ -613,6 +631,8 @@ impl World {
                 check: Check::Close,
                 at_us: t,
                 op: None,
+                group: 0,
+                answers: true,
             });
         }
         for v in applied.kill {
@@ -622,6 +642,8 @@ impl World {
                     check: Check::Close,
                     at_us: t,
                     op: None,
+                    group: 0,
+                    answers: true,
                 });
             }
         }
@@ -662,6 +684,8 @@ impl World {
             check,
             at_us: t,
             op,
+            group: 0,
+            answers: true,
         });
         let set_key = op.and_then(|op| {
             self.history.executed(op, node, incarnation);
@@ -690,12 +714,16 @@ impl World {
             check: Check::err(&format!("ERR {message}")),
             at_us: t,
             op: None,
+            group: 0,
+            answers: true,
         });
         c.expected.push_back(Expect {
             args: Vec::new(),
             check: Check::Close,
             at_us: t,
             op: None,
+            group: 0,
+            answers: true,
         });
         self.trace(TraceEvent::ProtocolError {
             node: node as u32,
@@ -947,8 +975,22 @@ impl World {
         if mode == ReplyMode::Off {
             return Cmd::new("CLIENT").a("REPLY").a("ON").tag(Tag::ReplyOn);
         }
-        let fam = self.rng.weighted(&self.cfg.family_weights);
-        let disruptive = self.rng.pct(self.cfg.disruptive_pct);
+        let c = &self.clients[ci];
+        let in_multi = c.in_multi;
+        // An open transaction is closed soon (EXEC or DISCARD come from its family).
+        let fam = if in_multi && self.rng.pct(25) {
+            TX_FAMILY
+        } else if !c.subs.is_empty() && self.rng.pct(25) {
+            // A subscriber mostly speaks pub/sub (in RESP2 nothing else runs).
+            PUBSUB_FAMILY
+        } else {
+            self.rng.weighted(&self.cfg.family_weights)
+        };
+        if self.stats.family_commands.len() < FAMILIES.len() {
+            self.stats.family_commands.resize(FAMILIES.len(), 0);
+        }
+        self.stats.family_commands[fam] += 1;
+        let disruptive = self.rng.pct(self.cfg.disruptive_pct) && !in_multi;
         let client_now_ms = (EPOCH_US + self.now) / 1000;
         let addr = self
             .conns
@@ -963,8 +1005,10 @@ impl World {
             conn_id: id,
             conn_addr: &addr,
             scan_next: c.scan_next.as_ref(),
-            scan_busy: c.scan_busy,
+            scan_busy: c.scan_busy || in_multi,
             disruptive: disruptive && mode == ReplyMode::On,
+            in_multi,
+            subscribed: !c.subs.is_empty(),
         };
         (FAMILIES[fam].gen)(&mut g)
     }
@@ -1007,6 +1051,9 @@ impl World {
                 encode(&cmd.args, inline, &mut buf);
             }
             let stop = matches!(cmd.tag, Tag::Quit | Tag::Garbage);
+            if cmd.tag != Tag::Garbage {
+                self.clients[ci].track(&cmd.args);
+            }
             self.clients[ci].sent(self.now, cmd.tag);
             if stop {
                 break;
@@ -1108,6 +1155,19 @@ impl World {
         });
         let c = self.conns[id as usize].as_mut().expect("live");
         let node = c.node;
+        // A group's frames may come in any order: take the first of the group this one meets.
+        if let Some(g) = c.expected.front().map(|e| e.group).filter(|g| *g != 0) {
+            let run = c.expected.iter().take_while(|e| e.group == g).count();
+            let mut scratch = ScanState::default();
+            if let Some(i) = (0..run).find(|&i| {
+                self.verifier
+                    .verify(&c.expected[i].check, &frame, &mut scratch)
+                    .is_ok()
+            }) {
+                let exp = c.expected.remove(i).expect("in range");
+                c.expected.push_front(exp);
+            }
+        }
         let Some(exp) = c.expected.pop_front() else {
             let msg = format!(
                 "n{node} c{id}: got {} but the node executed no request that awaits a reply",
@@ -1143,6 +1203,10 @@ impl World {
                 return;
             }
             self.history.replied(op, &frame);
+        }
+        self.stats.pushes += u64::from(!exp.answers);
+        if !exp.answers {
+            return;
         }
         let c = &mut self.clients[ci];
         let Some(p) = c.pending.pop_front() else {

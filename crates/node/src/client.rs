@@ -49,6 +49,9 @@ pub struct Client {
     pub multi: Option<MultiState>,
     /// Keys this client WATCHes, and whether one of them changed since.
     pub watched: Vec<Bytes>,
+    /// Watched keys that had already expired (not yet reclaimed) when watched: reclaiming
+    /// them is no change, as in Redis; anything else that happens to them is.
+    pub watched_expired: std::collections::BTreeSet<Bytes>,
     pub dirty_cas: bool,
     /// Parked in a blocking command.
     pub blocked: Option<Blocked>,
@@ -98,6 +101,7 @@ impl Client {
             closing: false,
             multi: None,
             watched: Vec::new(),
+            watched_expired: std::collections::BTreeSet::new(),
             dirty_cas: false,
             blocked: None,
             queued_requests: VecDeque::new(),

@@ -214,8 +214,13 @@ impl Core {
     pub(crate) fn touched_by_peer(&mut self, key: &[u8]) {
         if !self.watched_keys.is_empty() {
             if let Some(watchers) = self.watched_keys.get(key) {
+                let gone = self.db.get_raw(key).is_none();
                 for conn in watchers {
                     if let Some(c) = self.clients.get_mut(conn) {
+                        // A key that had expired before the WATCH being reclaimed: no change.
+                        if gone && c.watched_expired.remove(key) {
+                            continue;
+                        }
                         c.dirty_cas = true;
                     }
                 }
@@ -318,10 +323,19 @@ impl Core {
                     && client.subscriptions() > 0
                     && !ALLOWED_WHILE_SUBSCRIBED.contains(&spec.name)
                 {
-                    call.error(&format!(
+                    let message = format!(
                         "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                         spec.name
-                    ));
+                    );
+                    if spec.name == "exec" {
+                        self.abort_exec(&mut call, message.as_bytes());
+                    } else {
+                        if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut())
+                        {
+                            m.errored = true;
+                        }
+                        call.error(&message);
+                    }
                     self.stats
                         .commands
                         .entry(spec.name)
@@ -384,7 +398,8 @@ impl Core {
 
     /// Calls the handler of `spec` and accounts for it.
     pub(crate) fn run_handler(&mut self, spec: &'static CommandSpec, call: &mut Call) {
-        if let Some(c) = self.clients.get_mut(&call.conn) {
+        // Inside EXEC the connection's command stays EXEC (CLIENT INFO/LIST cmd=), as in Redis.
+        if let Some(c) = self.clients.get_mut(&call.conn).filter(|_| !call.in_exec) {
             c.last_command = spec.name;
         }
         let handler = spec.handler.expect("resolve returns runnable commands");

@@ -407,3 +407,54 @@ fn save_and_shutdown_are_refused_inside_multi() {
         assert!(h.cmd(1, &[cmd]).starts_with("-ERR "));
     }
 }
+
+#[test]
+fn a_watched_key_that_expires_fails_exec_even_unreclaimed() {
+    // Redis 7.0: a key live at WATCH that has expired by EXEC fails it, whether or not
+    // anything reclaimed it; one already expired at WATCH breaks nothing by being reclaimed.
+    let mut h = Harness::new();
+    h.connect(1);
+    h.connect(2);
+    h.cmd(1, &["SET", "k", "v", "PX", "50"]);
+    h.cmd(1, &["WATCH", "k"]);
+    h.advance(100);
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(h.cmd(1, &["EXEC"]), "*-1\r\n", "expired since WATCH");
+
+    h.cmd(1, &["SET", "k", "v", "PX", "10"]);
+    h.advance(20);
+    h.cmd(1, &["WATCH", "k"]);
+    assert_eq!(h.cmd(2, &["GET", "k"]), "$-1\r\n"); // reclaims the key
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(
+        h.cmd(1, &["EXEC"]),
+        "*1\r\n+PONG\r\n",
+        "already expired at WATCH"
+    );
+
+    h.cmd(1, &["SET", "k", "v", "PX", "10"]);
+    h.advance(20);
+    h.cmd(1, &["WATCH", "k"]);
+    h.cmd(2, &["SET", "k", "new"]);
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["PING"]);
+    assert_eq!(h.cmd(1, &["EXEC"]), "*-1\r\n", "created again after WATCH");
+}
+
+#[test]
+fn exec_refused_to_a_resp2_subscriber_aborts_and_client_info_inside_exec_says_exec() {
+    let mut h = Harness::new();
+    h.connect(1);
+    h.cmd(1, &["SUBSCRIBE", "c"]);
+    assert_eq!(
+        h.cmd(1, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of: Can't execute 'exec': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n"
+    );
+    h.cmd(1, &["UNSUBSCRIBE"]);
+    h.cmd(1, &["MULTI"]);
+    h.cmd(1, &["CLIENT", "INFO"]);
+    let out = h.cmd(1, &["EXEC"]);
+    assert!(out.contains(" cmd=exec "), "{out}");
+}

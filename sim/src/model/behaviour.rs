@@ -229,3 +229,138 @@ fn client_reply_modes() {
     assert!(!apply("CLIENT REPLY SKIP"));
     assert!(apply("CLIENT REPLY ON"), "ON answers even right after SKIP");
 }
+
+fn bulks(items: &[&str]) -> Frame {
+    arr(items
+        .iter()
+        .map(|s| Frame::Bulk(Bytes::from(s.to_string())))
+        .collect())
+}
+
+#[test]
+fn zadd_options_and_ranges() {
+    let mut t = T::new();
+    assert_eq!(t.int("ZADD z 1 a 2 b 3 c"), 3);
+    assert_eq!(t.int("ZADD z GT CH 0 a 5 b"), 1, "GT only raises");
+    assert_eq!(t.int("ZADD z LT CH 0 a 9 c"), 1, "LT only lowers");
+    assert_eq!(
+        t.bulk("ZADD z INCR GT -1 a"),
+        None,
+        "INCR GT that would lower"
+    );
+    assert_eq!(t.bulk("ZINCRBY z 0.5 a").as_deref(), Some("0.5"));
+    assert_eq!(
+        t.err("ZADD z GT LT 1 a"),
+        "ERR GT, LT, and/or NX options at the same time are not compatible"
+    );
+    assert_eq!(
+        t.exact("ZRANGE z 0 -1 WITHSCORES"),
+        bulks(&["a", "0.5", "c", "3", "b", "5"])
+    );
+    assert_eq!(
+        t.exact("ZRANGE z (5 0 BYSCORE REV LIMIT 0 1"),
+        bulks(&["c"])
+    );
+    assert_eq!(
+        t.err("ZRANGE z 0 -1 LIMIT 0 1"),
+        "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
+    );
+    assert_eq!(t.exact("ZRANGEBYSCORE z -inf +inf LIMIT -1 2"), arr(vec![]));
+    assert_eq!(t.int("ZUNIONSTORE d 2 z z WEIGHTS 1 2"), 3);
+    assert_eq!(t.bulk("ZSCORE d a").as_deref(), Some("1.5"));
+    assert_eq!(t.int("ZREMRANGEBYSCORE z -inf +inf"), 3);
+    assert_eq!(t.int("EXISTS z"), 0, "an emptied sorted set is deleted");
+}
+
+fn exec(t: &mut T) -> Check {
+    t.run("MULTI");
+    t.run("PING");
+    t.run("EXEC")
+}
+
+#[test]
+fn watch_follows_redis_modifications_and_expiry() {
+    let mut t = T::new();
+    t.exact("SET k abc");
+    t.run("WATCH k");
+    t.int("SETBIT k 1 1");
+    assert!(
+        matches!(exec(&mut t), Check::Elements(_)),
+        "a SETBIT that changes no bit is no modification"
+    );
+    t.run("WATCH k");
+    t.exact("SET k abc");
+    assert_eq!(
+        exec(&mut t),
+        Check::Exact(Frame::NullArray),
+        "SET of the same value"
+    );
+    t.run("SET k v PX 50");
+    t.run("WATCH k");
+    t.advance_ms(100);
+    assert_eq!(
+        exec(&mut t),
+        Check::Exact(Frame::NullArray),
+        "expired since"
+    );
+    t.run("SET k v PX 10");
+    t.advance_ms(20);
+    t.run("WATCH k");
+    t.run("FLUSHALL");
+    assert!(
+        matches!(exec(&mut t), Check::Elements(_)),
+        "expired before WATCH: flushing it changes nothing"
+    );
+    t.run("MULTI");
+    assert!(t.err("NOSUCH").starts_with("ERR unknown command"));
+    assert_eq!(
+        t.err("EXEC"),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+}
+
+#[test]
+fn pubsub_pushes_reach_subscribers_and_answer_only_their_request() {
+    let mut m = Model::new();
+    m.connect(1, "10.0.0.1:1".into());
+    m.connect(2, "10.0.0.1:2".into());
+    let mut run = |conn: u64, cmd: &str| {
+        let args: Vec<Bytes> = cmd.split(' ').map(|a| Bytes::from(a.to_string())).collect();
+        m.apply(conn, NOW_US, &args)
+    };
+    let a = run(1, "SUBSCRIBE ch a");
+    assert!(a.reply.is_none());
+    assert_eq!(a.pushes.len(), 2);
+    assert!(a.pushes[0].answers && !a.pushes[1].answers);
+    run(1, "PSUBSCRIBE c* *");
+    let p = run(2, "PUBLISH ch hi");
+    assert_eq!(p.reply, Some(Check::Exact(i(3))));
+    assert_eq!(p.pushes.len(), 3);
+    assert!(p.pushes.iter().all(|x| x.conn == 1 && !x.answers));
+    assert_eq!(p.pushes[0].group, 0, "the channel message comes first");
+    assert!(p.pushes[1].group != 0 && p.pushes[1].group == p.pushes[2].group);
+    let g = run(1, "GET k");
+    assert!(
+        matches!(g.reply, Some(Check::Exact(Frame::Error(_)))),
+        "RESP2 subscriber"
+    );
+    let r = run(1, "CLIENT REPLY OFF");
+    assert!(
+        matches!(r.reply, Some(Check::Exact(Frame::Error(_)))),
+        "refused to a RESP2 subscriber"
+    );
+    let u = run(1, "UNSUBSCRIBE");
+    assert_eq!(
+        u.pushes.len(),
+        2,
+        "one confirmation per channel, in any order"
+    );
+    assert!(u.pushes[0].answers && matches!(u.pushes[1].check, Check::AnyOf(_)));
+    assert!(run(2, "CLIENT REPLY OFF").reply.is_none());
+    let s = run(2, "SUBSCRIBE x");
+    assert_eq!(s.pushes.len(), 1, "confirmed even with replies off");
+    assert!(
+        !s.pushes[0].answers,
+        "but it answers nothing the client waits for"
+    );
+}

@@ -29,11 +29,22 @@ pub const SPECS: &[Spec] = &[
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
 
-fn ping(_m: &mut Model, cx: &mut Cx) -> Check {
+fn ping(m: &mut Model, cx: &mut Cx) -> Check {
+    if cx.argc() > 2 {
+        return super::arity_error("ping");
+    }
+    let st = &m.conns[&cx.conn];
+    if cx.proto == Proto::Resp2 && st.subscribed() {
+        // RESP2 subscribed mode: a pong "message" carrying the argument (empty by default).
+        let arg = if cx.argc() == 2 { cx.arg(1) } else { b"" };
+        return Check::Exact(lattice_resp::Frame::Array(vec![
+            super::bulk_frame(b"pong"),
+            super::bulk_frame(arg),
+        ]));
+    }
     match cx.argc() {
         1 => simple("PONG"),
-        2 => bulk(cx.arg(1)),
-        _ => super::arity_error("ping"),
+        _ => bulk(cx.arg(1)),
     }
 }
 
@@ -120,6 +131,12 @@ fn reset(m: &mut Model, cx: &mut Cx) -> Check {
     st.name = None;
     st.reply_off = false;
     st.skip_next = false;
+    // Leaves MULTI, forgets watches and subscriptions, without confirmations.
+    st.multi = None;
+    st.watched.clear();
+    st.dirty = false;
+    st.channels.clear();
+    st.patterns.clear();
     simple("RESET")
 }
 
@@ -175,7 +192,12 @@ fn client_info(m: &mut Model, cx: &mut Cx) -> Check {
         needles: vec![
             format!("id={} addr={} ", cx.conn, st.addr).into_bytes(),
             format!(" name={name} ").into_bytes(),
-            b" cmd=client|info ".to_vec(),
+            // Inside EXEC the connection's command is EXEC.
+            if cx.in_exec {
+                b" cmd=exec ".to_vec()
+            } else {
+                b" cmd=client|info ".to_vec()
+            },
             format!(" resp={resp}").into_bytes(),
         ],
         verbatim: st.proto == Proto::Resp3,

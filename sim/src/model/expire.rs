@@ -93,6 +93,7 @@ fn expire_generic(m: &mut Model, cx: &mut Cx, seconds: bool, relative: bool, cmd
         m.db.delete(key, now);
     } else {
         e.deadline = Some(when as u64);
+        m.db.touch(key);
     }
     int(1)
 }

@@ -51,6 +51,7 @@ fn hset(m: &mut Model, cx: &mut Cx) -> Check {
     if let Err(e) = read(m, cx.arg(1), now) {
         return e;
     }
+    m.db.touch(cx.arg(1));
     let h = write(m, cx.arg(1), now);
     let mut added = 0;
     for pair in cx.args[2..].chunks(2) {
@@ -132,5 +133,6 @@ fn hincrby(m: &mut Model, cx: &mut Cx) -> Check {
         return Check::err("ERR increment or decrement would overflow");
     };
     write(m, key, now).insert(cx.arg(2).to_vec(), new.to_string().into_bytes());
+    m.db.touch(key);
     int(new)
 }

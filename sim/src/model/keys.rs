@@ -247,6 +247,7 @@ fn object_encoding(m: &mut Model, cx: &mut Cx) -> Check {
             // Both convert one way only (small to large), so either may be current.
             Value::Hash(_) => Check::OneOfBulk(vec!["listpack", "hashtable"]),
             Value::Set(_) => Check::OneOfBulk(vec!["intset", "hashtable"]),
+            Value::ZSet(_) => Check::OneOfBulk(vec!["listpack", "skiplist"]),
         },
     }
 }

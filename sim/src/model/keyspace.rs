@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-/// A value of any Redis type. Families add variants (List, Hash, Set, ZSet) as they arrive.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A value of any Redis type.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(Vec<u8>),
     List(std::collections::VecDeque<Vec<u8>>),
     Hash(std::collections::BTreeMap<Vec<u8>, Vec<u8>>),
     Set(std::collections::BTreeSet<Vec<u8>>),
+    /// Member -> score.
+    ZSet(std::collections::BTreeMap<Vec<u8>, f64>),
 }
 
 impl Value {
@@ -24,6 +26,7 @@ impl Value {
             Value::List(_) => "list",
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 }
@@ -50,6 +53,8 @@ impl Entry {
 pub struct Keyspace {
     map: BTreeMap<Bytes, Entry>,
     births: u64,
+    /// Keys written by the current command, recorded while someone WATCHes (see `touch`).
+    written: Option<Vec<Bytes>>,
 }
 
 impl Keyspace {
@@ -65,6 +70,21 @@ impl Keyspace {
         self.get(key, now_ms).is_some()
     }
 
+    /// Starts (`true`) or stops recording the keys written; stopping returns them.
+    pub fn track_writes(&mut self, on: bool) -> Vec<Bytes> {
+        let was = std::mem::replace(&mut self.written, on.then(Vec::new));
+        was.unwrap_or_default()
+    }
+
+    /// Records that a command wrote `key` in a way Redis reports as a modification (its
+    /// `signalModifiedKey`) even when the value stays the same: storing a whole value, HSET,
+    /// LSET, LTRIM, a deadline set by EXPIRE or GETEX. WATCH sees these as changes.
+    pub fn touch(&mut self, key: &[u8]) {
+        if let Some(w) = self.written.as_mut() {
+            w.push(Bytes::copy_from_slice(key));
+        }
+    }
+
     /// Stores a value, keeping the deadline and identity of a live entry when `keep_ttl`,
     /// otherwise with `deadline` (and a new identity if the key was not live).
     pub fn set(
@@ -75,6 +95,7 @@ impl Keyspace {
         keep_ttl: bool,
         now_ms: u64,
     ) {
+        self.touch(key);
         if let Some(e) = self.get_mut(key, now_ms) {
             e.value = value;
             if !keep_ttl {
@@ -95,6 +116,7 @@ impl Keyspace {
 
     /// Inserts a whole entry under `key` (RENAME, COPY), with a new identity.
     pub fn put_entry(&mut self, key: &[u8], mut entry: Entry) {
+        self.touch(key);
         self.births += 1;
         entry.birth = self.births;
         self.map.insert(Bytes::copy_from_slice(key), entry);

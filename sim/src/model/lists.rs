@@ -236,6 +236,7 @@ fn ltrim(m: &mut Model, cx: &mut Cx) -> Check {
             l.drain(..s);
         }
     }
+    m.db.touch(key);
     drop_if_empty(m, key, now);
     ok()
 }
@@ -277,6 +278,7 @@ fn lset(m: &mut Model, cx: &mut Cx) -> Check {
         Some(i) => {
             let v = cx.arg(3).to_vec();
             list_mut(m, key, now).expect("list")[i] = v;
+            m.db.touch(key);
             ok()
         }
         None => Check::err("ERR index out of range"),
@@ -386,6 +388,7 @@ fn move_(m: &mut Model, cx: &Cx, from_left: bool, to_left: bool) -> Check {
         } else {
             l.push_back(v.clone());
         }
+        m.db.touch(src);
         v
     } else {
         let v = pop_one(m, src, from_left, now);

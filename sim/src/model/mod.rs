@@ -20,11 +20,14 @@ pub mod hashes;
 pub mod keys;
 pub mod keyspace;
 pub mod lists;
+pub mod multi;
+pub mod pubsub;
 pub mod server;
 pub mod sets;
 pub mod strings;
+pub mod zsets;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
@@ -58,6 +61,41 @@ pub struct ConnState {
     pub scan: Option<keys::ScanIter>,
     /// The peer address the node was given (CLIENT KILL ADDR, CLIENT LIST addr=).
     pub addr: String,
+    /// MULTI in force: the commands queued so far.
+    pub multi: Option<multi::Queued>,
+    /// WATCHed keys, each with whether it was live when watched (a key that expires after
+    /// WATCH breaks the transaction; one already expired then does not).
+    pub watched: BTreeMap<Bytes, bool>,
+    /// A watched key was modified: the next EXEC fails.
+    pub dirty: bool,
+    /// Pub/sub subscriptions.
+    pub channels: BTreeSet<Bytes>,
+    pub patterns: BTreeSet<Bytes>,
+}
+
+impl ConnState {
+    /// Subscribed to anything: RESP2 connections are restricted to pub/sub commands.
+    pub fn subscribed(&self) -> bool {
+        !self.channels.is_empty() || !self.patterns.is_empty()
+    }
+
+    pub fn subscriptions(&self) -> i64 {
+        (self.channels.len() + self.patterns.len()) as i64
+    }
+}
+
+/// A frame the node writes that is not the reply of the request being applied: a pub/sub
+/// message, or a (un)subscribe confirmation. CLIENT REPLY never silences these.
+#[derive(Clone, Debug)]
+pub struct Push {
+    pub conn: u64,
+    pub check: Check,
+    /// Frames of one request to one connection sharing a non-zero group may arrive in any
+    /// order (the pattern messages of one PUBLISH: Redis walks its patterns in hash order).
+    pub group: u64,
+    /// This frame answers the request on the client's side (the first confirmation of a
+    /// SUBSCRIBE whose reply is not suppressed).
+    pub answers: bool,
 }
 
 /// One node's worth of Redis state.
@@ -81,6 +119,10 @@ pub struct Cx<'a> {
     pub close_self: bool,
     /// CLIENT REPLY ON clears the skip of the command carrying it.
     pub clear_skip: bool,
+    /// Frames written before the reply, in order (pub/sub).
+    pub pushes: Vec<Push>,
+    /// Run by EXEC from the transaction's queue (the connection's current command is EXEC).
+    pub in_exec: bool,
 }
 
 impl Cx<'_> {
@@ -90,6 +132,16 @@ impl Cx<'_> {
 
     pub fn argc(&self) -> usize {
         self.args.len()
+    }
+
+    /// Queues a frame for connection `conn` ahead of the reply.
+    pub fn push(&mut self, conn: u64, check: Check, group: u64) {
+        self.pushes.push(Push {
+            conn,
+            check,
+            group,
+            answers: false,
+        });
     }
 }
 
@@ -116,6 +168,9 @@ pub const FAMILIES: &[&[Spec]] = &[
     lists::SPECS,
     hashes::SPECS,
     sets::SPECS,
+    zsets::SPECS,
+    multi::SPECS,
+    pubsub::SPECS,
 ];
 
 /// Commands whose work is done by subcommands (`COMMAND` alone is also runnable).
@@ -124,6 +179,7 @@ const CONTAINERS: &[(&str, i32)] = &[
     ("object", -2),
     ("config", -2),
     ("command", -1),
+    ("pubsub", -2),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static Spec> {
@@ -141,7 +197,10 @@ fn table() -> &'static BTreeMap<&'static str, &'static Spec> {
 
 /// What applying one request produced.
 pub struct Applied {
-    /// The check for the reply, or `None` when the node must not reply (CLIENT REPLY).
+    /// Frames written ahead of the reply, in order, to this or other connections.
+    pub pushes: Vec<Push>,
+    /// The check for the reply, or `None` when the node must not reply (CLIENT REPLY) or the
+    /// reply is the pushes (SUBSCRIBE).
     pub reply: Option<Check>,
     pub close_self: bool,
     pub kill: Vec<u64>,
@@ -175,6 +234,11 @@ impl Model {
                 skip_next: false,
                 scan: None,
                 addr,
+                multi: None,
+                watched: BTreeMap::new(),
+                dirty: false,
+                channels: BTreeSet::new(),
+                patterns: BTreeSet::new(),
             },
         );
     }
@@ -199,18 +263,60 @@ impl Model {
             kill: Vec::new(),
             close_self: false,
             clear_skip: false,
+            pushes: Vec::new(),
+            in_exec: false,
         };
+        let watch = multi::WatchProbe::before(self, cx.now_ms);
         let check = self.dispatch(&mut cx);
+        if let Some(w) = watch {
+            w.after(self, cx.now_ms);
+        }
         let off = self.conns.get(&conn).is_some_and(|c| c.reply_off);
         let silent = off || (skip_this && !cx.clear_skip) || check == Check::NoReply;
+        let mut pushes = cx.pushes;
+        let reply = if check == Check::Pushed {
+            // The reply is the confirmations: the first answers the request unless suppressed.
+            if !(off || skip_this) {
+                if let Some(p) = pushes.iter_mut().find(|p| p.conn == conn) {
+                    p.answers = true;
+                }
+            }
+            None
+        } else {
+            (!silent).then_some(check)
+        };
         Applied {
-            reply: (!silent).then_some(check),
+            pushes,
+            reply,
             close_self: cx.close_self,
             kill: cx.kill,
         }
     }
 
     fn dispatch(&mut self, cx: &mut Cx) -> Check {
+        let spec = match self.resolve(cx) {
+            Ok(spec) => spec,
+            Err(e) => return multi::rejected(self, cx, e),
+        };
+        let st = &self.conns[&cx.conn];
+        if st.proto == Proto::Resp2 && st.subscribed() && !pubsub::ALLOWED.contains(&spec.name) {
+            return multi::rejected(
+                self,
+                cx,
+                Check::err(&format!(
+                    "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                    spec.name
+                )),
+            );
+        }
+        if st.multi.is_some() && !multi::RUN_INSIDE.contains(&spec.name) {
+            return multi::queue(self, cx, spec);
+        }
+        (spec.run)(self, cx)
+    }
+
+    /// The command's spec, or the error Redis rejects it with (unknown, arity).
+    fn resolve(&self, cx: &Cx) -> Result<&'static Spec, Check> {
         // Command names are short: lowercase on the stack.
         let raw = cx.arg(0);
         let mut buf = [0u8; 32];
@@ -224,12 +330,12 @@ impl Model {
         };
         let name = lower;
         let t = table();
-        let spec = if let Some(&(cname, carity)) = CONTAINERS.iter().find(|(n, _)| *n == name) {
+        let spec = if let Some(&(cname, _)) = CONTAINERS.iter().find(|(n, _)| *n == name) {
             if cx.argc() < 2 {
                 if cname == "command" {
                     t["command"]
                 } else {
-                    return arity_error(cname);
+                    return Err(arity_error(cname));
                 }
             } else {
                 let sub = String::from_utf8_lossy(cx.arg(1)).to_ascii_lowercase();
@@ -237,19 +343,18 @@ impl Model {
                 match t.get(full.as_str()) {
                     Some(s) => s,
                     None => {
-                        let _ = carity;
-                        return Check::err(&format!(
+                        return Err(Check::err(&format!(
                             "ERR unknown subcommand '{}'. Try {} HELP.",
                             lossy_cut(cx.arg(1), 128),
                             cname.to_ascii_uppercase()
-                        ));
+                        )));
                     }
                 }
             }
         } else {
             match t.get(name) {
                 Some(s) => s,
-                None => return unknown_command(cx.args),
+                None => return Err(unknown_command(cx.args)),
             }
         };
         let argc = cx.argc() as i32;
@@ -259,9 +364,17 @@ impl Model {
             argc >= -spec.arity
         };
         if !ok {
-            return arity_error(spec.name);
+            return Err(arity_error(spec.name));
         }
-        (spec.run)(self, cx)
+        Ok(spec)
+    }
+
+    /// Runs a queued command inside EXEC (arity was checked when it was queued).
+    pub fn run_queued(&mut self, cx: &mut Cx) -> Check {
+        match self.resolve(cx) {
+            Ok(spec) => (spec.run)(self, cx),
+            Err(e) => e,
+        }
     }
 }
 

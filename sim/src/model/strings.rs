@@ -379,6 +379,7 @@ fn getex(m: &mut Model, cx: &mut Cx) -> Check {
             m.db.delete(key, now);
         } else if let Some(e) = m.db.get_mut(key, now) {
             e.deadline = Some(ms as u64);
+            m.db.touch(key);
         }
     } else if o.persist {
         if let Some(e) = m.db.get_mut(key, now) {
@@ -497,10 +498,15 @@ fn setbit(m: &mut Model, cx: &mut Cx) -> Check {
     let existed = current.is_some();
     let mut s = current.unwrap_or_default();
     let byte = (offset >> 3) as usize;
-    if s.len() <= byte {
+    let grows = s.len() <= byte;
+    if grows {
         s.resize(byte + 1, 0);
     }
     let old = bit_at(&s, offset);
+    if existed && !grows && old == on {
+        // Nothing changes, and Redis reports no modification (WATCH holds).
+        return int(old as i64);
+    }
     let mask = 1u8 << (7 - (offset & 7));
     if on == 1 {
         s[byte] |= mask;

@@ -28,6 +28,8 @@ pub fn gen(g: &mut Gen) -> Cmd {
             }
         }
         1 => Cmd::new("ECHO").a(g.pick(&["hello", "", "\r\n"])),
+        // HELLO inside MULTI would switch the protocol in the middle of EXEC's reply.
+        2 if g.in_multi => Cmd::new("PING"),
         2 => match g.range(0, 7) {
             0 => Cmd::new("HELLO"),
             1 | 2 => Cmd::new("HELLO").a("3"),
@@ -111,6 +113,9 @@ fn client(g: &mut Gen) -> Cmd {
         6 => Cmd::new("CLIENT")
             .a("NO-EVICT")
             .a(g.pick(&["on", "off", "maybe"])),
+        // Queued, CLIENT REPLY would act at EXEC; a RESP2 subscriber is refused it, and the
+        // client would wrongly expect its replies to stop.
+        7 if g.in_multi || g.subscribed => Cmd::new("CLIENT").a("ID"),
         7 => {
             if g.pct(50) {
                 Cmd::new("CLIENT").a("REPLY").a("SKIP").tag(Tag::ReplySkip)

@@ -15,9 +15,12 @@ pub mod expire;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
+pub mod pubsub;
 pub mod server;
 pub mod sets;
 pub mod strings;
+pub mod tx;
+pub mod zsets;
 
 use bytes::Bytes;
 
@@ -152,6 +155,11 @@ pub struct Gen<'a> {
     pub scan_busy: bool,
     /// Whether rare disruptive commands (QUIT, CLIENT KILL, FLUSHALL, garbage) are allowed.
     pub disruptive: bool,
+    /// The connection is queueing a transaction: nothing whose reply the client must follow
+    /// (HELLO, CLIENT REPLY, SCAN, subscriptions) may be queued.
+    pub in_multi: bool,
+    /// The connection holds subscriptions (in RESP2 only pub/sub commands run then).
+    pub subscribed: bool,
 }
 
 impl Gen<'_> {
@@ -245,7 +253,24 @@ pub const FAMILIES: &[Family] = &[
         name: "sets",
         gen: sets::gen,
     },
+    Family {
+        name: "zsets",
+        gen: zsets::gen,
+    },
+    Family {
+        name: "transactions",
+        gen: tx::gen,
+    },
+    Family {
+        name: "pubsub",
+        gen: pubsub::gen,
+    },
 ];
+
+/// Index of the transactions family in [`FAMILIES`] (an open transaction is closed from it).
+pub const TX_FAMILY: usize = 9;
+/// Index of the pub/sub family in [`FAMILIES`] (a subscriber mostly speaks pub/sub).
+pub const PUBSUB_FAMILY: usize = 10;
 
 /// Whether `args` can be sent as an inline command (telnet style) and mean the same.
 pub fn inline_safe(args: &[Bytes]) -> bool {
@@ -274,6 +299,8 @@ mod tests {
                     scan_next: if i % 2 == 0 { Some(&scan) } else { None },
                     scan_busy: i % 3 == 0,
                     disruptive: true,
+                    in_multi: i % 5 == 0,
+                    subscribed: i % 7 == 0,
                 };
                 let c = (fam.gen)(&mut g);
                 assert!(!c.args.is_empty(), "{}", fam.name);

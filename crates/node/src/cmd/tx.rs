@@ -3,7 +3,9 @@
 //! EXEC runs the queued commands back to back inside one call of the node, which executes one
 //! request at a time, so no other client's command can interleave: atomic and isolated by
 //! construction. WATCH is optimistic: any change reported through `Core::modified` (writes,
-//! deletes, expiry, FLUSH) marks the watching clients, and their next EXEC fails.
+//! deletes, expiry, FLUSH) marks the watching clients, and their next EXEC fails. As in Redis
+//! 7.0, a key live when watched that expires before EXEC fails it too (reclaimed or not), and
+//! a key already expired when watched changes nothing by being reclaimed.
 
 use crate::client::{ConnId, MultiState};
 use crate::command::{spec, Call, CommandSpec};
@@ -93,7 +95,13 @@ fn exec(core: &mut Core, call: &mut Call) {
     let Some(multi) = c.multi.take() else {
         return call.error("ERR EXEC without MULTI");
     };
-    let dirty = c.dirty_cas;
+    // A key live when watched that has expired since breaks the transaction, reclaimed
+    // (which marked it dirty) or not.
+    let now_ms = call.now.as_millis();
+    let expired = c.watched.iter().any(|k| {
+        !c.watched_expired.contains(k) && core.db.get_raw(k).is_some_and(|e| e.is_expired(now_ms))
+    });
+    let dirty = c.dirty_cas || expired;
     unwatch_all(core, call.conn);
     if multi.errored {
         return call.error("EXECABORT Transaction discarded because of previous errors.");
@@ -124,10 +132,15 @@ fn watch(core: &mut Core, call: &mut Call) {
     if c.multi.is_some() {
         return call.error("ERR WATCH inside MULTI is not allowed");
     }
+    let now_ms = call.now.as_millis();
     for key in &call.args[1..] {
+        let expired = core.db.get_raw(key).is_some_and(|e| e.is_expired(now_ms));
         let c = core.clients.get_mut(&conn).expect("checked above");
         if c.watched.iter().any(|k| k == key) {
             continue;
+        }
+        if expired {
+            c.watched_expired.insert(key.clone());
         }
         c.watched.push(key.clone());
         core.watched_keys
@@ -149,6 +162,7 @@ pub fn unwatch_all(core: &mut Core, conn: ConnId) {
         return;
     };
     let keys = std::mem::take(&mut c.watched);
+    c.watched_expired.clear();
     c.dirty_cas = false;
     for key in keys {
         if let Some(set) = core.watched_keys.get_mut(&key) {
