@@ -81,7 +81,8 @@ compat: deps
 
 compat-quick: deps
 	$(CARGO) build --release -p lattice-server
-	./scripts/compat.sh --server lattice --quick
+	./scripts/compat.sh --server lattice --quick \
+	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi"
 
 ## Maelstrom's workloads against lattice-maelstrom processes behind a controlled network, every
 ## history checked (maelstrom/README.md). maelstrom-quick is the short version in `make test`.
