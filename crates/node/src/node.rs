@@ -160,7 +160,7 @@ impl Core {
         match self.db.get_live(key, now_ms, |_| {}) {
             Some(e) => {
                 self.stats.keyspace_hits += 1;
-                e.access_ms = now_ms;
+                e.set_access_ms(now_ms);
                 Some(e)
             }
             None => {
@@ -174,7 +174,7 @@ impl Core {
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         self.expire_if_due(key, now_ms);
         let e = self.db.get_live(key, now_ms, |_| {})?;
-        e.access_ms = now_ms;
+        e.set_access_ms(now_ms);
         Some(e)
     }
 
