@@ -124,10 +124,16 @@ fn seconds(ms: u64) -> u32 {
 /// key's length is read from the block instead of being carried in the pointer.
 pub struct EntryBox(NonNull<Head>);
 
-// SAFETY: an EntryBox owns its block exclusively, as a Box does; Entry holds only owned data.
+// SAFETY: an EntryBox owns its block exclusively, as a Box does, and the block holds only the
+// value (checked below to be Send and Sync) and plain integers and bytes.
 unsafe impl Send for EntryBox {}
 // SAFETY: shared access only reads, through `&Entry`.
 unsafe impl Sync for EntryBox {}
+
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Value>();
+};
 
 /// The block for a tail of `tail_len` bytes: the header, then the tail, padded to the
 /// header's alignment (the size `size_of_val` reports for the `Entry`).
@@ -282,16 +288,6 @@ fn table_hash(hash: u64) -> u64 {
 
 fn rehash(entry: &EntryBox) -> u64 {
     table_hash(key_hash(entry.key()))
-}
-
-/// Buckets of a hashbrown table with `capacity`: it keeps 1/8 of its buckets free (all but one
-/// below 8 buckets).
-fn buckets_for_capacity(capacity: usize) -> usize {
-    if capacity < 7 {
-        capacity + 1
-    } else {
-        (capacity * 8 / 7).next_power_of_two()
-    }
 }
 
 /// Counters the node reports in INFO.
@@ -572,7 +568,7 @@ impl Db {
             if size > 0 {
                 t.tables += 1;
                 t.heap_bytes += size;
-                t.buckets += buckets_for_capacity(table.capacity());
+                t.buckets += table.num_buckets();
             }
         }
         t
