@@ -5,7 +5,7 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench bench-callgrind clean \
+.PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause
 
 ## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
@@ -97,11 +97,6 @@ maelstrom-quick:
 ## Writes bench/results/<date>.md/.png/.json; see bench/README.md. BENCH_ARGS=--quick for a short trial.
 bench:
 	CARGO=$(CARGO) ./bench/run.sh $(BENCH_ARGS)
-
-## Instructions per request in lattice-server under callgrind: 100,000 SETs then GETs at -P 16.
-bench-callgrind:
-	$(CARGO) build --release -p lattice-server
-	./bench/callgrind.sh ./target/release/lattice-server 100000 16 set,get
 
 ## Three (and four) lattice-server processes over real replica links: convergence of concurrent
 ## writes, a SIGSTOPped node catching up, a wrong cluster secret refused, relinking after a restart.
