@@ -160,7 +160,7 @@ impl Core {
         match self.db.get_live(key, now_ms, |_| {}) {
             Some(e) => {
                 self.stats.keyspace_hits += 1;
-                e.access_ms = now_ms;
+                e.set_access_ms(now_ms);
                 Some(e)
             }
             None => {
@@ -174,7 +174,7 @@ impl Core {
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         self.expire_if_due(key, now_ms);
         let e = self.db.get_live(key, now_ms, |_| {})?;
-        e.access_ms = now_ms;
+        e.set_access_ms(now_ms);
         Some(e)
     }
 
@@ -187,6 +187,11 @@ impl Core {
     /// Lazy expiry: deletes `key` if its deadline has passed, reporting the deletion like any
     /// other change (WATCH sees it; keyspace notifications say `expired`).
     fn expire_if_due(&mut self, key: &[u8], now_ms: u64) {
+        // No deadline has passed, so no key can be expired: skip hashing and probing the key
+        // (the lookup that follows does that once).
+        if self.db.next_deadline_ms().is_none_or(|d| d >= now_ms) {
+            return;
+        }
         let mut expired = false;
         let _ = self.db.get_live(key, now_ms, |_| expired = true);
         if expired {

@@ -135,11 +135,11 @@ fn execute(
             }
         }
     }
-    if commands > 0 {
-        let usec = started.elapsed().as_micros() as u64;
-        for (name, n) in runs {
-            host.node.charge_command_time(name, usec * n / commands);
-        }
+    // With no command run, `runs` is empty and nothing is charged.
+    let usec = started.elapsed().as_micros() as u64;
+    for (name, n) in runs {
+        let share = (usec * n).checked_div(commands).unwrap_or(0);
+        host.node.charge_command_time(name, share);
     }
     if let Some(message) = protocol_error {
         host.node

@@ -10,8 +10,10 @@
 //! exactly the keys that are due, oldest first, with work bounded per call; it costs one ordered
 //! map entry per key with a TTL.
 
+use std::alloc::{self, Layout};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
+use std::ptr::NonNull;
 
 use hashbrown::HashTable;
 
@@ -22,23 +24,56 @@ use crate::value::Value;
 pub const SLOT_BITS: u32 = 14;
 pub const SLOT_COUNT: usize = 1 << SLOT_BITS;
 
-/// A stored key with its value and metadata.
-#[derive(Debug)]
+/// A stored key with its value and metadata, and the key's bytes after them.
+///
+/// Every key lives in one heap block: this header, then the key (see [`EntryBox`]). The slot
+/// tables hold only 8-byte pointers to the blocks, so a table's empty buckets (hashbrown keeps
+/// up to half of them empty after growing) cost 8 bytes each instead of a whole entry, and a
+/// key costs one allocation for itself instead of a table entry plus a boxed key.
+#[repr(C)]
 pub struct Entry {
-    key: Box<[u8]>,
     pub value: Value,
     /// Absolute deadline in ms since the Unix epoch on the node's clock. Private so that every
     /// change goes through [`Db::set_expire`] and the deadline index cannot fall out of step.
     /// Stored as a non-zero integer so the option costs no space (a deadline of 0 ms, long
     /// past, is stored as 1 ms: equally past).
     deadline_ms: Option<NonZeroU64>,
-    /// Last time a command read or wrote the key (OBJECT IDLETIME).
-    pub access_ms: u64,
+    /// Last time a command read or wrote the key (OBJECT IDLETIME), in whole seconds since the
+    /// epoch: the resolution of Redis's LRU clock, in 4 bytes instead of 8.
+    access_s: u32,
+    /// The key's length, or [`LONG_KEY`] when the key is at least that long and its length is
+    /// in the first 8 bytes of `tail`.
+    key_len: u32,
+    tail: [u8],
 }
+
+/// The sized part of [`Entry`], for laying out and writing a new block. `#[repr(C)]` on both
+/// puts the fields at the same offsets, and the tail right after `key_len` (asserted below).
+#[repr(C)]
+struct Head {
+    value: Value,
+    deadline_ms: Option<NonZeroU64>,
+    access_s: u32,
+    key_len: u32,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<Head>() == std::mem::offset_of!(Head, key_len) + 4,
+    "Head must end where Entry's tail begins"
+);
+
+/// Key lengths from here up are stored in the tail as 8 bytes (a key over 4 GiB needs a
+/// proto-max-bulk-len raised past its default 512 MiB). Small under test, so the long form is
+/// exercised by ordinary keys.
+const LONG_KEY: u32 = if cfg!(test) { 24 } else { u32::MAX };
 
 impl Entry {
     pub fn key(&self) -> &[u8] {
-        &self.key
+        if self.key_len == LONG_KEY {
+            &self.tail[8..]
+        } else {
+            &self.tail
+        }
     }
 
     pub fn expire_at_ms(&self) -> Option<u64> {
@@ -49,6 +84,183 @@ impl Entry {
     /// as in Redis (`now > when` keeps it alive for the deadline millisecond itself).
     pub fn is_expired(&self, now_ms: u64) -> bool {
         matches!(self.expire_at_ms(), Some(t) if t < now_ms)
+    }
+
+    /// The last access, to the second below it (ms since the epoch).
+    pub fn access_ms(&self) -> u64 {
+        u64::from(self.access_s) * 1000
+    }
+
+    /// Records an access at `ms` (kept to the second).
+    pub fn set_access_ms(&mut self, ms: u64) {
+        self.access_s = seconds(ms);
+    }
+
+    /// Bytes this key costs: its block, what its value holds on the heap, and its share of a
+    /// slot table (an 8-byte pointer and a control byte per bucket, at a typical load of 9/16).
+    pub fn memory_usage(&self) -> usize {
+        const TABLE_SHARE: usize = 16;
+        std::mem::size_of_val(self) + self.value.heap_bytes() + TABLE_SHARE
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("value", &self.value)
+            .field("deadline_ms", &self.expire_at_ms())
+            .field("access_ms", &self.access_ms())
+            .finish()
+    }
+}
+
+fn seconds(ms: u64) -> u32 {
+    u32::try_from(ms / 1000).unwrap_or(u32::MAX)
+}
+
+/// An owned [`Entry`] behind a thin pointer: what the slot tables hold, and what
+/// [`Db::remove`] hands back. Like a `Box<Entry>`, but 8 bytes instead of 16, because the
+/// key's length is read from the block instead of being carried in the pointer.
+pub struct EntryBox(NonNull<Head>);
+
+// SAFETY: an EntryBox owns its block exclusively, as a Box does, and the block holds only the
+// value (checked below to be Send and Sync) and plain integers and bytes.
+unsafe impl Send for EntryBox {}
+// SAFETY: shared access only reads, through `&Entry`.
+unsafe impl Sync for EntryBox {}
+
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Value>();
+};
+
+/// The block for a tail of `tail_len` bytes: the header, then the tail, padded to the
+/// header's alignment (the size `size_of_val` reports for the `Entry`).
+fn block_layout(tail_len: usize) -> Layout {
+    let (layout, offset) = Layout::new::<Head>()
+        .extend(Layout::array::<u8>(tail_len).expect("key length fits a layout"))
+        .expect("key length fits a layout");
+    debug_assert_eq!(offset, std::mem::size_of::<Head>());
+    layout.pad_to_align()
+}
+
+impl EntryBox {
+    fn new(key: &[u8], value: Value, deadline_ms: Option<NonZeroU64>, access_ms: u64) -> Self {
+        let (key_len, prefix) = match u32::try_from(key.len()) {
+            Ok(n) if n < LONG_KEY => (n, 0),
+            _ => (LONG_KEY, 8),
+        };
+        let layout = block_layout(prefix + key.len());
+        // SAFETY: the layout has a non-zero size (the header). Every field of the header and
+        // every tail byte is written before the block is used as an Entry.
+        unsafe {
+            let raw = alloc::alloc(layout);
+            if raw.is_null() {
+                alloc::handle_alloc_error(layout);
+            }
+            let head = raw.cast::<Head>();
+            head.write(Head {
+                value,
+                deadline_ms,
+                access_s: seconds(access_ms),
+                key_len,
+            });
+            let tail = raw.add(std::mem::size_of::<Head>());
+            if prefix > 0 {
+                std::ptr::copy_nonoverlapping((key.len() as u64).to_ne_bytes().as_ptr(), tail, 8);
+            }
+            std::ptr::copy_nonoverlapping(key.as_ptr(), tail.add(prefix), key.len());
+            EntryBox(NonNull::new_unchecked(head))
+        }
+    }
+
+    /// True when this entry's key is `key`: the table's equality test, which compares the
+    /// stored length before touching the bytes, as slice equality does.
+    #[inline]
+    fn has_key(&self, key: &[u8]) -> bool {
+        let head = self.0.as_ptr();
+        // SAFETY: the block is live; a short key is `key_len` bytes right after the header.
+        unsafe {
+            let n = (*head).key_len;
+            if n == LONG_KEY {
+                return self.key() == key;
+            }
+            n as usize == key.len()
+                && std::slice::from_raw_parts(
+                    head.cast::<u8>().add(std::mem::size_of::<Head>()),
+                    key.len(),
+                ) == key
+        }
+    }
+
+    fn tail_len(&self) -> usize {
+        let head = self.0.as_ptr();
+        // SAFETY: the block is live and initialised (see `new`); a long key's length is in the
+        // tail's first 8 bytes, which may be unaligned.
+        unsafe {
+            match (*head).key_len {
+                LONG_KEY => {
+                    let tail = head.cast::<u8>().add(std::mem::size_of::<Head>());
+                    8 + tail.cast::<u64>().read_unaligned() as usize
+                }
+                n => n as usize,
+            }
+        }
+    }
+
+    /// The whole block as an `Entry`: a slice pointer over the tail, cast to the unsized
+    /// struct, carries the tail's length as the `Entry`'s metadata.
+    fn as_ptr(&self) -> *mut Entry {
+        std::ptr::slice_from_raw_parts_mut(self.0.as_ptr().cast::<u8>(), self.tail_len())
+            as *mut Entry
+    }
+
+    /// The value, the block freed.
+    pub fn into_value(self) -> Value {
+        let layout = block_layout(self.tail_len());
+        let raw = self.0.as_ptr();
+        std::mem::forget(self);
+        // SAFETY: the value is moved out exactly once and the block, allocated with `layout`,
+        // is freed without dropping it again.
+        unsafe {
+            let value = std::ptr::addr_of!((*raw).value).read();
+            alloc::dealloc(raw.cast(), layout);
+            value
+        }
+    }
+}
+
+impl std::ops::Deref for EntryBox {
+    type Target = Entry;
+    fn deref(&self) -> &Entry {
+        // SAFETY: the block is live and initialised for as long as self is.
+        unsafe { &*self.as_ptr() }
+    }
+}
+
+impl std::ops::DerefMut for EntryBox {
+    fn deref_mut(&mut self) -> &mut Entry {
+        // SAFETY: as for deref, and `&mut self` makes the access exclusive.
+        unsafe { &mut *self.as_ptr() }
+    }
+}
+
+impl Drop for EntryBox {
+    fn drop(&mut self) {
+        let layout = block_layout(self.tail_len());
+        let raw = self.0.as_ptr();
+        // SAFETY: the block was allocated with this layout; the value is dropped once.
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::addr_of_mut!((*raw).value));
+            alloc::dealloc(raw.cast(), layout);
+        }
+    }
+}
+
+impl std::fmt::Debug for EntryBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
     }
 }
 
@@ -74,8 +286,8 @@ fn table_hash(hash: u64) -> u64 {
     hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-fn rehash(entry: &Entry) -> u64 {
-    table_hash(key_hash(&entry.key))
+fn rehash(entry: &EntryBox) -> u64 {
+    table_hash(key_hash(entry.key()))
 }
 
 /// Counters the node reports in INFO.
@@ -84,9 +296,23 @@ pub struct DbStats {
     pub expired_keys: u64,
 }
 
+/// How the slot tables use their memory (for MEMORY STATS-like reports and measurements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Slot tables that hold an allocation.
+    pub tables: usize,
+    /// Buckets over all tables (occupied or not).
+    pub buckets: usize,
+    pub entries: usize,
+    /// Bytes one bucket takes in a table, besides its control byte.
+    pub bucket_bytes: usize,
+    /// Bytes the tables hold on the heap (buckets and control bytes).
+    pub heap_bytes: usize,
+}
+
 /// A keyspace. All times are supplied by the caller.
 pub struct Db {
-    slots: Vec<HashTable<Entry>>,
+    slots: Vec<HashTable<EntryBox>>,
     len: usize,
     /// (deadline ms, key hash) -> how many keys share both (a 64-bit hash collision at the same
     /// millisecond is unlikely but must not lose a deadline).
@@ -135,7 +361,9 @@ impl Db {
     /// The entry for `key` whatever its deadline (no lazy expiry).
     pub fn get_raw(&self, key: &[u8]) -> Option<&Entry> {
         let h = key_hash(key);
-        self.slots[slot_of(h)].find(table_hash(h), |e| &*e.key == key)
+        self.slots[slot_of(h)]
+            .find(table_hash(h), |e| e.has_key(key))
+            .map(|e| &**e)
     }
 
     /// The live entry for `key`: an expired entry is deleted on the spot (lazy expiry) and
@@ -148,17 +376,19 @@ impl Db {
     ) -> Option<&mut Entry> {
         let h = key_hash(key);
         let slot = slot_of(h);
-        let expired = match self.slots[slot].find(table_hash(h), |e| &*e.key == key) {
-            None => return None,
-            Some(e) => e.is_expired(now_ms),
-        };
-        if expired {
-            let entry = self.remove_hashed(key, h).expect("found above");
+        // One probe: the bucket's index stays valid until the table changes.
+        let table = &mut self.slots[slot];
+        let index = table.find_bucket_index(table_hash(h), |e| e.has_key(key))?;
+        let entry = table.get_bucket_entry(index).expect("index just found");
+        if entry.get().is_expired(now_ms) {
+            let (entry, _) = entry.remove();
+            self.len -= 1;
+            self.move_deadline(h, entry.expire_at_ms(), None);
             self.stats.expired_keys += 1;
             on_expired(&entry);
             return None;
         }
-        self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key)
+        self.slots[slot].get_bucket_mut(index).map(|e| &mut **e)
     }
 
     /// Stores `value` under `key` with `expire_at_ms`, replacing any previous entry (whose
@@ -173,22 +403,17 @@ impl Db {
         let expire_at_ms = normalize(expire_at_ms);
         let h = key_hash(key);
         let slot = slot_of(h);
-        match self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key) {
+        match self.slots[slot].find_mut(table_hash(h), |e| e.has_key(key)) {
             Some(entry) => {
                 let old_deadline = entry.expire_at_ms();
                 entry.deadline_ms = pack(expire_at_ms);
-                entry.access_ms = now_ms;
+                entry.set_access_ms(now_ms);
                 let old = std::mem::replace(&mut entry.value, value);
                 self.move_deadline(h, old_deadline, expire_at_ms);
                 Some(old)
             }
             None => {
-                let entry = Entry {
-                    key: key.into(),
-                    value,
-                    deadline_ms: pack(expire_at_ms),
-                    access_ms: now_ms,
-                };
+                let entry = EntryBox::new(key, value, pack(expire_at_ms), now_ms);
                 self.slots[slot].insert_unique(table_hash(h), entry, rehash);
                 self.len += 1;
                 self.move_deadline(h, None, expire_at_ms);
@@ -202,7 +427,7 @@ impl Db {
         let expire_at_ms = normalize(expire_at_ms);
         let h = key_hash(key);
         let slot = slot_of(h);
-        let Some(entry) = self.slots[slot].find_mut(table_hash(h), |e| &*e.key == key) else {
+        let Some(entry) = self.slots[slot].find_mut(table_hash(h), |e| e.has_key(key)) else {
             return false;
         };
         let old = entry.expire_at_ms();
@@ -212,14 +437,14 @@ impl Db {
     }
 
     /// Removes `key`, returning its entry.
-    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+    pub fn remove(&mut self, key: &[u8]) -> Option<EntryBox> {
         self.remove_hashed(key, key_hash(key))
     }
 
-    fn remove_hashed(&mut self, key: &[u8], h: u64) -> Option<Entry> {
+    fn remove_hashed(&mut self, key: &[u8], h: u64) -> Option<EntryBox> {
         let slot = slot_of(h);
         let found = self.slots[slot]
-            .find_entry(table_hash(h), |e| &*e.key == key)
+            .find_entry(table_hash(h), |e| e.has_key(key))
             .ok()?;
         let (entry, _) = found.remove();
         self.len -= 1;
@@ -267,7 +492,7 @@ impl Db {
             let slot = slot_of(h);
             let th = table_hash(h);
             while let Ok(found) = self.slots[slot].find_entry(th, |e| {
-                e.expire_at_ms() == Some(deadline) && key_hash(&e.key) == h
+                e.expire_at_ms() == Some(deadline) && key_hash(e.key()) == h
             }) {
                 let (entry, _) = found.remove();
                 self.len -= 1;
@@ -300,7 +525,7 @@ impl Db {
 
     /// Every entry, slot by slot (a deterministic order for a given history).
     pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.slots.iter().flat_map(|t| t.iter())
+        self.slots.iter().flat_map(|t| t.iter().map(|e| &**e))
     }
 
     /// A pseudo-random entry chosen with the caller's random numbers: a random slot, the first
@@ -314,7 +539,7 @@ impl Db {
             let table = &self.slots[(start + i) % SLOT_COUNT];
             if !table.is_empty() {
                 let n = (next_random() as usize) % table.len();
-                return table.iter().nth(n);
+                return table.iter().nth(n).map(|e| &**e);
             }
         }
         None
@@ -331,13 +556,31 @@ impl Db {
         self.volatile = 0;
     }
 
+    /// How the slot tables use memory.
+    pub fn table_stats(&self) -> TableStats {
+        let mut t = TableStats {
+            bucket_bytes: std::mem::size_of::<EntryBox>(),
+            entries: self.len,
+            ..TableStats::default()
+        };
+        for table in &self.slots {
+            let size = table.allocation_size();
+            if size > 0 {
+                t.tables += 1;
+                t.heap_bytes += size;
+                t.buckets += table.num_buckets();
+            }
+        }
+        t
+    }
+
     /// Checks the structure's invariants; panics with a description on violation.
     pub fn check_invariants(&self) {
         let mut total = 0;
         let mut volatile = 0;
         for (i, t) in self.slots.iter().enumerate() {
             for e in t.iter() {
-                let h = key_hash(&e.key);
+                let h = key_hash(e.key());
                 assert_eq!(slot_of(h), i, "key stored in the wrong slot");
                 if let Some(d) = e.expire_at_ms() {
                     volatile += 1;
@@ -376,6 +619,61 @@ mod tests {
         assert!(db.get_live(b"a", 101, |_| {}).is_none());
         assert_eq!(db.len(), 0);
         db.check_invariants();
+    }
+
+    #[test]
+    fn keys_of_every_length_round_trip_through_their_blocks() {
+        // Under test, keys of LONG_KEY (24) bytes and more take the long form.
+        let mut db = Db::new();
+        let keys: Vec<Vec<u8>> = (0..80)
+            .map(|n| (0..n).map(|i| (i * 7 + n) as u8).collect())
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            db.insert(k, s(&format!("value-{i}")), Some(1_000 + i as u64), 5_999);
+        }
+        assert_eq!(db.len(), keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let e = db.get_raw(k).expect("stored");
+            assert_eq!(e.key(), &k[..]);
+            assert_eq!(e.value, s(&format!("value-{i}")));
+            assert_eq!(e.expire_at_ms(), Some(1_000 + i as u64));
+            assert_eq!(e.access_ms(), 5_000, "kept to the second");
+        }
+        db.check_invariants();
+        for (i, k) in keys.iter().enumerate().step_by(2) {
+            let e = db.remove(k).expect("stored");
+            assert_eq!(e.key(), &k[..]);
+            assert_eq!(e.into_value(), s(&format!("value-{i}")));
+        }
+        assert_eq!(db.len(), keys.len() / 2);
+        db.check_invariants();
+        // The rest are freed with the tables.
+        db.clear();
+        assert!(db.is_empty());
+    }
+
+    #[test]
+    fn access_time_is_kept_in_seconds() {
+        let mut db = Db::new();
+        db.insert(b"k", s("v"), None, 12_345);
+        let e = db.get_live(b"k", 20_000, |_| {}).unwrap();
+        assert_eq!(e.access_ms(), 12_000);
+        e.set_access_ms(19_999);
+        assert_eq!(e.access_ms(), 19_000);
+        // Past the year 2106 the clock stops rather than wrapping to the epoch.
+        e.set_access_ms(u64::MAX);
+        assert_eq!(e.access_ms(), u64::from(u32::MAX) * 1000);
+    }
+
+    #[test]
+    fn memory_usage_counts_block_value_and_table_share() {
+        let mut db = Db::new();
+        db.insert(b"key:000000000001", s(&"x".repeat(64)), None, 0);
+        let e = db.get_raw(b"key:000000000001").unwrap();
+        // 40-byte header + 16-byte key, 64 value bytes, 16 for the table.
+        assert_eq!(std::mem::size_of_val(e), 56);
+        assert_eq!(e.memory_usage(), 56 + 64 + 16);
+        assert_eq!(std::mem::size_of::<EntryBox>(), 8);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod stream;
 pub mod value;
 pub mod zset;
 
-pub use db::{Db, DbStats, Entry, SLOT_COUNT};
+pub use db::{Db, DbStats, Entry, EntryBox, TableStats, SLOT_COUNT};
 pub use glob::glob_match;
 pub use hash::Hash;
 pub use keyhash::key_hash;

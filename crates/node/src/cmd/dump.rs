@@ -131,7 +131,7 @@ fn restore(core: &mut Core, call: &mut Call) {
     if let Some(idle) = idle_s {
         if !core.config.maxmemory_policy.ends_with("lfu") {
             if let Some(e) = core.db.get_live(key, now_ms, |_| {}) {
-                e.access_ms = now_ms.saturating_sub((idle as u64).saturating_mul(1000));
+                e.set_access_ms(now_ms.saturating_sub((idle as u64).saturating_mul(1000)));
             }
         }
     }

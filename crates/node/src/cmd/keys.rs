@@ -192,7 +192,7 @@ fn move_key(core: &mut Core, src: &[u8], dst: &[u8], now_ms: u64) -> bool {
     }
     let entry = core.db.remove(src).expect("exists");
     let deadline = entry.expire_at_ms();
-    core.db.insert(dst, entry.value, deadline, now_ms);
+    core.db.insert(dst, entry.into_value(), deadline, now_ms);
     core.modified(src);
     core.modified(dst);
     core.notify(EVENT_GENERIC, "rename_from", src);
@@ -307,7 +307,7 @@ fn object_idletime(core: &mut Core, call: &mut Call) {
     let Some(access_ms) = core
         .db
         .get_live(call.arg(2), call.now_ms, |_| {})
-        .map(|e| e.access_ms)
+        .map(|e| e.access_ms())
     else {
         return call.out.null();
     };
@@ -323,7 +323,7 @@ fn object_freq(core: &mut Core, call: &mut Call) {
     let Some(access_ms) = core
         .db
         .get_live(call.arg(2), call.now_ms, |_| {})
-        .map(|e| e.access_ms)
+        .map(|e| e.access_ms())
     else {
         return call.out.null();
     };

@@ -941,17 +941,8 @@ fn memory_usage(core: &mut Core, call: &mut Call) {
             return call.syntax_error();
         }
     }
-    // An estimate: the entry in its slot table (with the table's spare room), the key bytes,
-    // and what the value holds on the heap.
-    const TABLE_SLACK: usize = 16;
     match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
-        Some(e) => {
-            let bytes = std::mem::size_of::<lattice_store::Entry>()
-                + TABLE_SLACK
-                + e.key().len()
-                + e.value.heap_bytes();
-            call.out.integer(bytes as i64)
-        }
+        Some(e) => call.out.integer(e.memory_usage() as i64),
         None => call.out.null(),
     }
 }

@@ -245,7 +245,7 @@ fn spop_count(core: &mut Core, call: &mut Call) {
     }
     if count >= len as u64 {
         // Everything goes: reply with the whole set and delete the key.
-        let Some(Value::Set(s)) = core.db.remove(key).map(|e| e.value) else {
+        let Some(Value::Set(s)) = core.db.remove(key).map(|e| e.into_value()) else {
             unreachable!("looked up above")
         };
         call.out.set_len(s.len());
