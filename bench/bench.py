@@ -712,6 +712,21 @@ def draw_chart(summary, zadd, path):
     return True
 
 
+def section_replication(args):
+    """Runs scripts/cluster-bench.sh and returns its result lines, or None if it failed."""
+    env = dict(os.environ, BENCH_N=str(args.replication_requests))
+    try:
+        out = subprocess.run([os.path.join(ROOT, "scripts/cluster-bench.sh")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             timeout=900, check=True).stdout
+    except (subprocess.SubprocessError, OSError) as e:
+        log("  replication section failed: %s" % e)
+        return None
+    keep = ("standalone SET", "cluster node 1 SET", "cluster SET CPU", "replicas'",
+            "cluster-bench")
+    return [ln for ln in out.splitlines() if ln.startswith(keep)]
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -740,9 +755,11 @@ def parse_args():
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-zadd", action="store_true")
+    ap.add_argument("--skip-replication", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="short trial: 1 round, -n 20000, 100k keys, ZADD to 200k "
                     "(full run: 3 rounds, -n 100000, 1M keys, ZADD to 1M in 100k batches)")
+    ap.add_argument("--replication-requests", type=int, default=200_000)
     ap.add_argument("--run-timeout", type=int, default=180,
                     help="seconds before one redis-benchmark run counts as failed")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench/results"))
@@ -797,7 +814,7 @@ def main():
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
-    throughput = mem = zadd = None
+    throughput = mem = zadd = replication = None
     threads = {}
     try:
         for s in servers.values():
@@ -825,6 +842,9 @@ def main():
     finally:
         stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+    if not args.skip_replication:
+        log("== SET at P=16: standalone vs one node of a 3-node cluster")
+        replication = section_replication(args)
 
     elapsed = time.time() - started
     name = args.name or datetime.date.today().isoformat()
@@ -896,14 +916,22 @@ def main():
     md.append("")
     if chart and zadd and not throughput:
         md += ["![ZADD growth](%s)" % os.path.basename(png_path), ""]
-    md += ["## SET at P=16 with 3-node replication", "",
-           "Not measured: replication is not implemented yet.", ""]
+    md += ["## SET at P=16 with 3-node replication", ""]
+    if replication:
+        md += ["`scripts/cluster-bench.sh` (also `make cluster-bench`): the same redis-benchmark "
+               "SET run (`-P 16 -c 50 -d 64 -n %d`, one key as redis-benchmark's default, then "
+               "`-r 100000`) against a standalone node and against one node of a 3-node cluster "
+               "replicating to the two others; all processes share this machine's cores, "
+               "unpinned." % args.replication_requests, "", "```"] + replication + ["```", ""]
+    else:
+        md += ["(skipped or failed)", ""]
     report = "\n".join(md)
     with open(md_path, "w") as f:
         f.write(report)
     with open(json_path, "w") as f:
         json.dump({"args": {k: v for k, v in vars(args).items()}, "throughput": throughput,
-                   "memory": mem, "zadd": zadd, "elapsed_s": elapsed}, f, indent=1,
+                   "memory": mem, "zadd": zadd, "replication": replication,
+                   "elapsed_s": elapsed}, f, indent=1,
                   default=str)
     print(report)
     log("wrote %s%s and %s" % (md_path, " , " + png_path if chart else "", json_path))

@@ -29,16 +29,26 @@ bench() {
     | tr '\r' '\n' | awk '/^SET:/ { print $2 }' | tail -1
 }
 
+# CPU nanoseconds a process has run, summed over its threads.
+cpu_ns() {
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'
+}
+
 echo "== standalone node"
 P0=$(free_port)
 "$BIN" --bind 127.0.0.1 --port "$P0" --dir "$WORK/standalone" 2>"$WORK/standalone.log" &
 PIDS+=($!)
 wait_port "$P0"
+C0=$(cpu_ns "${PIDS[0]}")
 STANDALONE=$(bench "$P0")
+C1=$(cpu_ns "${PIDS[0]}")
 STANDALONE_R=$(bench "$P0" -r 100000)
+C2=$(cpu_ns "${PIDS[0]}")
 stop_pid "${PIDS[0]}"
 PIDS=()
 echo "standalone SET: $STANDALONE requests/s (one key), $STANDALONE_R requests/s (100k random keys)"
+awk -v a="$C0" -v b="$C1" -v c="$C2" -v n="$N" 'BEGIN {
+  printf "standalone SET CPU per request: %.2f us (one key), %.2f us (100k random keys)\n", (b - a) / n / 1000, (c - b) / n / 1000 }'
 
 echo "== 3-node cluster"
 export LATTICE_CLUSTER_SECRET="bench-secret-$RANDOM$RANDOM"
@@ -57,9 +67,17 @@ for i in 1 2 3; do
   wait_port "${PORTS[$((i-1))]}"
   wait_links "$WORK/node$i.log" 2
 done
+cluster_cpu() { for p in "${PIDS[@]}"; do cpu_ns "$p"; done | paste -sd' '; }
+K0=$(cluster_cpu)
 CLUSTER=$(bench "${PORTS[0]}")
+K1=$(cluster_cpu)
 CLUSTER_R=$(bench "${PORTS[0]}" -r 100000)
+K2=$(cluster_cpu)
 echo "cluster node 1 SET: $CLUSTER requests/s (one key), $CLUSTER_R requests/s (100k random keys), replicating to 2 peers"
+awk -v a="$K0" -v b="$K1" -v c="$K2" -v n="$N" 'BEGIN {
+  split(a, x, " "); split(b, y, " "); split(c, z, " ")
+  printf "cluster SET CPU per request (writer / replica 2 / replica 3): %.2f / %.2f / %.2f us (one key), %.2f / %.2f / %.2f us (100k random keys)\n",
+    (y[1]-x[1])/n/1000, (y[2]-x[2])/n/1000, (y[3]-x[3])/n/1000, (z[1]-y[1])/n/1000, (z[2]-y[2])/n/1000, (z[3]-y[3])/n/1000 }'
 # How long the two replicas take to hold as many keys as the written node (at most 60 s; a
 # replica too busy to answer within 2 s counts as not there yet).
 START_MS=$(date +%s%3N)
