@@ -316,11 +316,7 @@ impl Core {
                     || spec.flags.contains(&"no-auth");
                 if !authorized {
                     call.error("NOAUTH Authentication required.");
-                    self.stats
-                        .commands
-                        .entry(spec.name)
-                        .or_default()
-                        .rejected_calls += 1;
+                    self.stats.commands.entry(spec.name).rejected_calls += 1;
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                         m.errored = true;
                     }
@@ -341,11 +337,7 @@ impl Core {
                         }
                         call.error(&message);
                     }
-                    self.stats
-                        .commands
-                        .entry(spec.name)
-                        .or_default()
-                        .rejected_calls += 1;
+                    self.stats.commands.entry(spec.name).rejected_calls += 1;
                 } else if in_multi && spec.flags.contains(&"no-multi") {
                     // SAVE, SHUTDOWN...: refused while queueing, which aborts the transaction.
                     if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
@@ -357,11 +349,7 @@ impl Core {
                 {
                     // A script is past busy-reply-threshold: refused like Redis's
                     // rejectCommand, which also dooms a transaction being queued.
-                    self.stats
-                        .commands
-                        .entry(spec.name)
-                        .or_default()
-                        .rejected_calls += 1;
+                    self.stats.commands.entry(spec.name).rejected_calls += 1;
                     let busy = crate::cmd::script::BUSY.as_bytes();
                     if spec.name == "exec" {
                         self.abort_exec(&mut call, busy);
@@ -431,7 +419,7 @@ impl Core {
             }
         }
         self.stats.total_commands_processed += 1;
-        let s = self.stats.commands.entry(spec.name).or_default();
+        let s = self.stats.commands.entry(spec.name);
         s.calls += 1;
         if call.failed() && !errors_before {
             s.failed_calls += 1;

@@ -45,6 +45,9 @@ pub async fn serve(shared: Arc<Shared>, mut socket: TcpStream) {
     let mut parser = RequestParser::new(limits);
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut batch: Vec<Vec<Bytes>> = Vec::new();
+    // Runs of one command in a batch, for INFO commandstats; kept across batches so a batch
+    // allocates nothing for it.
+    let mut runs: Vec<(&'static str, u64)> = Vec::new();
 
     'conn: loop {
         if !own_out.is_empty() && write_all(&mut socket, &mut own_out).await.is_err() {
@@ -68,7 +71,7 @@ pub async fn serve(shared: Arc<Shared>, mut socket: TcpStream) {
                         Ok(Some(args)) => {
                             batch.push(args);
                             if batch.len() >= MAX_BATCH {
-                                closing |= execute(&shared, conn, &mut batch, None, &mut own_out, &mut limits);
+                                closing |= execute(&shared, conn, &mut batch, None, &mut own_out, &mut limits, &mut runs);
                             }
                         }
                         Ok(None) => break,
@@ -78,7 +81,7 @@ pub async fn serve(shared: Arc<Shared>, mut socket: TcpStream) {
                         }
                     }
                 }
-                closing |= execute(&shared, conn, &mut batch, protocol_error, &mut own_out, &mut limits);
+                closing |= execute(&shared, conn, &mut batch, protocol_error, &mut own_out, &mut limits, &mut runs);
                 if parser.limits() != limits {
                     parser.set_limits(limits);
                 }
@@ -114,6 +117,7 @@ fn execute(
     protocol_error: Option<String>,
     own_out: &mut Vec<Bytes>,
     limits: &mut Limits,
+    runs: &mut Vec<(&'static str, u64)>,
 ) -> bool {
     if batch.is_empty() && protocol_error.is_none() {
         return false;
@@ -125,7 +129,7 @@ fn execute(
     // command, the common shape of a pipeline).
     let started = Instant::now();
     let commands = batch.len() as u64;
-    let mut runs: Vec<(&'static str, u64)> = Vec::new();
+    runs.clear();
     for args in batch.drain(..) {
         host.node.handle(now, Input::Request { conn, args });
         if let Some(name) = host.node.last_command(conn) {
@@ -137,7 +141,7 @@ fn execute(
     }
     // With no command run, `runs` is empty and nothing is charged.
     let usec = started.elapsed().as_micros() as u64;
-    for (name, n) in runs {
+    for &(name, n) in runs.iter() {
         let share = (usec * n).checked_div(commands).unwrap_or(0);
         host.node.charge_command_time(name, share);
     }

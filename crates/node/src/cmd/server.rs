@@ -503,7 +503,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
         }
         "commandstats" => {
             t.push_str("# Commandstats\r\n");
-            for (name, s) in &core.stats.commands {
+            for (name, s) in core.stats.commands.iter() {
                 let per = if s.calls > 0 {
                     s.usec as f64 / s.calls as f64
                 } else {
