@@ -3,6 +3,10 @@
 # so a hot-path change can be judged without benchmark noise.
 #
 #   scripts/callgrind.sh [--server lattice|redis] [--pipeline P] [--requests N] [--tests set,get]
+#                        [--cluster] [--keys K] [--data-size D]
+#
+# --cluster: the lattice server under callgrind is node 1 of a 3-node cluster (the two other
+# replicas run normally), so the count is the writer's cost with replication on.
 #
 # Starts the server under `valgrind --tool=callgrind` on a free 127.0.0.1 port, warms it with the
 # same load, zeroes the counters (callgrind_control -z), runs redis-benchmark (50 clients,
@@ -15,12 +19,18 @@ SERVER=lattice
 P=16
 N=100000
 TESTS=set,get
+CLUSTER=0
+KEYS=100000
+DATA=64
 while [ $# -gt 0 ]; do
     case "$1" in
         --server) SERVER="$2"; shift 2 ;;
         --pipeline) P="$2"; shift 2 ;;
         --requests) N="$2"; shift 2 ;;
         --tests) TESTS="$2"; shift 2 ;;
+        --cluster) CLUSTER=1; shift ;;
+        --keys) KEYS="$2"; shift 2 ;;
+        --data-size) DATA="$2"; shift 2 ;;
         *) sed -n '2,11p' "$0"; exit 2 ;;
     esac
 done
@@ -34,7 +44,21 @@ case "$SERVER" in
         BIN="${LATTICE_BIN:-$ROOT/target/release/lattice-server}"
         [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p lattice-server"; exit 2; }
         DIR=$(mktemp -d)
-        CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1) ;;
+        CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1)
+        if [ "$CLUSTER" = 1 ]; then
+            free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+            C1=$(free); C2=$(free); C3=$(free); P2=$(free); P3=$(free)
+            SEEDS="127.0.0.1:$C1,127.0.0.1:$C2,127.0.0.1:$C3"
+            export LATTICE_CLUSTER_SECRET="callgrind-$RANDOM"
+            CMD+=(--node-id 1 --cluster-port "$C1" --seeds "$SEEDS")
+            REPLICAS=()
+            for i in 2 3; do
+                eval "cp=\$C$i; pp=\$P$i"
+                "$BIN" --port "$pp" --bind 127.0.0.1 --dir "$DIR/n$i" --node-id "$i" \
+                    --cluster-port "$cp" --seeds "$SEEDS" >"$OUT/replica$i.log" 2>&1 &
+                REPLICAS+=($!)
+            done
+        fi ;;
     redis)
         CMD=(redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no) ;;
     *) echo "unknown server $SERVER"; exit 2 ;;
@@ -42,13 +66,13 @@ esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT/$SERVER.%p.out" "${CMD[@]}" \
     >"$OUT/$SERVER.server.log" 2>&1 &
 PID=$!
-trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
+trap 'kill $PID ${REPLICAS[*]:-} 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
 for _ in $(seq 1 300); do
     redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
     sleep 0.1
 done
 for t in ${TESTS//,/ }; do
-    bench() { redis-benchmark -p "$PORT" -c 50 -d 64 -r 100000 -P "$P" -n "$1" -t "$t" -q >/dev/null; }
+    bench() { redis-benchmark -p "$PORT" -c 50 -d "$DATA" -r "$KEYS" -P "$P" -n "$1" -t "$t" -q >/dev/null; }
     bench 20000
     callgrind_control -z "$PID" >/dev/null 2>&1
     bench "$N"
@@ -64,6 +88,7 @@ for t in ${TESTS//,/ }; do
         TOTAL=$((TOTAL + s))
     done
     [ -n "$IR" ] || { echo "no summary in $DUMP"; exit 1; }
-    printf '%-8s %-6s P=%-3s %8d instructions/request (%d requests)\n' "$SERVER" "$t" "$P" $((TOTAL / N)) "$N"
+    printf '%-8s %-6s P=%-3s %8d instructions/request (%d requests)%s\n' "$SERVER" "$t" "$P" \
+        $((TOTAL / N)) "$N" "$([ "$CLUSTER" = 1 ] && echo ', writer of a 3-node cluster')"
     cp "$DUMP" "$OUT/$SERVER.$t.P$P.out"
 done

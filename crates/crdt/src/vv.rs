@@ -7,16 +7,21 @@
 //! vector contiguously. So two contexts holding the same set of dots are structurally equal, and
 //! derived equality on the CRDTs that embed them is semantic equality.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::{Crdt, Dot, NodeId};
 
 /// For each node, the highest counter `n` such that all of its dots `1..=n` are included.
 /// Absent nodes mean 0. Never stores zero entries, so equality is structural.
+///
+/// A vector sorted by node rather than a map: a cluster has a handful of nodes, every replicated
+/// key carries several of these, and a clone or a merge is then one small allocation and a
+/// linear walk (measured with callgrind on a replicating writer: the map's node allocations
+/// and frees were a tenth of its instructions).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct VersionVector {
-    entries: BTreeMap<NodeId, u64>,
+    entries: Vec<(NodeId, u64)>,
 }
 
 impl VersionVector {
@@ -26,10 +31,14 @@ impl VersionVector {
         VersionVector::default()
     }
 
+    fn find(&self, node: NodeId) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(n, _)| n.cmp(&node))
+    }
+
     /// The contiguous counter for `node` (0 if nothing seen).
     #[must_use]
     pub fn get(&self, node: NodeId) -> u64 {
-        self.entries.get(&node).copied().unwrap_or(0)
+        self.find(node).map_or(0, |i| self.entries[i].1)
     }
 
     /// Whether `dot` is covered (`1 <= dot.counter <= self[dot.node]`).
@@ -41,21 +50,27 @@ impl VersionVector {
     /// Raise `node`'s entry to at least `counter` (never lowers it).
     pub fn raise(&mut self, node: NodeId, counter: u64) {
         if counter > 0 {
-            let e = self.entries.entry(node).or_insert(0);
-            *e = (*e).max(counter);
+            match self.find(node) {
+                Ok(i) => self.entries[i].1 = self.entries[i].1.max(counter),
+                Err(i) => self.entries.insert(i, (node, counter)),
+            }
         }
     }
 
     /// Issue `node`'s next dot and include it: the way a node-wide event counter is advanced.
     pub fn next_dot(&mut self, node: NodeId) -> Dot {
-        let e = self.entries.entry(node).or_insert(0);
-        *e += 1;
-        Dot::new(node, *e)
+        let c = self.get(node) + 1;
+        self.raise(node, c);
+        Dot::new(node, c)
     }
 
     /// Pointwise maximum.
     pub fn merge(&mut self, other: &VersionVector) {
-        for (&node, &c) in &other.entries {
+        if self.entries.is_empty() {
+            self.entries.clone_from(&other.entries);
+            return;
+        }
+        for &(node, c) in &other.entries {
             self.raise(node, c);
         }
     }
@@ -63,7 +78,7 @@ impl VersionVector {
     /// Pointwise minimum (the dots both have seen): how a node folds acknowledgements from all
     /// replicas into a stability frontier.
     pub fn meet(&mut self, other: &VersionVector) {
-        self.entries.retain(|node, c| {
+        self.entries.retain_mut(|(node, c)| {
             *c = (*c).min(other.get(*node));
             *c > 0
         });
@@ -72,12 +87,12 @@ impl VersionVector {
     /// Whether every dot covered by `other` is covered by `self` (`self >= other` pointwise).
     #[must_use]
     pub fn dominates(&self, other: &VersionVector) -> bool {
-        other.entries.iter().all(|(&node, &c)| self.get(node) >= c)
+        other.entries.iter().all(|&(node, c)| self.get(node) >= c)
     }
 
     /// `(node, counter)` pairs in node order.
     pub fn iter(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
-        self.entries.iter().map(|(&n, &c)| (n, c))
+        self.entries.iter().copied()
     }
 
     /// Whether nothing is covered.
@@ -247,6 +262,9 @@ impl CausalContext {
     /// Canonical form for one node's dots: drop cloud dots the vector covers, absorb the chain
     /// that extends it.
     fn compact_node(&mut self, node: NodeId) {
+        if self.cloud.dots.is_empty() {
+            return; // nothing to drop or absorb (the common case)
+        }
         let have = self.vv.get(node);
         let covered: Vec<Dot> = self
             .cloud
