@@ -715,12 +715,21 @@ def draw_chart(summary, zadd, path):
 def section_replication(args):
     """Runs scripts/cluster-bench.sh and returns its result lines, or None if it failed."""
     env = dict(os.environ, BENCH_N=str(args.replication_requests))
-    try:
-        out = subprocess.run([os.path.join(ROOT, "scripts/cluster-bench.sh")], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             timeout=900, check=True).stdout
-    except (subprocess.SubprocessError, OSError) as e:
-        log("  replication section failed: %s" % e)
+    out = None
+    # A second try when the first fails: the cluster's start-up (three processes on random
+    # free ports) can lose a race with another process taking a port.
+    for attempt in (1, 2):
+        try:
+            out = subprocess.run([os.path.join(ROOT, "scripts/cluster-bench.sh")], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 timeout=900, check=True).stdout
+            break
+        except subprocess.CalledProcessError as e:
+            log("  replication section, attempt %d failed: %s\n%s"
+                % (attempt, e, "\n".join((e.stderr or "").splitlines()[-15:])))
+        except (subprocess.SubprocessError, OSError) as e:
+            log("  replication section, attempt %d failed: %s" % (attempt, e))
+    if out is None:
         return None
     keep = ("standalone SET", "cluster node 1 SET", "cluster SET CPU", "replicas'",
             "cluster-bench")

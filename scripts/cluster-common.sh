@@ -76,6 +76,13 @@ wait_links() {
   done
   echo "links not up in $1:" >&2
   cat "$1" >&2
+  # The other nodes' logs say why (a node that could not bind its port, say).
+  local other
+  for other in "$(dirname "$1")"/*.log; do
+    [ "$other" = "$1" ] && continue
+    echo "--- $other" >&2
+    tail -5 "$other" >&2
+  done
   return 1
 }
 
