@@ -29,6 +29,8 @@ pub const SPECS: &[Spec] = &[
     spec("linsert", 5, linsert),
     spec("rpoplpush", 3, rpoplpush),
     spec("lmove", 5, lmove),
+    spec("lpos", -3, lpos),
+    spec("lmpop", -4, lmpop),
 ];
 
 pub type List = VecDeque<Vec<u8>>;
@@ -407,4 +409,137 @@ fn lmove(m: &mut Model, cx: &mut Cx) -> Check {
         (Some(f), Some(t)) => move_(m, cx, f, t),
         _ => Check::err(SYNTAX),
     }
+}
+
+/// A number in `min..` (`getRangeLongFromObjectOrReply` with a message): the message is the
+/// reply both for text that is not a number and for a number out of range.
+fn at_least(arg: &[u8], min: i64, msg: &str) -> Result<i64, Check> {
+    match parse_i64(arg) {
+        Some(n) if n >= min => Ok(n),
+        _ => Err(Check::err(msg)),
+    }
+}
+
+fn lpos(m: &mut Model, cx: &mut Cx) -> Check {
+    let (mut rank, mut count, mut maxlen) = (1i64, None, 0i64);
+    let mut j = 3;
+    while j < cx.argc() {
+        let (opt, more) = (cx.arg(j), j + 1 < cx.argc());
+        let parsed = if is(opt, "rank") && more {
+            match parse_i64(cx.arg(j + 1)) {
+                Some(0) => Err(Check::err(
+                    "ERR RANK can't be zero: use 1 to start from the first match, 2 from the \
+                     second ... or use negative to start from the end of the list",
+                )),
+                Some(i64::MIN) => {
+                    // Redis 7.0 negates the rank to walk from the tail; -LONG_MIN overflows
+                    // back to itself and the search then stops at the first match, as -1.
+                    rank = -1;
+                    Ok(())
+                }
+                Some(r) => {
+                    rank = r;
+                    Ok(())
+                }
+                None => Err(Check::err(NOT_INTEGER)),
+            }
+        } else if is(opt, "count") && more {
+            at_least(cx.arg(j + 1), 0, "ERR COUNT can't be negative").map(|n| count = Some(n))
+        } else if is(opt, "maxlen") && more {
+            at_least(cx.arg(j + 1), 0, "ERR MAXLEN can't be negative").map(|n| maxlen = n)
+        } else {
+            Err(Check::err(SYNTAX))
+        };
+        if let Err(e) = parsed {
+            return e;
+        }
+        j += 2;
+    }
+    let l = match read_list(m, cx.arg(1), cx.now_ms) {
+        Err(e) => return e,
+        Ok(None) => {
+            return if count.is_some() {
+                Check::Exact(Frame::Array(vec![]))
+            } else {
+                null()
+            }
+        }
+        Ok(Some(l)) => l,
+    };
+    let elem = cx.arg(2);
+    let scan = if maxlen == 0 {
+        l.len()
+    } else {
+        (maxlen as usize).min(l.len())
+    };
+    let indexes: Box<dyn Iterator<Item = usize>> = if rank > 0 {
+        Box::new(0..scan)
+    } else {
+        Box::new((l.len() - scan..l.len()).rev())
+    };
+    let want = match count {
+        Some(0) => usize::MAX,
+        Some(n) => n as usize,
+        None => 1,
+    };
+    let found: Vec<i64> = indexes
+        .filter(|&i| l[i][..] == *elem)
+        .skip(rank.unsigned_abs() as usize - 1)
+        .take(want)
+        .map(|i| i as i64)
+        .collect();
+    match count {
+        Some(_) => Check::Exact(Frame::Array(
+            found.into_iter().map(Frame::Integer).collect(),
+        )),
+        None => found.first().map_or_else(null, |&i| int(i)),
+    }
+}
+
+/// The shared head of LMPOP and ZMPOP: `numkeys key... WHERE [COUNT n]`. Returns the keys,
+/// the side (`side` reads the word; a syntax error when it cannot, checked before the
+/// count) and the count (1 when not given).
+pub fn parse_mpop<'a>(
+    cx: &'a Cx,
+    side: fn(&[u8]) -> Option<bool>,
+) -> Result<(Vec<&'a [u8]>, bool, usize), Check> {
+    let numkeys = at_least(cx.arg(1), 1, "ERR numkeys should be greater than 0")? as usize;
+    let where_idx = numkeys.saturating_add(2);
+    if where_idx >= cx.argc() {
+        return Err(Check::err(SYNTAX));
+    }
+    let keys = cx.args[2..where_idx].iter().map(|k| &k[..]).collect();
+    let which = side(cx.arg(where_idx)).ok_or_else(|| Check::err(SYNTAX))?;
+    let mut count = None;
+    let mut j = where_idx + 1;
+    while j < cx.argc() {
+        if count.is_none() && is(cx.arg(j), "count") && j + 1 < cx.argc() {
+            count =
+                Some(at_least(cx.arg(j + 1), 1, "ERR count should be greater than 0")? as usize);
+            j += 2;
+        } else {
+            return Err(Check::err(SYNTAX));
+        }
+    }
+    Ok((keys, which, count.unwrap_or(1)))
+}
+
+fn lmpop(m: &mut Model, cx: &mut Cx) -> Check {
+    let now = cx.now_ms;
+    let (keys, left, count) = match parse_mpop(cx, side) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    for key in keys {
+        let len = match read_list(m, key, now) {
+            Err(e) => return e,
+            Ok(None) => continue,
+            Ok(Some(l)) => l.len(),
+        };
+        let items = (0..count.min(len))
+            .map(|_| bulk_frame(&pop_one(m, key, left, now)))
+            .collect();
+        return Check::Exact(Frame::Array(vec![bulk_frame(key), Frame::Array(items)]));
+    }
+    Check::Exact(null_array(cx.proto))
 }

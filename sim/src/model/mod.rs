@@ -24,6 +24,7 @@ pub mod multi;
 pub mod pubsub;
 pub mod server;
 pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod zsets;
 
@@ -168,6 +169,7 @@ pub const FAMILIES: &[&[Spec]] = &[
     lists::SPECS,
     hashes::SPECS,
     sets::SPECS,
+    sort::SPECS,
     zsets::SPECS,
     multi::SPECS,
     pubsub::SPECS,

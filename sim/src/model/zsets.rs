@@ -2,7 +2,7 @@
 //! ZADD (NX/XX/GT/LT/CH/INCR), ZINCRBY, ZREM, ZCARD, ZCOUNT, ZLEXCOUNT, ZSCORE, ZMSCORE, ZRANK,
 //! ZREVRANK, ZRANGE (BYSCORE/BYLEX/REV/LIMIT/WITHSCORES), ZRANGESTORE, ZREVRANGE,
 //! ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZREMRANGEBYRANK/SCORE/LEX,
-//! ZPOPMIN/ZPOPMAX, ZUNION/ZINTER/ZDIFF and their STORE forms, ZINTERCARD, and ZRANDMEMBER
+//! ZPOPMIN/ZPOPMAX, ZMPOP, ZUNION/ZINTER/ZDIFF and their STORE forms, ZINTERCARD, and ZRANDMEMBER
 //! (a property: membership, size, distinctness).
 //!
 //! Members are ordered by score, then bytewise; a sorted set that becomes empty is deleted.
@@ -49,6 +49,7 @@ pub const SPECS: &[Spec] = &[
     spec("zremrangebylex", 4, zremrangebylex),
     spec("zpopmin", -2, zpopmin),
     spec("zpopmax", -2, zpopmax),
+    spec("zmpop", -4, zmpop),
     spec("zunion", -3, zunion),
     spec("zinter", -3, zinter),
     spec("zdiff", -3, zdiff),
@@ -808,27 +809,10 @@ fn pop_generic(m: &mut Model, cx: &mut Cx, max: bool) -> Check {
         None
     };
     let (key, now) = (cx.arg(1), cx.now_ms);
-    let popped: Vec<(Vec<u8>, f64)> = match read(m, key, now) {
+    let popped = match pop_ends(m, key, max, count.unwrap_or(1), now) {
         Err(e) => return e,
-        Ok(None) => vec![],
-        Ok(Some(z)) => {
-            let mut o = ordered(z);
-            if max {
-                o.reverse();
-            }
-            o.into_iter()
-                .take(count.unwrap_or(1))
-                .map(|(mb, s)| (mb.to_vec(), s))
-                .collect()
-        }
+        Ok(p) => p,
     };
-    if !popped.is_empty() {
-        let z = write(m, key, now);
-        for (mb, _) in &popped {
-            z.remove(mb);
-        }
-        settle(m, key, now);
-    }
     // RESP3 nests member/score pairs only when a count was given.
     let nested = count.is_some() && cx.proto == Proto::Resp3;
     let mut out = Vec::with_capacity(popped.len() * 2);
@@ -844,6 +828,62 @@ fn pop_generic(m: &mut Model, cx: &mut Cx, max: bool) -> Check {
         }
     }
     Check::Exact(Frame::Array(out))
+}
+
+/// Removes up to `n` members from the low (or, `max`, the high) end of the sorted set at
+/// `key`, lowest (highest) first.
+fn pop_ends(
+    m: &mut Model,
+    key: &[u8],
+    max: bool,
+    n: usize,
+    now: u64,
+) -> Result<Vec<(Vec<u8>, f64)>, Check> {
+    let popped: Vec<(Vec<u8>, f64)> = match read(m, key, now)? {
+        None => vec![],
+        Some(z) => {
+            let mut o = ordered(z);
+            if max {
+                o.reverse();
+            }
+            o.into_iter()
+                .take(n)
+                .map(|(mb, s)| (mb.to_vec(), s))
+                .collect()
+        }
+    };
+    if !popped.is_empty() {
+        let z = write(m, key, now);
+        for (mb, _) in &popped {
+            z.remove(mb);
+        }
+        settle(m, key, now);
+    }
+    Ok(popped)
+}
+
+/// ZMPOP: the first non-empty sorted set among the keys gives up to COUNT members, as
+/// `[key, [[member, score], ...]]` in both protocols; a null array when all are empty.
+fn zmpop(m: &mut Model, cx: &mut Cx) -> Check {
+    let now = cx.now_ms;
+    let side = |w: &[u8]| (is(w, "max") || is(w, "min")).then(|| is(w, "max"));
+    let (keys, max, count) = match super::lists::parse_mpop(cx, side) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    for key in keys {
+        let popped = match pop_ends(m, key, max, count, now) {
+            Err(e) => return e,
+            Ok(p) if p.is_empty() => continue,
+            Ok(p) => p,
+        };
+        let pairs = popped
+            .iter()
+            .map(|(mb, sc)| Frame::Array(vec![bulk_frame(mb), score_frame(cx.proto, *sc)]))
+            .collect();
+        return Check::Exact(Frame::Array(vec![bulk_frame(key), Frame::Array(pairs)]));
+    }
+    Check::Exact(super::null_array(cx.proto))
 }
 
 fn zpopmin(m: &mut Model, cx: &mut Cx) -> Check {

@@ -1,6 +1,8 @@
 //! The lists family: pushes, pops (with and without count), reads, LSET, LREM, LTRIM, LINSERT,
-//! RPOPLPUSH and LMOVE on the shared general keys (so lists meet strings and WRONGTYPE), with
-//! elements from a small pool so that LREM and LINSERT find their pivots.
+//! RPOPLPUSH, LMOVE, LPOS and LMPOP on the shared general keys (so lists meet strings and
+//! WRONGTYPE), with elements from a small pool so that LREM, LINSERT and LPOS find their
+//! pivots. SORT and SORT_RO live here too: they sort lists, sets and sorted sets alike, and
+//! their BY/GET patterns (`k*`) turn elements such as `1` into the general keys `k1`.
 
 use super::{Cmd, Gen};
 
@@ -37,6 +39,9 @@ pub fn gen(g: &mut Gen) -> Cmd {
         3,  // ltrim
         3,  // linsert
         4,  // rpoplpush / lmove
+        3,  // lpos
+        2,  // lmpop
+        5,  // sort / sort_ro
     ]) {
         0 | 1 => {
             let name = match (g.pct(50), g.rng.below(2) == 1) {
@@ -83,6 +88,9 @@ pub fn gen(g: &mut Gen) -> Cmd {
             let w = g.pick(&["BEFORE", "AFTER", "after", "middle"]);
             Cmd::new("LINSERT").a(k).a(w).a(elem(g)).a(elem(g))
         }
+        11 => lpos(g, k),
+        12 => lmpop(g),
+        13 => sort(g, k),
         _ => {
             let dst = if g.pct(20) { k } else { g.general_key() };
             if g.pct(40) {
@@ -94,4 +102,92 @@ pub fn gen(g: &mut Gen) -> Cmd {
             }
         }
     }
+}
+
+fn lpos(g: &mut Gen, k: &'static str) -> Cmd {
+    let mut c = Cmd::new("LPOS").a(k).a(elem(g));
+    for _ in 0..g.rng.weighted(&[4, 4, 2, 1]) {
+        c = match g.rng.weighted(&[4, 4, 3, 1]) {
+            0 => {
+                let r = match g.rng.weighted(&[8, 6, 1, 1]) {
+                    0 => g.range(1, 3).to_string(),
+                    1 => g.range(-3, -1).to_string(),
+                    2 => "0".to_string(),
+                    _ => g
+                        .pick(&["abc", "-9223372036854775808", "9223372036854775807"])
+                        .to_string(),
+                };
+                c.a("RANK").a(r)
+            }
+            1 => c.a("COUNT").a(g.pick(&["0", "1", "2", "3", "-1", "x"])),
+            2 => c.a("MAXLEN").a(g.pick(&["0", "1", "2", "4", "-1", "x"])),
+            _ => c.a(g.pick(&["RANK", "LIMIT"])),
+        };
+    }
+    c
+}
+
+fn lmpop(g: &mut Gen) -> Cmd {
+    let n = g.range(1, 3);
+    let numkeys = match g.rng.weighted(&[20, 1, 1]) {
+        0 => n.to_string(),
+        1 => g.pick(&["0", "-1", "x"]).to_string(),
+        _ => (n + 3).to_string(), // more keys announced than given
+    };
+    let mut c = Cmd::new("LMPOP").a(numkeys);
+    for _ in 0..n {
+        c = c.a(g.general_key());
+    }
+    c = c.a(if g.pct(3) { "UP" } else { g.pick(SIDES) });
+    match g.rng.weighted(&[6, 6, 1, 1]) {
+        0 => c,
+        1 => c.a("COUNT").a(g.range(1, 4)),
+        2 => c.a("COUNT").a(g.pick(&["0", "-2", "abc"])),
+        _ => c.a("COUNT").a("1").a("COUNT").a("1"),
+    }
+}
+
+/// BY patterns: through string keys, through hash fields, to keys that never exist, and
+/// without `*` (no sorting at all).
+const BY: &[&str] = &["k*", "k*", "k*->f", "k*->name", "missing_*", "nosort", "#"];
+/// GET patterns: the element, string keys, hash fields, and a constant that finds nothing.
+const GET: &[&str] = &["#", "k*", "k*->f", "k*->n", "fixed"];
+
+fn sort(g: &mut Gen, k: &'static str) -> Cmd {
+    let ro = g.pct(30);
+    let mut c = Cmd::new(if ro { "SORT_RO" } else { "SORT" }).a(k);
+    let store = !ro && g.pct(25);
+    let mut by_pattern = false;
+    if g.pct(40) {
+        let p = g.pick(BY);
+        by_pattern = p.contains('*');
+        c = c.a("BY").a(p);
+    }
+    // STORE with ALPHA and a BY pattern would leave ties in an order only qsort knows.
+    if g.pct(45) && !(store && by_pattern) {
+        c = c.a(g.pick(&["ALPHA", "alpha"]));
+    }
+    if g.pct(35) {
+        c = c.a(g.pick(&["ASC", "DESC", "desc"]));
+    }
+    if g.pct(30) {
+        let off = match g.rng.weighted(&[8, 1, 1]) {
+            0 => g.range(0, 4).to_string(),
+            1 => "-1".to_string(),
+            _ => "x".to_string(),
+        };
+        c = c.a("LIMIT").a(off).a(g.range(-1, 3));
+    }
+    for _ in 0..g.rng.weighted(&[6, 3, 1]) {
+        c = c.a("GET").a(g.pick(GET));
+    }
+    if store {
+        c = c.a("STORE").a(g.general_key());
+    } else if ro && g.pct(5) {
+        c = c.a("STORE").a(g.general_key()); // not an option of SORT_RO
+    }
+    if g.pct(2) {
+        c = c.a(g.pick(&["LIMIT", "BY", "WHAT"])); // a dangling or unknown option
+    }
+    c
 }

@@ -365,6 +365,26 @@ pub fn gen(g: &mut Gen) -> Cmd {
                 .a(lex_bound(g))
                 .a(lex_bound(g)),
         },
+        12 if g.pct(30) => {
+            // ZMPOP: usually well formed; sometimes a bad count, side or key count.
+            let n = g.range(1, 3);
+            let numkeys = if g.pct(4) {
+                g.pick(&["0", "x"]).to_string()
+            } else {
+                n.to_string()
+            };
+            let mut c = Cmd::new("ZMPOP").a(numkeys);
+            for _ in 0..n {
+                c = c.a(any_zkey(g));
+            }
+            c = c.a(g.pick(&["MIN", "MAX", "min", "max", "middle"]));
+            match g.rng.weighted(&[6, 6, 1, 1]) {
+                0 => c,
+                1 => c.a("COUNT").a(g.range(1, 4)),
+                2 => c.a("COUNT").a(g.pick(&["0", "-1", "abc"])),
+                _ => c.a("COUNT").a("1").a("COUNT").a("2"),
+            }
+        }
         12 => {
             let c = Cmd::new(g.pick(&["ZPOPMIN", "ZPOPMAX"])).a(any_zkey(g));
             match g.rng.weighted(&[6, 6, 1, 1]) {
