@@ -97,6 +97,7 @@ pub fn run(port: u16, seed: u64, ops: u64) -> std::io::Result<u64> {
             disruptive: false,
             in_multi: tracker.in_multi,
             subscribed: !tracker.subs.is_empty(),
+            replies_on: true,
         };
         let cmd = (FAMILIES[fam].gen)(&mut g);
         // One request, one reply: keep CLIENT REPLY and RESET (which would reset the protocol
@@ -147,6 +148,9 @@ pub fn run(port: u16, seed: u64, ops: u64) -> std::io::Result<u64> {
         }
         if reply.is_some() {
             got = read_frame(&mut s, &mut rx)?;
+        }
+        if applied.settle {
+            model.settle(&got, before);
         }
         let shown: Vec<String> = cmd
             .args

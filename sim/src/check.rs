@@ -95,6 +95,8 @@ pub enum Check {
         scores: bool,
         resp3: bool,
         single: bool,
+        /// In RESP3 the picks come as a set (`~`) rather than an array.
+        set: bool,
     },
     /// Model-internal: the reply is the pushes the command queued (SUBSCRIBE); never checked.
     Pushed,
@@ -103,6 +105,32 @@ pub enum Check {
 impl Check {
     pub fn err(message: &str) -> Check {
         Check::Exact(Frame::Error(Bytes::copy_from_slice(message.as_bytes())))
+    }
+
+    /// The random-pick commands' shared contract (ZRANDMEMBER, HRANDFIELD, SRANDMEMBER): no
+    /// count is one pick (or a null); a positive count that many distinct picks, at most the
+    /// pool; a negative count exactly that many, repeats allowed (none from an empty pool).
+    pub fn sample(
+        pool: Vec<(Bytes, Frame)>,
+        count: Option<i64>,
+        pairs: bool,
+        resp3: bool,
+    ) -> Check {
+        let (n, distinct) = match count {
+            None => (1, true),
+            Some(c) if c >= 0 => ((c as usize).min(pool.len()), true),
+            Some(_) if pool.is_empty() => (0, true),
+            Some(c) => (c.unsigned_abs() as usize, false),
+        };
+        Check::Sample {
+            pool,
+            n,
+            distinct,
+            scores: pairs,
+            resp3,
+            single: count.is_none(),
+            set: false,
+        }
     }
 }
 
@@ -458,8 +486,21 @@ impl Verifier {
                 scores,
                 resp3,
                 single,
-            } => verify_sample(pool, *n, *distinct, *scores, *resp3, *single, got)
-                .or_else(|what| want(&what)),
+                set,
+            } => {
+                // A RESP3 set reply is checked like the array it would be in RESP2.
+                let as_array;
+                let got = match got {
+                    Frame::Set(v) if *set && *resp3 => {
+                        as_array = Frame::Array(v.clone());
+                        &as_array
+                    }
+                    Frame::Array(_) if *set && *resp3 => return want("a set"),
+                    g => g,
+                };
+                verify_sample(pool, *n, *distinct, *scores, *resp3, *single, got)
+                    .or_else(|what| want(&what))
+            }
             Check::Pushed => want("nothing (model-internal check)"),
             Check::AnyOf(options) => {
                 if options.contains(got) {
@@ -550,7 +591,7 @@ fn verify_sample(
         return match got {
             Frame::Null if pool.is_empty() => Ok(()),
             f if !pool.is_empty() && member_of(f).is_some() => Ok(()),
-            _ => Err("one member of the sorted set (nil when missing)".into()),
+            _ => Err("one member of the pool (nil when missing)".into()),
         };
     }
     let Frame::Array(items) = got else {

@@ -144,6 +144,9 @@ pub struct RunStats {
 
 pub struct World {
     pub cfg: RunConfig,
+    /// While a request's reply settles the model (a random SPOP): the connection and the bytes
+    /// the node wrote to it.
+    capture: Option<(u64, BytesMut)>,
     rng: Rand,
     now: u64,
     seq: u64,
@@ -204,6 +207,7 @@ impl World {
         let peers = PeerNetwork::new(cfg.peer.clone());
         let n = cfg.nodes;
         World {
+            capture: None,
             rng,
             now: 0,
             seq: 0,
@@ -595,6 +599,9 @@ impl World {
         let host = &mut self.hosts[node];
         let t = host.clock.read(now);
         let applied = host.model.apply(id, t, &args);
+        if applied.settle {
+            self.capture = Some((id, BytesMut::new()));
+        }
         self.stats.requests += 1;
         self.trace(TraceEvent::Request {
             node: node as u32,
@@ -655,6 +662,16 @@ impl World {
             },
         );
         self.drain(node);
+        if let Some((_, mut out)) = self.capture.take() {
+            // The node answers at once: its reply is the last frame it wrote to the connection.
+            let mut last = None;
+            while let Ok(Some(f)) = decode_frame(&mut out) {
+                last = Some(f);
+            }
+            if let Some(f) = last {
+                self.hosts[node].model.settle(&f, t);
+            }
+        }
     }
 
     /// Replicated mode: no reference model (other replicas write the same keys); the request's
@@ -752,6 +769,9 @@ impl World {
             };
             match out {
                 Output::Write { conn, data } => {
+                    if let Some((_, out)) = self.capture.as_mut().filter(|c| c.0 == conn.0) {
+                        out.extend_from_slice(&data);
+                    }
                     self.trace(TraceEvent::Output {
                         node: node as u32,
                         conn: conn.0,
@@ -1009,6 +1029,7 @@ impl World {
             disruptive: disruptive && mode == ReplyMode::On,
             in_multi,
             subscribed: !c.subs.is_empty(),
+            replies_on: mode == ReplyMode::On,
         };
         (FAMILIES[fam].gen)(&mut g)
     }

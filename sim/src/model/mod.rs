@@ -105,6 +105,9 @@ pub struct Model {
     pub conns: BTreeMap<u64, ConnState>,
     /// CONFIG parameters the workload changes (name -> value).
     pub config: BTreeMap<&'static str, String>,
+    /// Sets a SPOP of the request being applied took part of: the members it removed are in
+    /// the node's reply (see [`Model::settle`]).
+    pub pending_pops: Vec<Bytes>,
 }
 
 /// The command being applied.
@@ -206,6 +209,8 @@ pub struct Applied {
     pub reply: Option<Check>,
     pub close_self: bool,
     pub kill: Vec<u64>,
+    /// The driver must hand the node's reply to [`Model::settle`] (a random SPOP).
+    pub settle: bool,
 }
 
 impl Default for Model {
@@ -223,6 +228,7 @@ impl Model {
             db: Keyspace::default(),
             conns: BTreeMap::new(),
             config,
+            pending_pops: Vec::new(),
         }
     }
 
@@ -251,6 +257,10 @@ impl Model {
 
     /// Applies one request from `conn` (which must be connected) at node time `now_us`.
     pub fn apply(&mut self, conn: u64, now_us: u64, args: &[Bytes]) -> Applied {
+        assert!(
+            self.pending_pops.is_empty(),
+            "model: a SPOP's reply was never settled"
+        );
         let st = self
             .conns
             .get_mut(&conn)
@@ -287,11 +297,25 @@ impl Model {
         } else {
             (!silent).then_some(check)
         };
+        // A suppressed reply cannot tell which members a SPOP took (the workload avoids it).
+        assert!(
+            self.pending_pops.is_empty() || reply.is_some(),
+            "model: a random SPOP whose reply is suppressed: {args:?}"
+        );
         Applied {
             pushes,
+            settle: !self.pending_pops.is_empty(),
             reply,
             close_self: cx.close_self,
             kill: cx.kill,
+        }
+    }
+
+    /// Completes the pending SPOP of the request just applied from the node's reply to it,
+    /// at the same node time.
+    pub fn settle(&mut self, reply: &Frame, now_us: u64) {
+        for key in std::mem::take(&mut self.pending_pops) {
+            sets::settle_pop(self, &key, reply, now_us / 1000);
         }
     }
 
@@ -434,6 +458,22 @@ pub fn parse_i64(b: &[u8]) -> Option<i64> {
         v = -v;
     }
     i64::try_from(v).ok()
+}
+
+/// `key [count [<with>]]` of ZRANDMEMBER / HRANDFIELD: the count and whether the pairs were
+/// asked for, checked before the key is looked at.
+pub fn random_pick_args(cx: &Cx, with: &str) -> Result<(Option<i64>, bool), Check> {
+    if cx.argc() < 3 {
+        return Ok((None, false));
+    }
+    let count = match parse_i64(cx.arg(2)) {
+        Some(n) if n > i64::MIN => n,
+        _ => return Err(Check::err(NOT_INTEGER)),
+    };
+    if cx.argc() > 4 || (cx.argc() == 4 && !is(cx.arg(3), with)) {
+        return Err(Check::err(SYNTAX));
+    }
+    Ok((Some(count), cx.argc() == 4))
 }
 
 /// ASCII case-insensitive comparison with an option keyword.

@@ -98,7 +98,7 @@ fn lookup(m: &Model, pattern: &[u8], elem: &[u8], now_ms: u64) -> Option<Vec<u8>
 }
 
 /// C's `strtod` over a whole NUL-terminated string, as SORT uses it: `None` when text is left
-/// over, the value is NaN, or it overflows. Hexadecimal never reaches it from the workload.
+/// over, the value is NaN, or it overflows. Hexadecimal floats (`0x1.8p3`) included.
 fn c_strtod(b: &[u8]) -> Option<f64> {
     let b = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
     let s = std::str::from_utf8(b).ok()?;
@@ -107,10 +107,9 @@ fn c_strtod(b: &[u8]) -> Option<f64> {
         // Nothing parsed: strtod returns 0 and leaves the end at the NUL.
         return Some(0.0);
     }
-    assert!(
-        !s.to_ascii_lowercase().contains("0x"),
-        "model limitation: SORT weight {s:?}"
-    );
+    if let Some(v) = hex_strtod(s) {
+        return v;
+    }
     let v: f64 = s.parse().ok()?;
     let lower = s.to_ascii_lowercase();
     let body = lower.trim_start_matches(['+', '-']);
@@ -297,4 +296,62 @@ fn generic(m: &mut Model, cx: &mut Cx, readonly: bool) -> Check {
         }
     }
     Check::Elements(checks)
+}
+
+/// C's hexadecimal form: `[+-]0x<hex>[.<hex>][p[+-]<dec>]`. `None` when `s` is not hexadecimal
+/// at all; `Some(None)` when it is but does not parse whole, or overflows (strtod's ERANGE).
+fn hex_strtod(s: &str) -> Option<Option<f64>> {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let rest = body
+        .strip_prefix("0x")
+        .or_else(|| body.strip_prefix("0X"))?;
+    let (mant, exp) = match rest.find(['p', 'P']) {
+        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+        None => (rest, None),
+    };
+    let (int, frac) = match mant.find('.') {
+        Some(i) => (&mant[..i], &mant[i + 1..]),
+        None => (mant, ""),
+    };
+    let hex = |t: &str| t.bytes().all(|c| c.is_ascii_hexdigit());
+    if (int.is_empty() && frac.is_empty()) || !hex(int) || !hex(frac) {
+        // "0x" with no digits: strtod reads the "0" and leaves "x..." over.
+        return Some(None);
+    }
+    let mut v = 0f64;
+    for c in int.chars().chain(frac.chars()) {
+        v = v * 16.0 + f64::from(c.to_digit(16).expect("hex digit"));
+    }
+    let mut e2: i64 = -4 * frac.len() as i64;
+    if let Some(e) = exp {
+        let digits = e.trim_start_matches(['+', '-']);
+        if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            return Some(None);
+        }
+        let n: i64 = digits.parse().unwrap_or(i64::MAX / 2).min(100_000);
+        e2 += if e.starts_with('-') { -n } else { n };
+    }
+    let v = v * 2f64.powi(e2.clamp(-100_000, 100_000) as i32);
+    if v.is_infinite() {
+        return Some(None);
+    }
+    Some(Some(if neg { -v } else { v }))
+}
+
+#[cfg(test)]
+mod hex_tests {
+    use super::c_strtod;
+
+    #[test]
+    fn hexadecimal_weights_parse_like_strtod() {
+        assert_eq!(c_strtod(b"0x03c"), Some(60.0));
+        assert_eq!(c_strtod(b"-0x1p3"), Some(-8.0));
+        assert_eq!(c_strtod(b"0x1.8"), Some(1.5));
+        assert_eq!(c_strtod(b"0x"), None);
+        assert_eq!(c_strtod(b"0x1g"), None);
+    }
 }

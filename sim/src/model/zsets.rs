@@ -341,6 +341,11 @@ fn add_generic(m: &mut Model, cx: &Cx, pairs: &[(f64, Vec<u8>)], f: Flags, ch: b
             }
         }
         settle(m, key, now);
+        // Redis reports the key modified after any change, even when later pairs of the same
+        // member restore the score (WATCH sees it).
+        if added + updated > 0 {
+            m.db.touch(key);
+        }
     }
     if f.incr {
         if processed > 0 {
@@ -1127,18 +1132,10 @@ fn zintercard(m: &mut Model, cx: &mut Cx) -> Check {
 // ---- ZRANDMEMBER ----
 
 fn zrandmember(m: &mut Model, cx: &mut Cx) -> Check {
-    let mut count = None;
-    let mut scores = false;
-    if cx.argc() >= 3 {
-        match parse_i64(cx.arg(2)) {
-            Some(n) if n > i64::MIN => count = Some(n),
-            _ => return Check::err(NOT_INTEGER),
-        }
-        if cx.argc() > 4 || (cx.argc() == 4 && !is(cx.arg(3), "withscores")) {
-            return Check::err(SYNTAX);
-        }
-        scores = cx.argc() == 4;
-    }
+    let (count, scores) = match super::random_pick_args(cx, "withscores") {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let z = match read(m, cx.arg(1), cx.now_ms) {
         Err(e) => return e,
         Ok(z) => z,
@@ -1148,20 +1145,7 @@ fn zrandmember(m: &mut Model, cx: &mut Cx) -> Check {
         .flatten()
         .map(|(mb, s)| (Bytes::from(mb.clone()), score_frame(cx.proto, *s)))
         .collect();
-    let (n, distinct) = match count {
-        None => (1, true),
-        Some(c) if c >= 0 => ((c as usize).min(pool.len()), true),
-        Some(_) if pool.is_empty() => (0, true),
-        Some(c) => (c.unsigned_abs() as usize, false),
-    };
-    Check::Sample {
-        pool,
-        n,
-        distinct,
-        scores,
-        resp3: cx.proto == Proto::Resp3,
-        single: count.is_none(),
-    }
+    Check::sample(pool, count, scores, cx.proto == Proto::Resp3)
 }
 
 #[cfg(test)]

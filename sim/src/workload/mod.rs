@@ -160,6 +160,9 @@ pub struct Gen<'a> {
     pub in_multi: bool,
     /// The connection holds subscriptions (in RESP2 only pub/sub commands run then).
     pub subscribed: bool,
+    /// The next request's reply will be seen (no CLIENT REPLY OFF/SKIP in force): a random SPOP
+    /// needs it to settle the model.
+    pub replies_on: bool,
 }
 
 impl Gen<'_> {
@@ -301,6 +304,7 @@ mod tests {
                     disruptive: true,
                     in_multi: i % 5 == 0,
                     subscribed: i % 7 == 0,
+                    replies_on: i % 11 != 0,
                 };
                 let c = (fam.gen)(&mut g);
                 assert!(!c.args.is_empty(), "{}", fam.name);
