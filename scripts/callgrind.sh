@@ -38,7 +38,8 @@ command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install 
 command -v callgrind_control >/dev/null || { echo "callgrind_control is required (valgrind)"; exit 2; }
 OUT="$ROOT/target/callgrind"
 mkdir -p "$OUT"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
 case "$SERVER" in
     lattice)
         BIN="${LATTICE_BIN:-$ROOT/target/release/lattice-server}"
@@ -46,16 +47,15 @@ case "$SERVER" in
         DIR=$(mktemp -d)
         CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1)
         if [ "$CLUSTER" = 1 ]; then
-            free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-            C1=$(free); C2=$(free); C3=$(free); P2=$(free); P3=$(free)
-            SEEDS="127.0.0.1:$C1,127.0.0.1:$C2,127.0.0.1:$C3"
+            CPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
+            SEEDS="127.0.0.1:${CPORTS[0]},127.0.0.1:${CPORTS[1]},127.0.0.1:${CPORTS[2]}"
             export LATTICE_CLUSTER_SECRET="callgrind-$RANDOM"
-            CMD+=(--node-id 1 --cluster-port "$C1" --seeds "$SEEDS")
+            CMD+=(--node-id 1 --cluster-port "${CPORTS[0]}" --seeds "$SEEDS")
             REPLICAS=()
             for i in 2 3; do
-                eval "cp=\$C$i; pp=\$P$i"
-                "$BIN" --port "$pp" --bind 127.0.0.1 --dir "$DIR/n$i" --node-id "$i" \
-                    --cluster-port "$cp" --seeds "$SEEDS" >"$OUT/replica$i.log" 2>&1 &
+                "$BIN" --port "$(free_port)" --bind 127.0.0.1 --dir "$DIR/n$i" --node-id "$i" \
+                    --cluster-port "${CPORTS[$((i - 1))]}" --seeds "$SEEDS" \
+                    >"$OUT/replica$i.log" 2>&1 &
                 REPLICAS+=($!)
             done
         fi ;;
@@ -80,15 +80,10 @@ for t in ${TESTS//,/ }; do
     callgrind_control -d "$t" "$PID" >/dev/null 2>&1
     sleep 0.5
     DUMP=$(ls -t "$OUT/$SERVER.$PID.out".* | head -1)
+    # One dump covers every thread (callgrind is not asked to separate them).
     IR=$(grep -m1 '^summary:' "$DUMP" | awk '{print $2}')
-    # Several threads dump separately (one file each with --separate-threads); sum them.
-    TOTAL=0
-    for f in "$OUT/$SERVER.$PID.out".*; do
-        s=$(grep -m1 '^summary:' "$f" | awk '{print $2}')
-        TOTAL=$((TOTAL + s))
-    done
     [ -n "$IR" ] || { echo "no summary in $DUMP"; exit 1; }
     printf '%-8s %-6s P=%-3s %8d instructions/request (%d requests)%s\n' "$SERVER" "$t" "$P" \
-        $((TOTAL / N)) "$N" "$([ "$CLUSTER" = 1 ] && echo ', writer of a 3-node cluster')"
+        $((IR / N)) "$N" "$([ "$CLUSTER" = 1 ] && echo ', writer of a 3-node cluster')"
     cp "$DUMP" "$OUT/$SERVER.$t.P$P.out"
 done

@@ -400,18 +400,14 @@ impl Core {
         let intent = self
             .repl
             .as_ref()
-            .map(|r| (r, crate::repl::intent_of(spec.name, call.args)));
-        let intent = match intent {
-            Some((r, intent)) => {
-                // Deferred captures are coalesced per intent: settle them before this command
-                // changes any of their keys in another way.
-                if r.must_settle_before(intent) {
-                    self.settle_captures();
-                }
-                Some(intent)
+            .map(|_| crate::repl::intent_of(spec.name, call.args));
+        // Deferred captures are coalesced per intent: settle them before this command changes
+        // any of their keys in another way.
+        if let Some(i) = intent {
+            if self.repl.as_ref().is_some_and(|r| r.must_settle_before(i)) {
+                self.settle_captures();
             }
-            None => None,
-        };
+        }
         handler(self, call);
         if let Some(intent) = intent {
             if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
