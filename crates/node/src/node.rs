@@ -411,7 +411,7 @@ impl Core {
         handler(self, call);
         if let Some(intent) = intent {
             if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
-                self.capture_dirty(intent);
+                self.capture_dirty(intent, crate::repl::overwrites_value(spec.name));
             }
         }
         self.stats.total_commands_processed += 1;
@@ -838,7 +838,7 @@ impl Node {
         for key in &expired {
             core.after_expiry(key);
         }
-        core.capture_dirty(crate::repl::state::Intent::Assign);
+        core.capture_dirty(crate::repl::state::Intent::Assign, false);
         core.stats.sample(now_ms);
         if core.config.timeout_s > 0 {
             let limit_ms = core.config.timeout_s * 1000;

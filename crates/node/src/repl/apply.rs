@@ -11,7 +11,8 @@ impl Core {
     /// Captures every key the finished command changed (see `Core::modified`). A key left
     /// holding a string is deferred to the next flush instead (see `Replicator::defer`); the
     /// caller settled deferred captures of the other intent before the command ran.
-    pub(crate) fn capture_dirty(&mut self, intent: Intent) {
+    /// `overwrote`: the command writes values, not only deadlines (`repl::overwrites_value`).
+    pub(crate) fn capture_dirty(&mut self, intent: Intent, overwrote: bool) {
         let Some(repl) = self.repl.as_mut() else {
             return;
         };
@@ -24,14 +25,16 @@ impl Core {
         keys.retain(|key| {
             let live = self.db.get_raw(key).filter(|e| !e.is_expired(now_ms));
             if live.is_some_and(|e| matches!(e.value, Value::Str(_))) {
-                repl.defer(key, intent, now_ms);
+                repl.defer(key, intent, overwrote, now_ms);
                 false
             } else {
-                // Captured now: this capture covers a deferred change of the key as well.
+                // Captured now: this capture covers a deferred change of the key as well (no
+                // string is left to stamp, so its overwrite flag no longer matters).
                 repl.undefer(key);
                 true
             }
         });
+        let keys: Vec<(Bytes, bool)> = keys.into_iter().map(|k| (k, overwrote)).collect();
         self.capture_keys(&keys, intent);
     }
 
@@ -53,31 +56,32 @@ impl Core {
         let Some(repl) = self.repl.as_mut() else {
             return;
         };
-        if !repl.undefer(key) {
+        let Some(overwrote) = repl.undefer(key) else {
             return;
-        }
+        };
         let intent = repl.deferred_intent();
-        self.capture_keys(&[Bytes::copy_from_slice(key)], intent);
+        self.capture_keys(&[(Bytes::copy_from_slice(key), overwrote)], intent);
     }
 
-    fn capture_keys(&mut self, keys: &[Bytes], intent: Intent) {
+    fn capture_keys(&mut self, keys: &[(Bytes, bool)], intent: Intent) {
         let Some(repl) = self.repl.as_mut() else {
             return;
         };
         let now_ms = self.now.as_millis();
-        for key in keys {
+        for (key, overwrote) in keys {
             let entry = self.db.get_raw(key).filter(|e| !e.is_expired(now_ms));
             repl.capture(
                 key,
                 entry.map(|e| (&e.value, e.expire_at_ms())),
                 intent,
+                *overwrote,
                 now_ms,
             );
         }
         if intent == Intent::Increment {
             // Merged counters are summed in a fixed order, which can differ from the command's
             // own arithmetic in the last float digit: the replicated value is the one to keep.
-            for key in keys {
+            for (key, _) in keys {
                 self.apply_remote(key);
             }
         }
@@ -89,7 +93,7 @@ impl Core {
         let now_ms = self.now.as_millis();
         if let Some(repl) = self.repl.as_mut() {
             for key in repl.keys_with_content() {
-                repl.capture(&key, None, Intent::Assign, now_ms);
+                repl.capture(&key, None, Intent::Assign, false, now_ms);
             }
         }
     }

@@ -172,7 +172,9 @@ pub struct Replicator {
     /// Keys whose last change left a string and whose capture waits for the next flush (or for
     /// anything that reads replicated state: a peer message, a timer, a digest). All were
     /// written with `deferred_intent`; a command of the other intent settles them first.
-    deferred: HashTable<Bytes>,
+    /// With each key, whether a command in the window wrote its value (not only its deadline):
+    /// such a key is stamped anew even when its value ends up equal to the captured one.
+    deferred: HashTable<(Bytes, bool)>,
     deferred_intent: Intent,
     outbox: VecDeque<(NodeId, Bytes)>,
     pub stats: ReplStats,
@@ -229,16 +231,20 @@ impl Replicator {
     }
 
     /// Postpones the capture of `key` (which now holds a string) to the next flush.
+    /// `overwrote`: the command wrote the value (see [`overwrites_value`]).
     /// Precondition: nothing is deferred, or it was deferred with the same `intent`.
-    pub fn defer(&mut self, key: &[u8], intent: Intent, now_ms: u64) {
+    pub fn defer(&mut self, key: &[u8], intent: Intent, overwrote: bool, now_ms: u64) {
         debug_assert!(self.deferred.is_empty() || self.deferred_intent == intent);
         self.deferred_intent = intent;
         let h = lattice_store::key_hash(key);
-        if let hashbrown::hash_table::Entry::Vacant(v) =
-            self.deferred
-                .entry(h, |k| k[..] == *key, |k| lattice_store::key_hash(k))
+        match self
+            .deferred
+            .entry(h, |k| k.0[..] == *key, |k| lattice_store::key_hash(&k.0))
         {
-            v.insert(Bytes::copy_from_slice(key));
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert((Bytes::copy_from_slice(key), overwrote));
+            }
+            hashbrown::hash_table::Entry::Occupied(mut o) => o.get_mut().1 |= overwrote,
         }
         if self.flush_due_ms.is_none() {
             self.flush_due_ms = Some(now_ms + FLUSH_DELAY_MS);
@@ -260,31 +266,28 @@ impl Replicator {
 
     pub fn is_deferred(&self, key: &[u8]) -> bool {
         self.deferred
-            .find(lattice_store::key_hash(key), |k| k[..] == *key)
+            .find(lattice_store::key_hash(key), |k| k.0[..] == *key)
             .is_some()
     }
 
     /// Forgets a deferral because `key` is being captured now (its capture covers the deferred
-    /// change too). Returns whether it was deferred.
-    pub fn undefer(&mut self, key: &[u8]) -> bool {
+    /// change too). Returns None if it was not deferred, else whether its value was written.
+    pub fn undefer(&mut self, key: &[u8]) -> Option<bool> {
         if self.deferred.is_empty() {
-            return false;
+            return None;
         }
         match self
             .deferred
-            .find_entry(lattice_store::key_hash(key), |k| k[..] == *key)
+            .find_entry(lattice_store::key_hash(key), |k| k.0[..] == *key)
         {
-            Ok(e) => {
-                e.remove();
-                true
-            }
-            Err(_) => false,
+            Ok(e) => Some(e.remove().0 .1),
+            Err(_) => None,
         }
     }
 
-    /// Every deferred key, in the table's order (fixed hasher: the same on every run), and
-    /// the intent they were written with.
-    pub fn take_deferred(&mut self) -> (Vec<Bytes>, Intent) {
+    /// Every deferred key with its overwrite flag, in the table's order (fixed hasher: the
+    /// same on every run), and the intent they were written with.
+    pub fn take_deferred(&mut self) -> (Vec<(Bytes, bool)>, Intent) {
         let keys = self.deferred.drain().collect();
         (keys, self.deferred_intent)
     }
@@ -294,12 +297,15 @@ impl Replicator {
     }
 
     /// Records a local change of `key` (its store value and deadline now) and queues the
-    /// delta for every peer.
+    /// delta for every peer. `overwrote`: a command wrote the string value, so it takes a new
+    /// stamp even if the bytes are the ones already captured (a later `SET` of the same value
+    /// must still win over an older concurrent write elsewhere).
     pub fn capture(
         &mut self,
         key: &[u8],
         now_value: Option<(&Value, Option<u64>)>,
         intent: Intent,
+        overwrote: bool,
         now_ms: u64,
     ) {
         let id = key_id(key);
@@ -319,7 +325,7 @@ impl Replicator {
             counter: &mut self.counter,
             issued: &mut self.seen,
         };
-        let delta = entry.state.capture(now_value, intent, &mut st);
+        let delta = entry.state.capture(now_value, intent, overwrote, &mut st);
         if delta == KeyState::default() {
             return; // unchanged: no new metadata, nothing to send
         }
@@ -961,6 +967,16 @@ fn encode_state(st: &KeyState) -> Bytes {
 }
 
 /// The intent of a command's numeric changes (see [`Intent`]).
+/// Whether a command that leaves a key holding a string wrote its value, as opposed to only
+/// its deadline: a write is a new last-writer-wins stamp even when it stores the bytes the key
+/// already held.
+pub fn overwrites_value(name: &str) -> bool {
+    !matches!(
+        name,
+        "expire" | "pexpire" | "expireat" | "pexpireat" | "persist" | "getex"
+    )
+}
+
 pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
     match name {
         "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "hincrby" | "hincrbyfloat"

@@ -384,6 +384,7 @@ impl KeyState {
         &mut self,
         now: Option<(&Value, Option<u64>)>,
         intent: Intent,
+        overwrote: bool,
         st: &mut Stamper<'_>,
     ) -> KeyState {
         let mut delta = KeyState::default();
@@ -406,7 +407,10 @@ impl KeyState {
             Value::Str(s) => {
                 let new = s.as_bytes();
                 let old = self.string.get(&()).map(|r| r.into_owned());
-                let unchanged = old.as_ref().is_some_and(|r| r.value()[..] == new[..]);
+                // An assignment is a new stamp even of the same bytes; an increment by zero or
+                // a deadline change leaves the register alone.
+                let unchanged = !(overwrote && intent == Intent::Assign)
+                    && old.as_ref().is_some_and(|r| r.value()[..] == new[..]);
                 if !unchanged {
                     let reg = Reg::written(old, &new, intent, st.node, ts);
                     let dot = st.dot();
@@ -772,7 +776,7 @@ mod tests {
             self.wall += 1;
             let mut st = stamper_for(self.node, self.wall, &mut self.counter, &mut self.issued);
             self.state
-                .capture(value.as_ref().map(|v| (v, None)), intent, &mut st)
+                .capture(value.as_ref().map(|v| (v, None)), intent, true, &mut st)
         }
 
         fn value(&self) -> Option<Value> {
