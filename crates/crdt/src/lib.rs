@@ -77,6 +77,19 @@ pub trait Crdt: Clone {
         self
     }
 
+    /// Joins an owned `other` into `self`, moving it in when `self` is the bottom element
+    /// (the join of bottom and x is x): how a fresh delta is filled without cloning payloads.
+    fn absorb(&mut self, other: Self)
+    where
+        Self: Default + PartialEq,
+    {
+        if *self == Self::default() {
+            *self = other;
+        } else {
+            self.merge(&other);
+        }
+    }
+
     /// Drop metadata that is no longer needed because every replica has seen it.
     ///
     /// Contract for `stable` (the caller, i.e. the node, must guarantee it): it is a *causally

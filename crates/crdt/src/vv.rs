@@ -243,6 +243,15 @@ impl CausalContext {
     /// Set union. Costs O(size of `other` x log), not O(size of `self`): a node-wide context
     /// with a large cloud merges many small ones.
     pub fn merge(&mut self, other: &CausalContext) {
+        if other.vv.is_empty() {
+            // A delta's context is usually a few cloud dots (its fresh writes): inserting them
+            // one by one skips the per-node canonicalization scans, the hot part of merging a
+            // replicated write.
+            for d in other.cloud.iter() {
+                self.insert(d);
+            }
+            return;
+        }
         self.vv.merge(&other.vv);
         self.cloud.merge(&other.cloud);
         let mut last = None;

@@ -222,9 +222,35 @@ const ALIASES: &[(&str, &str)] = &[
 ];
 
 /// The node's configuration. Construct with [`Config::default`] and [`Config::set`].
+/// The compact-encoding thresholds (`*-max-listpack-*`, `set-max-intset-entries`). Every write
+/// to a hash, set or sorted set and every replicated value materialized reads them, so they
+/// are parsed once per configuration change instead of looked up by name per command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodingLimits {
+    pub hash_max_entries: usize,
+    pub hash_max_value: usize,
+    pub set_max_intset_entries: usize,
+    pub zset_max_entries: usize,
+    pub zset_max_value: usize,
+}
+
+impl Default for EncodingLimits {
+    /// Redis 7.0's defaults.
+    fn default() -> Self {
+        EncodingLimits {
+            hash_max_entries: 128,
+            hash_max_value: 64,
+            set_max_intset_entries: 512,
+            zset_max_entries: 128,
+            zset_max_value: 64,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     values: BTreeMap<&'static str, String>,
+    pub encoding: EncodingLimits,
     pub maxclients: u64,
     pub hz: u64,
     /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
@@ -250,6 +276,7 @@ impl Default for Config {
     fn default() -> Self {
         let mut c = Config {
             values: PARAMS.iter().map(|(n, d, _)| (*n, d.to_string())).collect(),
+            encoding: EncodingLimits::default(),
             maxclients: 0,
             hz: 0,
             busy_reply_threshold_ms: 0,
@@ -388,6 +415,19 @@ impl Config {
                 .unwrap_or(0);
         let pass = &self.values["requirepass"];
         self.requirepass = (!pass.is_empty()).then(|| pass.clone());
+        let size = |c: &Config, n: &str, default: usize| {
+            c.values[n]
+                .parse::<u64>()
+                .map_or(default, |v| v.min(usize::MAX as u64) as usize)
+        };
+        let d = EncodingLimits::default();
+        self.encoding = EncodingLimits {
+            hash_max_entries: size(self, "hash-max-listpack-entries", d.hash_max_entries),
+            hash_max_value: size(self, "hash-max-listpack-value", d.hash_max_value),
+            set_max_intset_entries: size(self, "set-max-intset-entries", d.set_max_intset_entries),
+            zset_max_entries: size(self, "zset-max-listpack-entries", d.zset_max_entries),
+            zset_max_value: size(self, "zset-max-listpack-value", d.zset_max_value),
+        };
     }
 }
 

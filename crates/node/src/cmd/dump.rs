@@ -9,7 +9,7 @@ use lattice_store::{Hash, Set, Value, ZSet};
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW};
-use crate::cmd::set::{config_usize, max_intset_entries};
+use crate::cmd::set::max_intset_entries;
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 
@@ -141,11 +141,6 @@ fn restore(core: &mut Core, call: &mut Call) {
     call.ok();
 }
 
-/// The smaller of a `*-listpack-*` parameter and its `*-ziplist-*` alias.
-pub(crate) fn listpack_limit(core: &Core, listpack: &str, ziplist: &str, default: usize) -> usize {
-    config_usize(core, listpack, default).min(config_usize(core, ziplist, default))
-}
-
 /// Applies the encoding decisions Redis 7.0 makes when it loads a value, under the current
 /// configuration: a compact value that has too many entries is converted, and a hash table /
 /// skiplist value that would fit the compact form is loaded compact. Everything else (and the
@@ -153,18 +148,8 @@ pub(crate) fn listpack_limit(core: &Core, listpack: &str, ziplist: &str, default
 fn fit_encoding(core: &Core, value: Value) -> Value {
     match value {
         Value::Hash(h) => {
-            let max_entries = listpack_limit(
-                core,
-                "hash-max-listpack-entries",
-                "hash-max-ziplist-entries",
-                512,
-            );
-            let max_value = listpack_limit(
-                core,
-                "hash-max-listpack-value",
-                "hash-max-ziplist-value",
-                64,
-            );
+            let max_entries = core.config.encoding.hash_max_entries;
+            let max_value = core.config.encoding.hash_max_value;
             let compact = if h.is_compact() {
                 h.len() <= max_entries
             } else {
@@ -203,18 +188,8 @@ fn fit_encoding(core: &Core, value: Value) -> Value {
             Value::Set(Box::new(out))
         }
         Value::ZSet(mut z) => {
-            let max_entries = listpack_limit(
-                core,
-                "zset-max-listpack-entries",
-                "zset-max-ziplist-entries",
-                128,
-            );
-            let max_value = listpack_limit(
-                core,
-                "zset-max-listpack-value",
-                "zset-max-ziplist-value",
-                64,
-            );
+            let max_entries = core.config.encoding.zset_max_entries;
+            let max_value = core.config.encoding.zset_max_value;
             if z.encoding() == "listpack" {
                 z.convert_if_needed(max_entries, usize::MAX);
                 return Value::ZSet(z);

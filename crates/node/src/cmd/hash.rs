@@ -48,35 +48,11 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 pub(crate) use crate::cmd::typed::WrongType;
 
-fn config_usize(core: &Core, name: &str) -> Option<usize> {
-    core.config
-        .get(name)
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|v| v.min(usize::MAX as u64) as usize)
-}
-
-/// The listpack limits from the configuration. Redis's `hash-max-ziplist-*` names are aliases
-/// of `hash-max-listpack-*`; the configuration stores them separately, so the smaller of the
-/// two counts (a test or tool that sets either lowers it).
+/// The listpack limits from the configuration (`hash-max-ziplist-*` are aliases).
 fn limits(core: &Core) -> Limits {
-    let pick =
-        |a: &str, b: &str, default: usize| match (config_usize(core, a), config_usize(core, b)) {
-            (Some(x), Some(y)) => x.min(y),
-            (Some(x), None) | (None, Some(x)) => x,
-            (None, None) => default,
-        };
-    let d = Limits::default();
     Limits {
-        max_entries: pick(
-            "hash-max-listpack-entries",
-            "hash-max-ziplist-entries",
-            d.max_entries,
-        ),
-        max_value: pick(
-            "hash-max-listpack-value",
-            "hash-max-ziplist-value",
-            d.max_value,
-        ),
+        max_entries: core.config.encoding.hash_max_entries,
+        max_value: core.config.encoding.hash_max_value,
     }
 }
 

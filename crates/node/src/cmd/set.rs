@@ -59,14 +59,7 @@ pub(crate) use crate::cmd::typed::WrongType;
 
 /// `set-max-intset-entries`.
 pub(crate) fn max_intset_entries(core: &Core) -> usize {
-    config_usize(core, "set-max-intset-entries", 512)
-}
-
-pub(crate) fn config_usize(core: &Core, name: &str, default: usize) -> usize {
-    core.config
-        .get(name)
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(default, |v| v.min(usize::MAX as u64) as usize)
+    core.config.encoding.set_max_intset_entries
 }
 
 /// Reports members removed from the set at `key` by `event`; deletes the key if it is now

@@ -23,8 +23,7 @@ use crate::blocking::{parse_timeout, TimeoutReply};
 use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_ZSET};
 use crate::cmd::set::{
-    config_usize, distinct_picks, draw, empty_scan, parse_scan_opts, random_index, WrongType,
-    MUST_BE_POSITIVE,
+    distinct_picks, draw, empty_scan, parse_scan_opts, random_index, WrongType, MUST_BE_POSITIVE,
 };
 use crate::cmd::typed::{self, Typed};
 use crate::command::{spec, Call, CommandSpec};
@@ -97,16 +96,8 @@ struct Limits {
 
 fn limits(core: &Core) -> Limits {
     Limits {
-        entries: config_usize(core, "zset-max-listpack-entries", 128).min(config_usize(
-            core,
-            "zset-max-ziplist-entries",
-            128,
-        )),
-        value: config_usize(core, "zset-max-listpack-value", 64).min(config_usize(
-            core,
-            "zset-max-ziplist-value",
-            64,
-        )),
+        entries: core.config.encoding.zset_max_entries,
+        value: core.config.encoding.zset_max_value,
     }
 }
 

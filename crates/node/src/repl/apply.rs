@@ -99,34 +99,7 @@ impl Core {
     }
 
     pub(crate) fn repl_limits(&self) -> Limits {
-        use crate::cmd::dump::listpack_limit;
-        Limits {
-            hash_max_entries: listpack_limit(
-                self,
-                "hash-max-listpack-entries",
-                "hash-max-ziplist-entries",
-                128,
-            ),
-            hash_max_value: listpack_limit(
-                self,
-                "hash-max-listpack-value",
-                "hash-max-ziplist-value",
-                64,
-            ),
-            set_max_intset_entries: crate::cmd::set::max_intset_entries(self),
-            zset_max_entries: listpack_limit(
-                self,
-                "zset-max-listpack-entries",
-                "zset-max-ziplist-entries",
-                128,
-            ),
-            zset_max_value: listpack_limit(
-                self,
-                "zset-max-listpack-value",
-                "zset-max-ziplist-value",
-                64,
-            ),
-        }
+        self.config.encoding
     }
 
     /// Makes the store hold what the replicated state of `key` says.

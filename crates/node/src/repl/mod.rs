@@ -178,6 +178,8 @@ pub struct Replicator {
     deferred_intent: Intent,
     outbox: VecDeque<(NodeId, Bytes)>,
     pub stats: ReplStats,
+    /// Reused serialization buffer for key digests (no allocation per digest).
+    scratch: Vec<u8>,
 }
 
 /// How the per-key maps are keyed: the key's hash first, so that searches compare integers and
@@ -193,9 +195,9 @@ fn leaf_of_id(id: &KeyId) -> usize {
     merkle::leaf_of(id.0)
 }
 
-fn key_digest(key: &[u8], state: &KeyState) -> u64 {
+fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
-    state.digest(key).map_or(0, |d| d | 1)
+    state.digest(key, scratch).map_or(0, |d| d | 1)
 }
 
 impl Replicator {
@@ -220,6 +222,7 @@ impl Replicator {
             deferred_intent: Intent::Assign,
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
+            scratch: Vec::new(),
         }
     }
 
@@ -329,7 +332,7 @@ impl Replicator {
         if delta == KeyState::default() {
             return; // unchanged: no new metadata, nothing to send
         }
-        let digest = key_digest(key, &entry.state);
+        let digest = key_digest(key, &entry.state, &mut self.scratch);
         self.merkle.update(leaf_of_id(&id), entry.digest, digest);
         entry.digest = digest;
         if !entry.gc_queued {
@@ -433,7 +436,7 @@ impl Replicator {
             let mut entries = Vec::new();
             let mut bytes = 0;
             while let Some(((_, k), st)) = self.pending.pop_first() {
-                let blob = encode_state(&st);
+                let blob = encode_state(&st, &mut self.scratch);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
                     key: k,
@@ -654,7 +657,7 @@ impl Replicator {
                 requeue.push(id.clone());
             }
             if had_tombstones {
-                let d = key_digest(&id.1, &e.state);
+                let d = key_digest(&id.1, &e.state, &mut self.scratch);
                 if d != e.digest {
                     self.merkle.update(leaf_of_id(&id), e.digest, d);
                     e.digest = d;
@@ -762,13 +765,13 @@ impl Replicator {
             }
             let before = entry.digest;
             entry.state.merge(&st);
-            let digest = key_digest(&b.key, &entry.state);
+            let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
             entry.digest = digest;
             if digest != before {
                 self.merkle.update(leaf_of_id(&id), before, digest);
                 changed.push(b.key.clone());
             }
-            if !deltas && digest == key_digest(&b.key, &st) {
+            if !deltas && digest == key_digest(&b.key, &st, &mut self.scratch) {
                 in_sync.push(b.key.clone());
             }
         }
@@ -854,7 +857,7 @@ impl Replicator {
                 if skip.contains(k) {
                     continue;
                 }
-                let blob = encode_state(&e.state);
+                let blob = encode_state(&e.state, &mut self.scratch);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
                     key: k.clone(),
@@ -958,15 +961,16 @@ fn fresh_state(frontier: &VersionVector) -> KeyState {
     s
 }
 
-fn encode_state(st: &KeyState) -> Bytes {
-    Bytes::from(
-        state::codec()
-            .serialize(st)
-            .expect("in-memory states always encode"),
-    )
+/// `scratch` is a reused buffer: serializing into it skips bincode's separate size pass and
+/// the allocation of a buffer per key.
+fn encode_state(st: &KeyState, scratch: &mut Vec<u8>) -> Bytes {
+    scratch.clear();
+    state::codec()
+        .serialize_into(&mut *scratch, st)
+        .expect("in-memory states always encode");
+    Bytes::copy_from_slice(scratch)
 }
 
-/// The intent of a command's numeric changes (see [`Intent`]).
 /// Whether a command that leaves a key holding a string wrote its value, as opposed to only
 /// its deadline: a write is a new last-writer-wins stamp even when it stores the bytes the key
 /// already held.
@@ -977,6 +981,7 @@ pub fn overwrites_value(name: &str) -> bool {
     )
 }
 
+/// The intent of a command's numeric changes (see [`Intent`]).
 pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
     match name {
         "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "hincrby" | "hincrbyfloat"

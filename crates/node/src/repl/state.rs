@@ -262,27 +262,29 @@ impl KeyState {
     /// The bytes a key's digest covers, or None when the key holds nothing. Causal contexts
     /// are left out and a tombstone looks like an absent key: replicas with equal contents
     /// must have equal digests even when they garbage-collected at different times.
-    pub fn digest(&self, key: &[u8]) -> Option<u64> {
+    /// `scratch` is a reusable buffer: the covered bytes are serialized into it and hashed in
+    /// one call, which costs far less than streaming each small field into the hasher.
+    pub fn digest(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<u64> {
         if self.is_empty() && self.list.tombstones() == 0 {
             return None;
         }
-        struct HashWriter(xxhash_rust::xxh3::Xxh3);
-        impl std::io::Write for HashWriter {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.update(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
+        scratch.clear();
+        if self.hash.entries().is_empty()
+            && self.set.entries().is_empty()
+            && self.zset.entries().is_empty()
+            && self.list.max_id().is_none()
+        {
+            // A string (or tombstone) alone, the common case: the same fields laid out by hand,
+            // several times cheaper than going through serde.
+            self.string_digest_bytes(key, scratch);
+            return Some(xxhash_rust::xxh3::xxh3_64(scratch));
         }
         // Lists are cloned without their context (their elements are private to the RGA);
         // the other components are serialized borrowed.
         let list = self.list.max_id().map(|_| self.list.stripped());
-        let mut w = HashWriter(xxhash_rust::xxh3::Xxh3::new());
         codec()
             .serialize_into(
-                &mut w,
+                &mut *scratch,
                 &(
                     key,
                     self.string.entries(),
@@ -295,7 +297,51 @@ impl KeyState {
                 ),
             )
             .ok()?;
-        Some(w.0.digest())
+        Some(xxhash_rust::xxh3::xxh3_64(scratch))
+    }
+
+    /// What `digest` covers of a state with no collection component: the key, the string
+    /// entries with their dots, the deadline register and the type stamps.
+    fn string_digest_bytes(&self, key: &[u8], out: &mut Vec<u8>) {
+        fn put_u64(out: &mut Vec<u8>, v: u64) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        fn put_hlc(out: &mut Vec<u8>, h: Hlc) {
+            put_u64(out, h.wall_ms);
+            out.extend_from_slice(&h.logical.to_le_bytes());
+            out.extend_from_slice(&h.node.0.to_le_bytes());
+        }
+        put_u64(out, key.len() as u64);
+        out.extend_from_slice(key);
+        for dots in self.string.entries().values() {
+            put_u64(out, dots.len() as u64);
+            for (dot, reg) in dots {
+                out.extend_from_slice(&dot.node.0.to_le_bytes());
+                put_u64(out, dot.counter);
+                put_hlc(out, reg.base_ts);
+                put_u64(out, reg.base.len() as u64);
+                out.extend_from_slice(&reg.base);
+                put_u64(out, reg.parts.len() as u64);
+                for (node, p) in &reg.parts {
+                    out.extend_from_slice(&node.0.to_le_bytes());
+                    put_u64(out, p.seq);
+                    out.extend_from_slice(&p.int.to_le_bytes());
+                    put_u64(out, p.float.to_bits());
+                    out.push(u8::from(p.has_float));
+                }
+            }
+        }
+        match self.expiry.value() {
+            Some(d) => {
+                out.push(1);
+                put_u64(out, *d);
+            }
+            None => out.push(0),
+        }
+        put_hlc(out, self.expiry.ts());
+        for h in self.stamps {
+            put_hlc(out, h);
+        }
     }
 
     /// Drops causal metadata below the stable frontier (see `lattice_crdt::Crdt::gc`).
@@ -414,7 +460,7 @@ impl KeyState {
                 if !unchanged {
                     let reg = Reg::written(old, &new, intent, st.node, ts);
                     let dot = st.dot();
-                    delta.string.merge(&self.string.put((), reg, dot));
+                    delta.string.absorb(self.string.put((), reg, dot));
                     wrote = true;
                 }
             }
@@ -426,7 +472,7 @@ impl KeyState {
                     .cloned()
                     .collect();
                 for f in gone {
-                    delta.hash.merge(&self.hash.remove(&f));
+                    delta.hash.absorb(self.hash.remove(&f));
                     wrote = true;
                     removed = true;
                 }
@@ -439,7 +485,7 @@ impl KeyState {
                     let dot = st.dot();
                     delta
                         .hash
-                        .merge(&self.hash.put(Bytes::copy_from_slice(f), reg, dot));
+                        .absorb(self.hash.put(Bytes::copy_from_slice(f), reg, dot));
                     wrote = true;
                 }
             }
@@ -451,7 +497,7 @@ impl KeyState {
                     .cloned()
                     .collect();
                 for m in gone {
-                    delta.set.merge(&self.set.remove(&m));
+                    delta.set.absorb(self.set.remove(&m));
                     wrote = true;
                     removed = true;
                 }
@@ -460,7 +506,7 @@ impl KeyState {
                         let dot = st.dot();
                         delta
                             .set
-                            .merge(&self.set.add(Bytes::copy_from_slice(&m), dot));
+                            .absorb(self.set.add(Bytes::copy_from_slice(&m), dot));
                         wrote = true;
                     }
                 }
@@ -473,7 +519,7 @@ impl KeyState {
                     .cloned()
                     .collect();
                 for m in gone {
-                    delta.zset.merge(&self.zset.remove(&m));
+                    delta.zset.absorb(self.zset.remove(&m));
                     wrote = true;
                     removed = true;
                 }
@@ -499,7 +545,7 @@ impl KeyState {
                     let dot = st.dot();
                     delta
                         .zset
-                        .merge(&self.zset.put(Bytes::copy_from_slice(m), counter, dot));
+                        .absorb(self.zset.put(Bytes::copy_from_slice(m), counter, dot));
                     wrote = true;
                 }
             }
@@ -552,7 +598,7 @@ impl KeyState {
             let by = self.record_removal(delta, st);
             for (id, _) in removed {
                 if let Ok(d) = self.list.remove(*id, by) {
-                    delta.list.merge(&d);
+                    delta.list.absorb(d);
                 }
             }
         }
@@ -575,7 +621,7 @@ impl KeyState {
                 None => self.list.push_front(id, dot, value),
             };
             if let Ok(d) = d {
-                delta.list.merge(&d);
+                delta.list.absorb(d);
                 anchor = Some(id);
             }
         }
@@ -607,26 +653,26 @@ impl KeyState {
     fn clear_all(&mut self, delta: &mut KeyState, keep: Option<Kind>, st: &mut Stamper<'_>) {
         let mut removed = false;
         if keep != Some(Kind::Str) && !self.string.is_empty() {
-            delta.string.merge(&self.string.clear());
+            delta.string.absorb(self.string.clear());
             removed = true;
         }
         if keep != Some(Kind::Hash) && !self.hash.is_empty() {
-            delta.hash.merge(&self.hash.clear());
+            delta.hash.absorb(self.hash.clear());
             removed = true;
         }
         if keep != Some(Kind::Set) && !self.set.is_empty() {
-            delta.set.merge(&self.set.clear());
+            delta.set.absorb(self.set.clear());
             removed = true;
         }
         if keep != Some(Kind::ZSet) && !self.zset.is_empty() {
-            delta.zset.merge(&self.zset.clear());
+            delta.zset.absorb(self.zset.clear());
             removed = true;
         }
         if keep != Some(Kind::List) && !self.list.is_empty() {
             let by = self.record_removal(delta, st);
             for id in self.list.visible_ids() {
                 if let Ok(d) = self.list.remove(id, by) {
-                    delta.list.merge(&d);
+                    delta.list.absorb(d);
                 }
             }
         } else if removed {
@@ -668,26 +714,7 @@ pub fn codec() -> impl bincode::Options + Copy {
 }
 
 /// Encoding thresholds for materialized values (from the node's configuration).
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    pub hash_max_entries: usize,
-    pub hash_max_value: usize,
-    pub set_max_intset_entries: usize,
-    pub zset_max_entries: usize,
-    pub zset_max_value: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            hash_max_entries: 128,
-            hash_max_value: 64,
-            set_max_intset_entries: 512,
-            zset_max_entries: 128,
-            zset_max_value: 64,
-        }
-    }
-}
+pub use crate::config::EncodingLimits as Limits;
 
 fn kind_of(v: &Value) -> Kind {
     match v {
