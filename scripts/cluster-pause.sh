@@ -11,7 +11,7 @@ RUNS=${RUNS:-1}
 LOG="$(mktemp -t lattice-cluster-pause.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
 for run in $(seq "$RUNS"); do
-  if ! $CARGO test -q -p lattice-server --test cluster paused_node_catches_up -- --nocapture \
+  if ! $CARGO test --release -q -p lattice-server --test cluster paused_node_catches_up -- --nocapture \
       >"$LOG" 2>&1; then
     grep -v '^20..-..-..T' "$LOG" | tail -60 >&2
     echo "cluster-pause: run $run FAILED (see above)" >&2

@@ -305,7 +305,21 @@ impl<V: Clone> Rga<V> {
     /// Whether no element is visible.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        // Asked several times per replicated write of a key, so answer without ordering the
+        // whole tree when possible: a live element anchored at an end is always visible, and
+        // with nothing live the sequence is empty. Newest first, as old ones are the likeliest
+        // tombstones. Only live elements that all hang off other elements need the full walk
+        // (one of them may be an orphan whose anchor has not arrived).
+        let mut any_live = false;
+        for e in self.elems.values().rev() {
+            if let Slot::Live { .. } = e.slot {
+                if matches!(e.anchor, Anchor::Head | Anchor::Tail) {
+                    return false;
+                }
+                any_live = true;
+            }
+        }
+        !any_live || self.len() == 0
     }
 
     /// The causal context of insert dots (for metrics: `context().cloud().len()`).

@@ -762,7 +762,15 @@ impl Model for List {
         Some(res.expect("local list ops on visible targets succeed"))
     }
     fn view(s: &Rga<u8>) -> Vec<u8> {
-        s.iter_visible().map(|(_, v)| *v).collect()
+        let v: Vec<u8> = s.iter_visible().map(|(_, v)| *v).collect();
+        // `is_empty` answers from shortcuts (no tree walk): it must agree with the walk,
+        // orphans of out-of-order deltas included.
+        assert_eq!(
+            s.is_empty(),
+            v.is_empty(),
+            "Rga::is_empty disagrees with its contents"
+        );
+        v
     }
     fn observe(s: &Rga<u8>) -> Option<Hlc> {
         s.max_id()

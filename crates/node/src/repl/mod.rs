@@ -74,6 +74,9 @@ const AE_FOLLOW_UP_MS: u64 = 10;
 const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// Period of GC rounds.
 const GC_INTERVAL_MS: u64 = 1_000;
+/// A live peer reports at least every `GC_INTERVAL_MS`; hearing from it after this long means
+/// it was unreachable, so it is caught up at once (see `on_message`).
+const PEER_SILENCE_MS: u64 = 1_500;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
 const MAX_AE_NODES: usize = 4_096;
 
@@ -695,7 +698,21 @@ impl Replicator {
             self.stats.skew_exceeded += 1;
         }
         let p = self.peers.entry(peer).or_default();
+        let silent_ms = p.last_heard_ms.map_or(0, |t| now_ms.saturating_sub(t));
         p.last_heard_ms = Some(now_ms);
+        if silent_ms >= PEER_SILENCE_MS {
+            // Heard again after a silence (it was paused, cut off or overloaded): what it
+            // missed goes out now instead of at a retransmit timer that backed off meanwhile
+            // (up to RTO_MAX_MS later), and an anti-entropy round repairs whatever was dropped.
+            if let Some(u) = p.unacked.values_mut().next() {
+                u.due_ms = now_ms;
+                u.rto_ms = RTO_INITIAL_MS;
+            }
+            if p.up {
+                p.needs_ae = true;
+                p.next_ae_ms = now_ms;
+            }
+        }
         let mut effects = Vec::new();
         match env.body {
             Some(Body::Deltas(d)) => {
