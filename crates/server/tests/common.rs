@@ -21,12 +21,27 @@ impl Drop for TempDir {
     }
 }
 
+/// A port free right now and not handed out before in this test process: tests run in
+/// parallel, and two of them asking the OS at the same moment can be given the same port
+/// (each binds, reads it and releases it); one server would then fail to bind while its test
+/// talked to the other test's server, and lost it when that test ended.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(port)
+        {
+            return port;
+        }
+    }
 }
 
 impl Server {
@@ -48,10 +63,16 @@ impl Server {
             .spawn()
             .expect("spawn lattice-server");
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut child = child;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Whoever accepted must be our server, not another process that holds the port.
+        assert!(
+            matches!(child.try_wait(), Ok(None)),
+            "lattice-server exited at start (port {port} taken by another process?)"
+        );
         Server {
             port,
             child,
