@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use lattice_store::Value;
 
-use super::state::{Intent, Limits};
+use super::state::Intent;
 use crate::node::Core;
 
 impl Core {
@@ -21,20 +21,18 @@ impl Core {
         }
         debug_assert!(!repl.must_settle_before(intent));
         let now_ms = self.now.as_millis();
-        let mut keys = std::mem::take(&mut repl.dirty);
-        keys.retain(|key| {
-            let live = self.db.get_raw(key).filter(|e| !e.is_expired(now_ms));
+        let mut keys = Vec::new();
+        for key in std::mem::take(&mut repl.dirty) {
+            let live = self.db.get_raw(&key).filter(|e| !e.is_expired(now_ms));
             if live.is_some_and(|e| matches!(e.value, Value::Str(_))) {
-                repl.defer(key, intent, overwrote, now_ms);
-                false
+                repl.defer(&key, intent, overwrote, now_ms);
             } else {
                 // Captured now: this capture covers a deferred change of the key as well (no
                 // string is left to stamp, so its overwrite flag no longer matters).
-                repl.undefer(key);
-                true
+                repl.undefer(&key);
+                keys.push((key, overwrote));
             }
-        });
-        let keys: Vec<(Bytes, bool)> = keys.into_iter().map(|k| (k, overwrote)).collect();
+        }
         self.capture_keys(&keys, intent);
     }
 
@@ -98,13 +96,9 @@ impl Core {
         }
     }
 
-    pub(crate) fn repl_limits(&self) -> Limits {
-        self.config.encoding
-    }
-
     /// Makes the store hold what the replicated state of `key` says.
     pub(crate) fn apply_remote(&mut self, key: &Bytes) {
-        let limits = self.repl_limits();
+        let limits = self.config.encoding;
         let Some(repl) = self.repl.as_ref() else {
             return;
         };
@@ -148,7 +142,7 @@ impl Core {
         };
         repl.check_invariants();
         let now_ms = self.now.as_millis();
-        let limits = self.repl_limits();
+        let limits = self.config.encoding;
         for e in self.db.iter() {
             if e.is_expired(now_ms) || matches!(e.value, Value::Stream(_)) {
                 continue;
