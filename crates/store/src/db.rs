@@ -360,7 +360,12 @@ impl Db {
 
     /// The entry for `key` whatever its deadline (no lazy expiry).
     pub fn get_raw(&self, key: &[u8]) -> Option<&Entry> {
-        let h = key_hash(key);
+        self.get_raw_hashed(key_hash(key), key)
+    }
+
+    /// [`Db::get_raw`] for a caller that already holds `h`, the key's [`key_hash`].
+    pub fn get_raw_hashed(&self, h: u64, key: &[u8]) -> Option<&Entry> {
+        debug_assert_eq!(h, key_hash(key));
         self.slots[slot_of(h)]
             .find(table_hash(h), |e| e.has_key(key))
             .map(|e| &**e)

@@ -22,18 +22,26 @@ impl Core {
         debug_assert!(!repl.must_settle_before(intent));
         let now_ms = self.now.as_millis();
         let mut keys = Vec::new();
-        for key in std::mem::take(&mut repl.dirty) {
-            let live = self.db.get_raw(&key).filter(|e| !e.is_expired(now_ms));
+        // Taken out for the loop (the captures below borrow the replicator) and put back
+        // emptied, so its buffers are reused by the next command.
+        let mut dirty = std::mem::take(&mut repl.dirty);
+        for i in 0..dirty.len() {
+            let (h, key) = dirty.get(i);
+            let live = self.db.get_raw_hashed(h, key).filter(|e| !e.is_expired(now_ms));
             if live.is_some_and(|e| matches!(e.value, Value::Str(_))) {
-                repl.defer(&key, intent, overwrote, now_ms);
+                repl.defer(h, key, intent, overwrote, now_ms);
             } else {
                 // Captured now: this capture covers a deferred change of the key as well (no
                 // string is left to stamp, so its overwrite flag no longer matters).
-                repl.undefer(&key);
-                keys.push((key, overwrote));
+                repl.undefer(key);
+                keys.push((Bytes::copy_from_slice(key), overwrote));
             }
         }
-        self.capture_keys(&keys, intent);
+        dirty.clear();
+        std::mem::swap(&mut repl.dirty, &mut dirty);
+        if !keys.is_empty() {
+            self.capture_keys(&keys, intent);
+        }
     }
 
     /// Captures every deferred key now: before a flush, before anything that reads replicated

@@ -34,6 +34,7 @@
 //! folds contexts into a vector, purges list tombstones and forgets deleted keys.
 
 mod apply;
+pub mod dirty;
 pub mod merkle;
 pub mod state;
 pub mod wire;
@@ -171,7 +172,7 @@ pub struct Replicator {
     /// When the oldest queued delta must go out.
     flush_due_ms: Option<u64>,
     /// Keys changed by the command being executed, captured when it finishes.
-    pub dirty: Vec<Bytes>,
+    pub dirty: dirty::DirtyKeys,
     /// Keys whose last change left a string and whose capture waits for the next flush (or for
     /// anything that reads replicated state: a peer message, a timer, a digest). All were
     /// written with `deferred_intent`; a command of the other intent settles them first.
@@ -220,7 +221,7 @@ impl Replicator {
             pending: BTreeMap::new(),
             gc_queue: Vec::new(),
             flush_due_ms: None,
-            dirty: Vec::new(),
+            dirty: dirty::DirtyKeys::default(),
             deferred: HashTable::new(),
             deferred_intent: Intent::Assign,
             outbox: VecDeque::new(),
@@ -231,18 +232,17 @@ impl Replicator {
 
     /// Marks `key` as changed by the running command.
     pub fn note_modified(&mut self, key: &[u8]) {
-        if !self.dirty.iter().any(|k| k[..] == *key) {
-            self.dirty.push(Bytes::copy_from_slice(key));
-        }
+        self.dirty.insert(key);
     }
 
     /// Postpones the capture of `key` (which now holds a string) to the next flush.
     /// `overwrote`: the command wrote the value (see [`overwrites_value`]).
+    /// `h` is `key`'s [`lattice_store::key_hash`].
     /// Precondition: nothing is deferred, or it was deferred with the same `intent`.
-    pub fn defer(&mut self, key: &[u8], intent: Intent, overwrote: bool, now_ms: u64) {
+    pub fn defer(&mut self, h: u64, key: &[u8], intent: Intent, overwrote: bool, now_ms: u64) {
         debug_assert!(self.deferred.is_empty() || self.deferred_intent == intent);
+        debug_assert_eq!(h, lattice_store::key_hash(key));
         self.deferred_intent = intent;
-        let h = lattice_store::key_hash(key);
         match self
             .deferred
             .entry(h, |k| k.0[..] == *key, |k| lattice_store::key_hash(&k.0))
