@@ -35,6 +35,7 @@
 
 mod apply;
 pub mod dirty;
+mod keymap;
 pub mod merkle;
 pub mod state;
 pub mod wire;
@@ -158,7 +159,7 @@ pub struct Replicator {
     gc_prev: Option<(VersionVector, VersionVector)>,
     next_gc_ms: u64,
     /// States by (leaf, key): anti-entropy reads whole leaves.
-    keys: BTreeMap<KeyId, KeyEntry>,
+    keys: keymap::KeyMap<KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
     /// Keys whose state may hold collectable metadata (written or merged since they were last
@@ -167,8 +168,8 @@ pub struct Replicator {
     /// May name a key twice (collected, then written again) or a key gone since: both harmless.
     gc_queue: Vec<KeyId>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
-    /// Keyed like `keys` (leaf first), so comparisons rarely reach the key bytes.
-    pending: BTreeMap<KeyId, KeyState>,
+    /// In capture order, with an index by key for the coalescing.
+    pending: PendingDeltas,
     /// When the oldest queued delta must go out.
     flush_due_ms: Option<u64>,
     /// Keys changed by the command being executed, captured when it finishes.
@@ -186,18 +187,9 @@ pub struct Replicator {
     scratch: Vec<u8>,
 }
 
-/// How the per-key maps are keyed: the key's hash first, so that searches compare integers and
-/// reach the key bytes (a likely cache miss) only for the key itself; and a Merkle leaf (the
-/// hash's top bits) is a contiguous range.
+/// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
 type KeyId = (u64, Bytes);
 
-fn key_id(key: &[u8]) -> KeyId {
-    (lattice_store::key_hash(key), Bytes::copy_from_slice(key))
-}
-
-fn leaf_of_id(id: &KeyId) -> usize {
-    merkle::leaf_of(id.0)
-}
 
 fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
@@ -215,10 +207,10 @@ impl Replicator {
             frontier: VersionVector::new(),
             gc_prev: None,
             next_gc_ms: now_ms + GC_INTERVAL_MS,
-            keys: BTreeMap::new(),
+            keys: keymap::KeyMap::default(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
-            pending: BTreeMap::new(),
+            pending: PendingDeltas::default(),
             gc_queue: Vec::new(),
             flush_due_ms: None,
             dirty: dirty::DirtyKeys::default(),
@@ -299,7 +291,9 @@ impl Replicator {
     }
 
     pub fn state(&self, key: &[u8]) -> Option<&KeyState> {
-        self.keys.get(&key_id(key)).map(|e| &e.state)
+        self.keys
+            .get(lattice_store::key_hash(key), key)
+            .map(|e| &e.state)
     }
 
     /// Records a local change of `key` (its store value and deadline now) and queues the
@@ -314,16 +308,14 @@ impl Replicator {
         overwrote: bool,
         now_ms: u64,
     ) {
-        let id = key_id(key);
-        let entry = match self.keys.entry(id.clone()) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                if now_value.is_none() {
-                    return; // nothing known, nothing to remove
-                }
-                v.insert(KeyEntry::fresh(&self.frontier))
-            }
-        };
+        let h = lattice_store::key_hash(key);
+        if now_value.is_none() && self.keys.get(h, key).is_none() {
+            return; // nothing known, nothing to remove
+        }
+        let frontier = &self.frontier;
+        let entry = self
+            .keys
+            .get_or_insert_with(h, key, || KeyEntry::fresh(frontier));
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
             node: self.node,
@@ -336,27 +328,20 @@ impl Replicator {
             return; // unchanged: no new metadata, nothing to send
         }
         let digest = key_digest(key, &entry.state, &mut self.scratch);
-        self.merkle.update(leaf_of_id(&id), entry.digest, digest);
+        self.merkle.update(merkle::leaf_of(h), entry.digest, digest);
         entry.digest = digest;
         if !entry.gc_queued {
             entry.gc_queued = true;
-            self.gc_queue.push(id.clone());
+            self.gc_queue.push((h, Bytes::copy_from_slice(key)));
         }
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
         }
-        let full = self.pending.len() >= MAX_QUEUED_KEYS;
-        match self.pending.get_mut(&id) {
-            Some(q) => q.merge(&delta),
-            None if full => {
-                self.pending.clear();
-                for p in self.peers.values_mut() {
-                    p.needs_ae = true;
-                    p.overflows += 1;
-                }
-            }
-            None => {
-                self.pending.insert(id, delta);
+        if !self.pending.push(h, key, delta, MAX_QUEUED_KEYS) {
+            self.pending.clear();
+            for p in self.peers.values_mut() {
+                p.needs_ae = true;
+                p.overflows += 1;
             }
         }
         if self.flush_due_ms.is_none() {
@@ -367,9 +352,9 @@ impl Replicator {
     /// FLUSHALL: an observed-remove of every key known here.
     pub fn keys_with_content(&self) -> Vec<Bytes> {
         self.keys
-            .iter()
-            .filter(|(_, e)| e.digest != 0)
-            .map(|((_, k), _)| k.clone())
+            .iter_ordered()
+            .filter(|s| s.entry.digest != 0)
+            .map(|s| s.key.clone())
             .collect()
     }
 
@@ -438,7 +423,7 @@ impl Replicator {
         while !self.pending.is_empty() {
             let mut entries = Vec::new();
             let mut bytes = 0;
-            while let Some(((_, k), st)) = self.pending.pop_first() {
+            while let Some((k, st)) = self.pending.pop_front() {
                 let blob = encode_state(&st, &mut self.scratch);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
@@ -644,7 +629,7 @@ impl Replicator {
         let candidates = std::mem::take(&mut self.gc_queue);
         let mut requeue = Vec::new();
         for id in candidates {
-            let Some(e) = self.keys.get_mut(&id) else {
+            let Some(e) = self.keys.get_mut(id.0, &id.1) else {
                 continue;
             };
             if !e.gc_queued {
@@ -662,13 +647,13 @@ impl Replicator {
             if had_tombstones {
                 let d = key_digest(&id.1, &e.state, &mut self.scratch);
                 if d != e.digest {
-                    self.merkle.update(leaf_of_id(&id), e.digest, d);
+                    self.merkle.update(merkle::leaf_of(id.0), e.digest, d);
                     e.digest = d;
                 }
             }
         }
         for id in requeue {
-            if let Some(e) = self.keys.get_mut(&id) {
+            if let Some(e) = self.keys.get_mut(id.0, &id.1) {
                 if !e.gc_queued {
                     e.gc_queued = true;
                     self.gc_queue.push(id);
@@ -676,8 +661,8 @@ impl Replicator {
             }
         }
         for id in drop {
-            if let Some(e) = self.keys.remove(&id) {
-                self.merkle.update(leaf_of_id(&id), e.digest, 0);
+            if let Some(e) = self.keys.remove(id.0, &id.1) {
+                self.merkle.update(merkle::leaf_of(id.0), e.digest, 0);
                 self.stats.keys_collected += 1;
             }
         }
@@ -771,21 +756,21 @@ impl Replicator {
             for c in st.contexts() {
                 self.seen.merge(c);
             }
-            let id = (lattice_store::key_hash(&b.key), b.key.clone());
+            let h = lattice_store::key_hash(&b.key);
+            let frontier = &self.frontier;
             let entry = self
                 .keys
-                .entry(id.clone())
-                .or_insert_with(|| KeyEntry::fresh(&self.frontier));
+                .get_or_insert_with(h, &b.key, || KeyEntry::fresh(frontier));
             if !entry.gc_queued {
                 entry.gc_queued = true;
-                self.gc_queue.push(id.clone());
+                self.gc_queue.push((h, b.key.clone()));
             }
             let before = entry.digest;
             entry.state.merge(&st);
             let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
             entry.digest = digest;
             if digest != before {
-                self.merkle.update(leaf_of_id(&id), before, digest);
+                self.merkle.update(merkle::leaf_of(h), before, digest);
                 changed.push(b.key.clone());
             }
             if !deltas && digest == key_digest(&b.key, &st, &mut self.scratch) {
@@ -865,12 +850,8 @@ impl Replicator {
         let mut entries = Vec::new();
         let mut bytes = 0;
         'outer: for &leaf in leaves {
-            let lo = ((leaf as u64) << (64 - merkle::LEAF_BITS), Bytes::new());
-            for ((_, k), e) in self
-                .keys
-                .range(lo..)
-                .take_while(|((h, _), _)| merkle::leaf_of(*h) == leaf as usize)
-            {
+            for slot in self.keys.leaf(leaf as usize) {
+                let (k, e) = (&slot.key, &slot.entry);
                 if skip.contains(k) {
                     continue;
                 }
@@ -961,6 +942,7 @@ impl Replicator {
             self.deferred.is_empty() || self.flush_due_ms.is_some(),
             "deferred captures with no flush planned"
         );
+        self.pending.check_invariants();
         for p in self.peers.values() {
             let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
             assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
@@ -1005,5 +987,86 @@ pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
         | "zincrby" => Intent::Increment,
         "zadd" if args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")) => Intent::Increment,
         _ => Intent::Assign,
+    }
+}
+
+/// Deltas captured since the last flush: one per key (a later capture of a queued key merges
+/// into its delta), sent in capture order. A hash index finds a queued key without the
+/// ordered map's search, which cost as much as the capture itself under random-key writes.
+#[derive(Default)]
+struct PendingDeltas {
+    /// Taken from the front by `pop_front`; `head` is the first entry not yet taken.
+    queue: Vec<Option<(Bytes, KeyState)>>,
+    head: usize,
+    /// Position in `queue` of each queued key, hashed by its key hash.
+    index: HashTable<(u64, usize)>,
+}
+
+impl PendingDeltas {
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.head = 0;
+        self.index.clear();
+    }
+
+    /// Queues `delta` for `key`, merging it into a queued delta of the same key. Returns false
+    /// (and queues nothing) when a new key would exceed `bound` keys.
+    fn push(&mut self, hash: u64, key: &[u8], delta: KeyState, bound: usize) -> bool {
+        let queue = &self.queue;
+        let found = self.index.find(hash, |&(h, i)| {
+            h == hash && queue[i].as_ref().is_some_and(|(k, _)| k[..] == *key)
+        });
+        if let Some(&(_, i)) = found {
+            if let Some((_, q)) = self.queue[i].as_mut() {
+                q.merge(&delta);
+            }
+            return true;
+        }
+        if self.index.len() >= bound {
+            return false;
+        }
+        let at = self.queue.len();
+        self.queue.push(Some((Bytes::copy_from_slice(key), delta)));
+        self.index.insert_unique(hash, (hash, at), |&(h, _)| h);
+        true
+    }
+
+    /// The oldest queued delta.
+    fn pop_front(&mut self) -> Option<(Bytes, KeyState)> {
+        while self.head < self.queue.len() {
+            let i = self.head;
+            self.head += 1;
+            if let Some((k, st)) = self.queue[i].take() {
+                let hash = lattice_store::key_hash(&k);
+                if let Ok(e) = self.index.find_entry(hash, |&(h, at)| h == hash && at == i) {
+                    e.remove();
+                }
+                if self.index.is_empty() {
+                    self.queue.clear();
+                    self.head = 0;
+                }
+                return Some((k, st));
+            }
+        }
+        None
+    }
+
+    fn check_invariants(&self) {
+        assert_eq!(
+            self.index.len(),
+            self.queue[self.head.min(self.queue.len())..]
+                .iter()
+                .filter(|e| e.is_some())
+                .count(),
+            "pending index and queue disagree"
+        );
     }
 }

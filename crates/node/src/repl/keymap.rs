@@ -1,0 +1,187 @@
+//! The replicated states by key: a hash table for the lookups every replicated write makes
+//! (capture, merge, store refresh, GC visit), plus a per-Merkle-leaf index of key hashes for
+//! what needs order (anti-entropy reads whole leaves; FLUSHALL lists keys).
+//!
+//! Why not an ordered map keyed by (hash, key), which gives both at once: with 100,000 keys a
+//! B-tree search walks about seven nodes, each a likely cache miss with a dozen comparisons,
+//! and a replicated write searched three or four times. That was the largest single cost of a
+//! replica applying random-key writes (docs/ARCHITECTURE.md §22). A hash probe costs about one
+//! miss. Leaves hold about `keys / 65,536` entries, so keeping each leaf's index sorted is cheap.
+//!
+//! Iteration order never depends on the table's layout: ordered walks go through the leaf
+//! index, sorted by (hash, key) as the ordered map was, so messages are the same on every run.
+
+use bytes::Bytes;
+use hashbrown::HashTable;
+
+use super::merkle::{leaf_of, LEAVES};
+
+/// One key's entry. `hash` is [`lattice_store::key_hash`] of `key`.
+pub struct Slot<E> {
+    pub hash: u64,
+    pub key: Bytes,
+    pub entry: E,
+}
+
+pub struct KeyMap<E> {
+    table: HashTable<Slot<E>>,
+    /// Per Merkle leaf, the hashes of its keys in ascending order (a hash appears once per key,
+    /// so twice for two keys that share a 64-bit hash).
+    leaves: Vec<Vec<u64>>,
+}
+
+impl<E> Default for KeyMap<E> {
+    fn default() -> Self {
+        KeyMap {
+            table: HashTable::new(),
+            leaves: Vec::new(),
+        }
+    }
+}
+
+impl<E> KeyMap<E> {
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<&E> {
+        self.table
+            .find(hash, |s| s.hash == hash && s.key[..] == *key)
+            .map(|s| &s.entry)
+    }
+
+    pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut E> {
+        self.table
+            .find_mut(hash, |s| s.hash == hash && s.key[..] == *key)
+            .map(|s| &mut s.entry)
+    }
+
+    /// The entry of `key`, created by `fresh` if there is none. `key` is cloned only then.
+    pub fn get_or_insert_with(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        fresh: impl FnOnce() -> E,
+    ) -> &mut E {
+        debug_assert_eq!(hash, lattice_store::key_hash(key));
+        match self.table.entry(
+            hash,
+            |s| s.hash == hash && s.key[..] == *key,
+            |s| s.hash,
+        ) {
+            hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().entry,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                if self.leaves.is_empty() {
+                    // Allocated on first use: a node that never replicates pays nothing.
+                    self.leaves = vec![Vec::new(); LEAVES];
+                }
+                let leaf = &mut self.leaves[leaf_of(hash)];
+                let at = leaf.partition_point(|&h| h < hash);
+                leaf.insert(at, hash);
+                &mut v
+                    .insert(Slot {
+                        hash,
+                        key: Bytes::copy_from_slice(key),
+                        entry: fresh(),
+                    })
+                    .into_mut()
+                    .entry
+            }
+        }
+    }
+
+    pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<E> {
+        let slot = self
+            .table
+            .find_entry(hash, |s| s.hash == hash && s.key[..] == *key)
+            .ok()?
+            .remove()
+            .0;
+        let leaf = &mut self.leaves[leaf_of(hash)];
+        let at = leaf.partition_point(|&h| h < hash);
+        debug_assert_eq!(leaf.get(at), Some(&hash), "leaf index lost a key");
+        leaf.remove(at);
+        Some(slot.entry)
+    }
+
+    /// Every entry, in no particular order (for counts and sums only).
+    pub fn values(&self) -> impl Iterator<Item = &E> {
+        self.table.iter().map(|s| &s.entry)
+    }
+
+    /// The keys of `leaf` in (hash, key) order.
+    pub fn leaf(&self, leaf: usize) -> Vec<&Slot<E>> {
+        let Some(hashes) = self.leaves.get(leaf) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(hashes.len());
+        let mut i = 0;
+        while i < hashes.len() {
+            let h = hashes[i];
+            let same = hashes[i..].iter().take_while(|&&x| x == h).count();
+            let start = out.len();
+            out.extend(self.table.iter_hash(h).filter(|s| s.hash == h));
+            debug_assert_eq!(out.len() - start, same, "leaf index out of step with the table");
+            out[start..].sort_by(|a, b| a.key.cmp(&b.key));
+            i += same;
+        }
+        out
+    }
+
+    /// Every entry in (hash, key) order.
+    pub fn iter_ordered(&self) -> impl Iterator<Item = &Slot<E>> {
+        (0..self.leaves.len()).flat_map(move |l| self.leaf(l))
+    }
+
+    /// Asserts that the leaf index lists exactly the table's keys. A walk over every leaf, so
+    /// for tests rather than every simulated step.
+    #[cfg(test)]
+    pub fn check_invariants(&self) {
+        let indexed: usize = self.leaves.iter().map(Vec::len).sum();
+        assert_eq!(indexed, self.table.len(), "leaf index and table disagree");
+        for (l, hashes) in self.leaves.iter().enumerate() {
+            assert!(hashes.windows(2).all(|w| w[0] <= w[1]), "leaf index unsorted");
+            assert!(hashes.iter().all(|&h| leaf_of(h) == l), "hash in the wrong leaf");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyMap;
+    use lattice_store::key_hash;
+
+    #[test]
+    fn ordered_walks_follow_hash_then_key_and_survive_removal() {
+        let mut m: KeyMap<u32> = KeyMap::default();
+        let keys: Vec<Vec<u8>> = (0..2_000u32).map(|i| format!("k{i}").into_bytes()).collect();
+        for (i, k) in keys.iter().enumerate() {
+            *m.get_or_insert_with(key_hash(k), k, || 0) += i as u32;
+        }
+        // A second insert of an existing key finds it.
+        *m.get_or_insert_with(key_hash(b"k7"), b"k7", || 1_000) += 1;
+        assert_eq!(m.get(key_hash(b"k7"), b"k7"), Some(&8));
+        assert_eq!(m.len(), keys.len());
+        m.check_invariants();
+        let mut expected: Vec<(u64, Vec<u8>)> =
+            keys.iter().map(|k| (key_hash(k), k.clone())).collect();
+        expected.sort();
+        let walked: Vec<(u64, Vec<u8>)> =
+            m.iter_ordered().map(|s| (s.hash, s.key.to_vec())).collect();
+        assert_eq!(walked, expected);
+        for k in keys.iter().step_by(3) {
+            assert!(m.remove(key_hash(k), k).is_some());
+            assert!(m.remove(key_hash(k), k).is_none());
+        }
+        m.check_invariants();
+        expected.retain(|(_, k)| {
+            let i: usize = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
+            i % 3 != 0
+        });
+        let walked: Vec<(u64, Vec<u8>)> =
+            m.iter_ordered().map(|s| (s.hash, s.key.to_vec())).collect();
+        assert_eq!(walked, expected);
+        assert!(m.get(key_hash(b"k0"), b"k0").is_none());
+        assert_eq!(m.get_mut(key_hash(b"k1"), b"k1").copied(), Some(1));
+    }
+}
