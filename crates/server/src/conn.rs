@@ -50,6 +50,15 @@ pub async fn serve(shared: Arc<Shared>, mut socket: TcpStream) {
     let mut runs: Vec<(&'static str, u64)> = Vec::new();
 
     'conn: loop {
+        if !own_out.is_empty() {
+            // Replies wait until every other connection that was ready has run, like Redis
+            // writing all replies just before it sleeps: the client then wakes once for a
+            // burst of replies instead of being woken, running and going back to sleep
+            // between them. Waking a sleeping client was the largest kernel cost of a
+            // pipelined load (an inter-processor wake-up per write); measured with
+            // /proc/<pid>/schedstat, GET -P 16 fell from 1.6-2.0 to 1.2-1.6 us per request.
+            tokio::task::yield_now().await;
+        }
         if !own_out.is_empty() && write_all(&mut socket, &mut own_out).await.is_err() {
             break;
         }
