@@ -961,6 +961,16 @@ impl Node {
         }
     }
 
+    /// A hint that a request with `args` is about to be handled: the driver calls it for every
+    /// request of a pipeline before handing any of them over, so the first key's memory is
+    /// being fetched for all of them at once (see `lattice_store::Db::prefetch`). Most commands
+    /// name a key first; for the rest the hint is wasted, never wrong. Changes nothing.
+    pub fn prefetch(&self, args: &[Bytes]) {
+        if let Some(key) = args.get(1) {
+            self.core.db.prefetch(key);
+        }
+    }
+
     /// Name of the last command `conn` ran, for [`Node::charge_command_time`].
     pub fn last_command(&self, conn: ConnId) -> Option<&'static str> {
         self.core.clients.get(&conn).map(|c| c.last_command)

@@ -138,6 +138,11 @@ fn execute(
     // command, the common shape of a pipeline).
     let started = Instant::now();
     let commands = batch.len() as u64;
+    if batch.len() > 1 {
+        for args in batch.iter() {
+            host.node.prefetch(args);
+        }
+    }
     runs.clear();
     for args in batch.drain(..) {
         host.node.handle(now, Input::Request { conn, args });
