@@ -963,11 +963,13 @@ impl Node {
 
     /// A hint that a request with `args` is about to be handled: the driver calls it for every
     /// request of a pipeline before handing any of them over, so the first key's memory is
-    /// being fetched for all of them at once (see `lattice_store::Db::prefetch`). Most commands
-    /// name a key first; for the rest the hint is wasted, never wrong. Changes nothing.
+    /// being fetched for all of them at once (see `lattice_store::Db::prefetch`), and so is the
+    /// second argument's member when the key holds a hash or a set. Most commands name a key
+    /// first; for the rest the hint is wasted, never wrong. Changes nothing.
     pub fn prefetch(&self, args: &[Bytes]) {
         if let Some(key) = args.get(1) {
-            self.core.db.prefetch(key);
+            // HSET/HGET/SADD/SISMEMBER... name the member next.
+            self.core.db.prefetch(key, args.get(2).map(|m| &m[..]));
         }
     }
 

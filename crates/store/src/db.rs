@@ -371,17 +371,22 @@ impl Db {
             .map(|e| &**e)
     }
 
-    /// A hint that `key` is about to be used: finds its entry and asks the CPU to fetch the
-    /// string value's bytes, without waiting for them. A pipeline's keys are hinted one after
-    /// another before any command runs, so their cache misses (the table probe, the entry,
-    /// the value: most of a random-key GET's time) overlap instead of following one another.
+    /// A hint that `key` (and, in a hash or a set, `member`) is about to be used: finds the
+    /// entry and asks the CPU to fetch the string value's bytes, or finds the member, without
+    /// waiting for the bytes. A pipeline's keys are hinted one after another before any
+    /// command runs, so their cache misses (the table probe, the entry, the value: most of a
+    /// random-key GET's time) overlap instead of following one another.
     /// Changes nothing; a missing key costs only the probe.
-    pub fn prefetch(&self, key: &[u8]) {
+    pub fn prefetch(&self, key: &[u8], member: Option<&[u8]>) {
         let h = key_hash(key);
-        if let Some(e) = self.slots[slot_of(h)].find(table_hash(h), |e| e.has_key(key)) {
-            if let Value::Str(Str::Raw(v)) = &e.value {
-                prefetch_line(v.as_ptr());
-            }
+        let Some(e) = self.slots[slot_of(h)].find(table_hash(h), |e| e.has_key(key)) else {
+            return;
+        };
+        match (&e.value, member) {
+            (Value::Str(Str::Raw(v)), _) => crate::prefetch_line(v.as_ptr()),
+            (Value::Hash(hash), Some(m)) => hash.prefetch(m),
+            (Value::Set(set), Some(m)) => set.prefetch(m),
+            _ => {}
         }
     }
 
@@ -677,7 +682,7 @@ mod tests {
         db.insert(b"raw", s(&"x".repeat(64)), Some(9_000), 1_000);
         db.insert(b"int", s("42"), None, 1_000);
         for k in [&b"raw"[..], b"int", b"missing", b""] {
-            db.prefetch(k);
+            db.prefetch(k, Some(b"m"));
         }
         assert_eq!(db.len(), 2);
         let e = db.get_raw(b"raw").unwrap();
@@ -751,17 +756,4 @@ mod tests {
             })
             .is_some());
     }
-}
-
-/// Asks the CPU to start loading the cache line at `p` (no effect on other targets).
-#[inline]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults or reads memory into the program,
-    // whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

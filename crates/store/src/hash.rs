@@ -112,6 +112,16 @@ impl Hash {
         }
     }
 
+    /// See [`crate::Db::prefetch`]: finds `field` in an indexed hash and starts fetching its
+    /// value. A compact hash is left alone (its scan would cost more than it saves).
+    pub fn prefetch(&self, field: &[u8]) {
+        if self.index.is_some() {
+            if let Some(i) = self.find(field) {
+                crate::prefetch_line(self.pairs[i].1.as_ptr());
+            }
+        }
+    }
+
     pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
         self.find(field).map(|i| self.pairs[i].1.as_slice())
     }

@@ -24,3 +24,17 @@ pub use set::Set;
 pub use stream::{Stream, StreamId};
 pub use value::{Str, Value};
 pub use zset::ZSet;
+
+/// Asks the CPU to start loading the cache line at `p` (no effect on other targets): the
+/// primitive behind [`Db::prefetch`].
+#[inline]
+pub(crate) fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults or reads memory into the program,
+    // whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
