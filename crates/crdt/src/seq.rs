@@ -391,6 +391,9 @@ impl<V: Clone> Crdt for Rga<V> {
     /// `stable` into the context.
     fn gc(&mut self, stable: &VersionVector) {
         self.cc.raise_to(stable);
+        if self.elems.is_empty() {
+            return; // no tombstones to purge (most keys hold no list)
+        }
         let purgeable =
             |e: &Element<V>| matches!(e.slot, Slot::Removed { by } if stable.contains(by));
         let mut child_count: BTreeMap<Hlc, usize> = BTreeMap::new();

@@ -66,6 +66,16 @@ impl VersionVector {
 
     /// Pointwise maximum.
     pub fn merge(&mut self, other: &VersionVector) {
+        if self.entries.len() == other.entries.len()
+            && self.entries.iter().zip(&other.entries).all(|(a, b)| a.0 == b.0)
+        {
+            // The same nodes (the common case: a key's context raised to a newer GC frontier):
+            // one pass, no searches or inserts.
+            for (a, b) in self.entries.iter_mut().zip(&other.entries) {
+                a.1 = a.1.max(b.1);
+            }
+            return;
+        }
         if self.entries.is_empty() {
             self.entries.clone_from(&other.entries);
             return;
@@ -275,13 +285,13 @@ impl CausalContext {
             return; // nothing to drop or absorb (the common case)
         }
         let have = self.vv.get(node);
-        let covered: Vec<Dot> = self
+        // One covered dot at a time: no list is built (this runs for every replicated write).
+        while let Some(&d) = self
             .cloud
             .dots
             .range(Dot::new(node, 0)..=Dot::new(node, have))
-            .copied()
-            .collect();
-        for d in covered {
+            .next()
+        {
             self.cloud.dots.remove(&d);
         }
         let mut top = have;
@@ -317,6 +327,9 @@ impl CausalContext {
     /// delivered everywhere), so claiming them is harmless and turns the cloud into a vector.
     pub fn raise_to(&mut self, frontier: &VersionVector) {
         self.vv.merge(frontier);
+        if self.cloud.is_empty() {
+            return; // nothing to drop or absorb
+        }
         for (node, _) in frontier.iter() {
             self.compact_node(node);
         }
