@@ -223,12 +223,17 @@ impl RequestParser {
 
     /// Reads the `*<count>\r\n` line that starts a multibulk request.
     fn multibulk_count(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
-        let Some(cr) = self.count_line_end(buf, TOO_BIG_MBULK_COUNT)? else {
-            return Ok(Step::Wait);
-        };
-        let count = match string2ll(&buf[1..cr]) {
-            Some(n) if n <= i32::MAX as i64 => n,
-            _ => return Err(ProtocolError::new(INVALID_MBULK_LEN)),
+        let (count, cr) = match short_number_line(buf) {
+            Some((n, cr)) => (n as i64, cr),
+            None => {
+                let Some(cr) = self.count_line_end(buf, TOO_BIG_MBULK_COUNT)? else {
+                    return Ok(Step::Wait);
+                };
+                match string2ll(&buf[1..cr]) {
+                    Some(n) if n <= i32::MAX as i64 => (n, cr),
+                    _ => return Err(ProtocolError::new(INVALID_MBULK_LEN)),
+                }
+            }
         };
         if count > 0 && count as u64 > self.limits.max_multibulk_len as u64 {
             return Err(ProtocolError::new(INVALID_MBULK_LEN));
@@ -247,6 +252,16 @@ impl RequestParser {
 
     /// Reads a `$<len>\r\n` line inside a multibulk request.
     fn bulk_header(&mut self, buf: &mut BytesMut) -> Result<Option<usize>, ProtocolError> {
+        if buf.first() == Some(&b'$') {
+            if let Some((len, cr)) = short_number_line(buf) {
+                if len as u64 <= self.limits.max_bulk_len as u64 {
+                    buf.advance(cr + 2);
+                    self.scanned = 0;
+                    self.bulk_len = Some(len);
+                    return Ok(Some(len));
+                }
+            }
+        }
         let Some(cr) = self.count_line_end(buf, TOO_BIG_BULK_COUNT)? else {
             return Ok(None);
         };
@@ -296,6 +311,31 @@ impl RequestParser {
             .map(Some)
             .ok_or_else(|| ProtocolError::new(UNBALANCED_QUOTES))
     }
+}
+
+/// The common `*`/`$` line read in one pass: the marker, 1 to 9 digits in canonical form (no
+/// leading zero unless the number is 0), a `\r` and at least one byte after it. Returns the
+/// number and the index of the `\r`. Anything else (an incomplete line, a sign, a long or
+/// malformed number) returns None, and the caller's general path, which scans for the line end
+/// and applies `string2ll`, decides it exactly as before; for the lines accepted here both
+/// paths give the same number.
+#[inline]
+fn short_number_line(buf: &[u8]) -> Option<(usize, usize)> {
+    let digits = buf.get(1..)?;
+    let mut n = 0usize;
+    let mut i = 0;
+    while i < 9 {
+        match digits.get(i) {
+            Some(&d) if d.is_ascii_digit() => {
+                n = n * 10 + usize::from(d - b'0');
+                i += 1;
+            }
+            _ => break,
+        }
+    }
+    let cr = i + 1;
+    let canonical = i == 1 || (i > 1 && digits[0] != b'0');
+    (canonical && buf.get(cr) == Some(&b'\r') && cr + 1 < buf.len()).then_some((n, cr))
 }
 
 /// Outcome of reading a multibulk count line.
@@ -489,6 +529,32 @@ mod tests {
         assert_eq!(l.max_bulk_len, 536_870_912);
         assert_eq!(l.max_multibulk_len, 2_147_483_647);
         assert_eq!(l.max_inline_len, 65_536);
+    }
+
+    #[test]
+    fn short_number_lines_agree_with_string2ll() {
+        let mut texts: Vec<String> = (0..3_000).map(|n| n.to_string()).collect();
+        for t in ["00", "01", "-1", "-0", "+1", "123456789", "999999999", "1234567890", "", "1x"] {
+            texts.push(t.to_string());
+        }
+        for t in &texts {
+            for tail in [&b""[..], b"\r", b"\r\n", b"\r\n$3"] {
+                let mut line = b"*".to_vec();
+                line.extend_from_slice(t.as_bytes());
+                line.extend_from_slice(tail);
+                match short_number_line(&line) {
+                    Some((n, cr)) => {
+                        assert_eq!(cr, 1 + t.len(), "{t:?}");
+                        assert!(tail.len() >= 2, "{t:?}: taken before its line ended");
+                        assert_eq!(string2ll(t.as_bytes()), Some(n as i64), "{t:?}");
+                    }
+                    None => assert!(
+                        tail.len() < 2 || t.len() > 9 || string2ll(t.as_bytes()).is_none_or(|n| n < 0),
+                        "{t:?}{tail:?} left to the general path although it is short and canonical"
+                    ),
+                }
+            }
+        }
     }
 
     #[test]
