@@ -650,8 +650,16 @@ impl Node {
         for effect in r.on_message(peer, data, now_ms) {
             match effect {
                 crate::repl::Effect::Keys(keys) => {
-                    for k in &keys {
-                        self.core.apply_remote(k);
+                    // A message changes up to thousands of keys: each group's store entries
+                    // are looked up back to back first, so their cache misses overlap (see
+                    // `lattice_store::Db::prefetch`).
+                    for group in keys.chunks(crate::repl::PREFETCH_GROUP) {
+                        for k in group {
+                            self.core.db.prefetch(k, None);
+                        }
+                        for k in group {
+                            self.core.apply_remote(k);
+                        }
                     }
                 }
                 crate::repl::Effect::Publish(channel, message) => {

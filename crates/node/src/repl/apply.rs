@@ -115,16 +115,13 @@ impl Core {
             None => (None, None),
         };
         let now_ms = self.now.as_millis();
-        if self
-            .db
-            .get_raw(key)
-            .is_some_and(|e| matches!(e.value, Value::Stream(_)))
-        {
+        let stored = self.db.get_raw(key);
+        if stored.is_some_and(|e| matches!(e.value, Value::Stream(_))) {
             // Streams are local to their node (not replicated yet): a peer's state for the key
             // must not overwrite or delete one.
             return;
         }
-        let same = match (&value, self.db.get_raw(key)) {
+        let same = match (&value, stored) {
             (None, None) => true,
             (Some(v), Some(e)) => e.expire_at_ms() == deadline && same_content(v, &e.value),
             _ => false,

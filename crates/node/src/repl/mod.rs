@@ -82,6 +82,10 @@ const PEER_SILENCE_MS: u64 = 1_500;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
 const MAX_AE_NODES: usize = 4_096;
 
+/// Keys whose lookups are issued back to back before any of them is worked on, when a message
+/// carries many: enough independent cache misses to overlap, few enough to stay in cache.
+pub const PREFETCH_GROUP: usize = 16;
+
 /// What a peer message changed, for the node to apply to the store.
 pub enum Effect {
     /// These keys' states changed: re-read them into the store.
@@ -743,7 +747,15 @@ impl Replicator {
     fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
-        for b in entries {
+        for (i, b) in entries.iter().enumerate() {
+            if i % PREFETCH_GROUP == 0 {
+                // The next group's states are looked up back to back, so their cache misses
+                // overlap instead of each merge waiting for its own.
+                for ahead in &entries[i..entries.len().min(i + PREFETCH_GROUP)] {
+                    self.keys
+                        .prefetch(lattice_store::key_hash(&ahead.key), &ahead.key);
+                }
+            }
             let Ok(st) = state::codec().deserialize::<KeyState>(&b.state) else {
                 self.stats.bad_messages += 1;
                 continue;
