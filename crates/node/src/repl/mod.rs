@@ -425,20 +425,15 @@ impl Replicator {
             return;
         }
         while !self.pending.is_empty() {
-            let mut entries = Vec::new();
-            let mut bytes = 0;
+            let mut writer = wire::BatchWriter::default();
             while let Some((k, st)) = self.pending.pop_front() {
-                let blob = encode_state(&st, &mut self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k,
-                    state: blob,
-                });
-                if bytes >= MAX_BATCH_BYTES {
+                encode_state_into(&st, &mut self.scratch);
+                writer.push(&k, &self.scratch);
+                if writer.len() >= MAX_BATCH_BYTES {
                     break;
                 }
             }
-            let batch = Bytes::from(prost::Message::encode_to_vec(&DeltaBatch { entries }));
+            let batch = writer.finish();
             for &id in &ups {
                 let p = self.peers.get_mut(&id).expect("listed");
                 let seq = p.next_seq;
@@ -975,11 +970,16 @@ fn fresh_state(frontier: &VersionVector) -> KeyState {
 /// `scratch` is a reused buffer: serializing into it skips bincode's separate size pass and
 /// the allocation of a buffer per key.
 fn encode_state(st: &KeyState, scratch: &mut Vec<u8>) -> Bytes {
+    encode_state_into(st, scratch);
+    Bytes::copy_from_slice(scratch)
+}
+
+/// Leaves the encoding of `st` in `scratch` (replacing its contents).
+fn encode_state_into(st: &KeyState, scratch: &mut Vec<u8>) {
     scratch.clear();
     state::codec()
         .serialize_into(&mut *scratch, st)
         .expect("in-memory states always encode");
-    Bytes::copy_from_slice(scratch)
 }
 
 /// Whether a command that leaves a key holding a string wrote its value, as opposed to only
