@@ -9,7 +9,8 @@
 use prost::Message;
 
 /// Bumped on any incompatible change; peers with another version are ignored (and counted).
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2: key states carry a presence mask (see `state::KeyState`'s serialization).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest message the node emits or accepts (drivers enforce the same bound on frames).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
