@@ -67,7 +67,11 @@ impl VersionVector {
     /// Pointwise maximum.
     pub fn merge(&mut self, other: &VersionVector) {
         if self.entries.len() == other.entries.len()
-            && self.entries.iter().zip(&other.entries).all(|(a, b)| a.0 == b.0)
+            && self
+                .entries
+                .iter()
+                .zip(&other.entries)
+                .all(|(a, b)| a.0 == b.0)
         {
             // The same nodes (the common case: a key's context raised to a newer GC frontier):
             // one pass, no searches or inserts.

@@ -534,7 +534,18 @@ mod tests {
     #[test]
     fn short_number_lines_agree_with_string2ll() {
         let mut texts: Vec<String> = (0..3_000).map(|n| n.to_string()).collect();
-        for t in ["00", "01", "-1", "-0", "+1", "123456789", "999999999", "1234567890", "", "1x"] {
+        for t in [
+            "00",
+            "01",
+            "-1",
+            "-0",
+            "+1",
+            "123456789",
+            "999999999",
+            "1234567890",
+            "",
+            "1x",
+        ] {
             texts.push(t.to_string());
         }
         for t in &texts {
@@ -549,7 +560,9 @@ mod tests {
                         assert_eq!(string2ll(t.as_bytes()), Some(n as i64), "{t:?}");
                     }
                     None => assert!(
-                        tail.len() < 2 || t.len() > 9 || string2ll(t.as_bytes()).is_none_or(|n| n < 0),
+                        tail.len() < 2
+                            || t.len() > 9
+                            || string2ll(t.as_bytes()).is_none_or(|n| n < 0),
                         "{t:?}{tail:?} left to the general path although it is short and canonical"
                     ),
                 }

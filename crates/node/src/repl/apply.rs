@@ -27,7 +27,10 @@ impl Core {
         let mut dirty = std::mem::take(&mut repl.dirty);
         for i in 0..dirty.len() {
             let (h, key) = dirty.get(i);
-            let live = self.db.get_raw_hashed(h, key).filter(|e| !e.is_expired(now_ms));
+            let live = self
+                .db
+                .get_raw_hashed(h, key)
+                .filter(|e| !e.is_expired(now_ms));
             if live.is_some_and(|e| matches!(e.value, Value::Str(_))) {
                 repl.defer(h, key, intent, overwrote, now_ms);
             } else {

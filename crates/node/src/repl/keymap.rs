@@ -69,11 +69,10 @@ impl<E> KeyMap<E> {
         fresh: impl FnOnce() -> E,
     ) -> &mut E {
         debug_assert_eq!(hash, lattice_store::key_hash(key));
-        match self.table.entry(
-            hash,
-            |s| s.hash == hash && s.key[..] == *key,
-            |s| s.hash,
-        ) {
+        match self
+            .table
+            .entry(hash, |s| s.hash == hash && s.key[..] == *key, |s| s.hash)
+        {
             hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().entry,
             hashbrown::hash_table::Entry::Vacant(v) => {
                 if self.leaves.is_empty() {
@@ -126,7 +125,11 @@ impl<E> KeyMap<E> {
             let same = hashes[i..].iter().take_while(|&&x| x == h).count();
             let start = out.len();
             out.extend(self.table.iter_hash(h).filter(|s| s.hash == h));
-            debug_assert_eq!(out.len() - start, same, "leaf index out of step with the table");
+            debug_assert_eq!(
+                out.len() - start,
+                same,
+                "leaf index out of step with the table"
+            );
             out[start..].sort_by(|a, b| a.key.cmp(&b.key));
             i += same;
         }
@@ -145,8 +148,14 @@ impl<E> KeyMap<E> {
         let indexed: usize = self.leaves.iter().map(Vec::len).sum();
         assert_eq!(indexed, self.table.len(), "leaf index and table disagree");
         for (l, hashes) in self.leaves.iter().enumerate() {
-            assert!(hashes.windows(2).all(|w| w[0] <= w[1]), "leaf index unsorted");
-            assert!(hashes.iter().all(|&h| leaf_of(h) == l), "hash in the wrong leaf");
+            assert!(
+                hashes.windows(2).all(|w| w[0] <= w[1]),
+                "leaf index unsorted"
+            );
+            assert!(
+                hashes.iter().all(|&h| leaf_of(h) == l),
+                "hash in the wrong leaf"
+            );
         }
     }
 }
@@ -159,7 +168,9 @@ mod tests {
     #[test]
     fn ordered_walks_follow_hash_then_key_and_survive_removal() {
         let mut m: KeyMap<u32> = KeyMap::default();
-        let keys: Vec<Vec<u8>> = (0..2_000u32).map(|i| format!("k{i}").into_bytes()).collect();
+        let keys: Vec<Vec<u8>> = (0..2_000u32)
+            .map(|i| format!("k{i}").into_bytes())
+            .collect();
         for (i, k) in keys.iter().enumerate() {
             *m.get_or_insert_with(key_hash(k), k, || 0) += i as u32;
         }
@@ -181,7 +192,7 @@ mod tests {
         m.check_invariants();
         expected.retain(|(_, k)| {
             let i: usize = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
-            i % 3 != 0
+            !i.is_multiple_of(3)
         });
         let walked: Vec<(u64, Vec<u8>)> =
             m.iter_ordered().map(|s| (s.hash, s.key.to_vec())).collect();

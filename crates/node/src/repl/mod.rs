@@ -194,7 +194,6 @@ pub struct Replicator {
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
 type KeyId = (u64, Bytes);
 
-
 fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
     state.digest(key, scratch).map_or(0, |d| d | 1)

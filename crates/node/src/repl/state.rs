@@ -271,7 +271,10 @@ impl<'de> Deserialize<'de> for KeyState {
                 f.write_str("a presence mask and the key state fields it names")
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<KeyState, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<KeyState, A::Error> {
                 fn next<'de, T: Deserialize<'de>, A: serde::de::SeqAccess<'de>>(
                     seq: &mut A,
                     i: usize,

@@ -193,7 +193,10 @@ mod tests {
         for e in &entries {
             w.push(&e.key, &e.state);
         }
-        let expected = DeltaBatch { entries: entries.clone() }.encode_to_vec();
+        let expected = DeltaBatch {
+            entries: entries.clone(),
+        }
+        .encode_to_vec();
         assert_eq!(w.len(), expected.len());
         let ours = w.finish();
         assert_eq!(&ours[..], &expected[..]);
