@@ -159,3 +159,119 @@ impl Client {
         )
     }
 }
+
+/// The connected clients by id. Every command looks its client up several times (reply mode,
+/// output buffer, statistics, the pending queue), so lookups go to a hash table; the few
+/// walks (CLIENT LIST, INFO, timeouts) go through an ordered index of ids, so what they see
+/// is in id order on every run, as with the ordered map this replaces (whose searches were
+/// about 300 instructions of a 4,300-instruction GET).
+#[derive(Default)]
+pub struct ClientTable {
+    by_id: hashbrown::HashTable<(ConnId, Client)>,
+    order: std::collections::BTreeSet<ConnId>,
+}
+
+/// Ids are small consecutive integers: an odd multiplier spreads them over the hash bits
+/// (no seed, nothing random).
+fn id_hash(id: ConnId) -> u64 {
+    id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl ClientTable {
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    pub fn contains_key(&self, id: &ConnId) -> bool {
+        self.get(id).is_some()
+    }
+
+    pub fn get(&self, id: &ConnId) -> Option<&Client> {
+        self.by_id
+            .find(id_hash(*id), |(k, _)| k == id)
+            .map(|(_, c)| c)
+    }
+
+    pub fn get_mut(&mut self, id: &ConnId) -> Option<&mut Client> {
+        self.by_id
+            .find_mut(id_hash(*id), |(k, _)| k == id)
+            .map(|(_, c)| c)
+    }
+
+    /// Adds or replaces the client `id`; returns the one replaced.
+    pub fn insert(&mut self, id: ConnId, client: Client) -> Option<Client> {
+        match self
+            .by_id
+            .entry(id_hash(id), |(k, _)| *k == id, |(k, _)| id_hash(*k))
+        {
+            hashbrown::hash_table::Entry::Occupied(mut o) => {
+                Some(std::mem::replace(&mut o.get_mut().1, client))
+            }
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert((id, client));
+                self.order.insert(id);
+                None
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: &ConnId) -> Option<Client> {
+        let (_, c) = self
+            .by_id
+            .find_entry(id_hash(*id), |(k, _)| k == id)
+            .ok()?
+            .remove()
+            .0;
+        self.order.remove(id);
+        Some(c)
+    }
+
+    /// Every client in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (&ConnId, &Client)> {
+        self.order
+            .iter()
+            .map(move |id| (id, self.get(id).expect("ordered index lists only clients")))
+    }
+
+    /// Every client in id order.
+    pub fn values(&self) -> impl Iterator<Item = &Client> {
+        self.iter().map(|(_, c)| c)
+    }
+
+    /// Asserts that the ordered index lists exactly the table's clients.
+    pub fn check_invariants(&self) {
+        assert_eq!(
+            self.order.len(),
+            self.by_id.len(),
+            "client index out of step"
+        );
+        for (id, c) in &self.by_id {
+            assert!(
+                self.order.contains(id),
+                "client missing from the ordered index"
+            );
+            assert_eq!(*id, c.id, "client stored under another id");
+        }
+    }
+}
+
+impl std::ops::Index<&ConnId> for ClientTable {
+    type Output = Client;
+
+    fn index(&self, id: &ConnId) -> &Client {
+        self.get(id).expect("no client with this id")
+    }
+}
+
+impl<'a> IntoIterator for &'a ClientTable {
+    type Item = (&'a ConnId, &'a Client);
+    type IntoIter = Box<dyn Iterator<Item = (&'a ConnId, &'a Client)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}

@@ -111,7 +111,7 @@ pub struct Core {
     pub db: Db,
     pub config: Config,
     pub stats: Stats,
-    pub clients: BTreeMap<ConnId, Client>,
+    pub clients: crate::client::ClientTable,
     pub rng: ChaCha8Rng,
     pub buggify: Buggify,
     pub process: ProcessStats,
@@ -447,7 +447,7 @@ impl Node {
             db: Db::new(),
             config,
             stats: Stats::default(),
-            clients: BTreeMap::new(),
+            clients: crate::client::ClientTable::default(),
             rng,
             buggify,
             process: ProcessStats::default(),
@@ -1018,6 +1018,7 @@ impl Node {
                 assert!(c.pending, "queued connection not flagged pending");
             }
         }
+        core.clients.check_invariants();
         for (id, c) in &core.clients {
             assert_eq!(*id, c.id, "client stored under another id");
             if c.pending {
