@@ -1019,7 +1019,7 @@ impl Node {
             }
         }
         core.clients.check_invariants();
-        for (id, c) in &core.clients {
+        for (id, c) in core.clients.iter() {
             assert_eq!(*id, c.id, "client stored under another id");
             if c.pending {
                 assert!(

@@ -414,20 +414,27 @@ fn a_local_stream_is_not_overwritten_by_a_peer() {
     assert_eq!(c.cmd(0, &["GET", "k"]), "$1\r\nv\r\n");
 }
 
-/// A `SET` of the bytes a key already holds is still a write: it must win over an older
-/// concurrent `SET` made elsewhere, as its hybrid timestamp is the highest.
-#[test]
-fn a_later_set_of_the_same_value_wins_over_an_older_concurrent_write() {
+/// Node 1, cut off, sets `k` to `w`; 20 ms later node 0 (which holds `k` = `v`) runs `later`;
+/// then the partition heals. Returns the cluster once it has settled.
+fn after_a_concurrent_set_and(later: &[&str], reply: &str) -> Cluster {
     let mut c = Cluster::new(3);
     c.cmd(0, &["SET", "k", "v"]);
     c.settle();
     c.partition(1, true);
     c.cmd(1, &["SET", "k", "w"]);
     c.advance(20);
-    c.cmd(0, &["SET", "k", "v"]);
+    assert_eq!(c.cmd(0, later), reply);
     c.advance(20);
     c.partition(1, false);
     c.advance(3_000);
+    c
+}
+
+/// A `SET` of the bytes a key already holds is still a write: it must win over an older
+/// concurrent `SET` made elsewhere, as its hybrid timestamp is the highest.
+#[test]
+fn a_later_set_of_the_same_value_wins_over_an_older_concurrent_write() {
+    let mut c = after_a_concurrent_set_and(&["SET", "k", "v"], "+OK\r\n");
     for i in 0..3 {
         assert_eq!(c.cmd(i, &["GET", "k"]), "$1\r\nv\r\n", "node {i}");
     }
@@ -437,16 +444,7 @@ fn a_later_set_of_the_same_value_wins_over_an_older_concurrent_write() {
 /// concurrent `SET` elsewhere still wins the value.
 #[test]
 fn expire_does_not_make_an_old_value_win() {
-    let mut c = Cluster::new(3);
-    c.cmd(0, &["SET", "k", "v"]);
-    c.settle();
-    c.partition(1, true);
-    c.cmd(1, &["SET", "k", "w"]);
-    c.advance(20);
-    assert_eq!(c.cmd(0, &["EXPIRE", "k", "1000"]), ":1\r\n");
-    c.advance(20);
-    c.partition(1, false);
-    c.advance(3_000);
+    let mut c = after_a_concurrent_set_and(&["EXPIRE", "k", "1000"], ":1\r\n");
     for i in 0..3 {
         assert_eq!(c.cmd(i, &["GET", "k"]), "$1\r\nw\r\n", "node {i}");
     }

@@ -55,11 +55,10 @@ pub async fn serve(shared: Arc<Shared>, mut socket: TcpStream) {
     'conn: loop {
         if !own_out.is_empty() && single_threaded && pipelined {
             // Replies wait until every other connection that was ready has run, like Redis
-            // writing all replies just before it sleeps: the client then wakes once for a
-            // burst of replies instead of being woken, running and going back to sleep
-            // between them. Waking a sleeping client was the largest kernel cost of a
-            // pipelined load (an inter-processor wake-up per write); measured with
-            // /proc/<pid>/schedstat, GET -P 16 fell from 1.6-2.0 to 1.2-1.6 us per request.
+            // writing all replies just before it sleeps, so the client can wake once for a
+            // burst of replies instead of once per reply (waking a sleeping client was the
+            // largest kernel cost in a profile of a pipelined load). Measured on its own in
+            // alternating runs, the effect is within the noise (docs/ARCHITECTURE.md §23).
             // Only on the one-thread runtime: with several workers a yielded connection may
             // resume on another thread, and the hand-over cost more than it saved (measured:
             // a replicating node's CPU per SET rose by a quarter). And only after a pipeline:

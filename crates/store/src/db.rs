@@ -378,8 +378,7 @@ impl Db {
     /// random-key GET's time) overlap instead of following one another.
     /// Changes nothing; a missing key costs only the probe.
     pub fn prefetch(&self, key: &[u8], member: Option<&[u8]>) {
-        let h = key_hash(key);
-        let Some(e) = self.slots[slot_of(h)].find(table_hash(h), |e| e.has_key(key)) else {
+        let Some(e) = self.get_raw(key) else {
             return;
         };
         match (&e.value, member) {

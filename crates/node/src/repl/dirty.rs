@@ -27,7 +27,7 @@ impl DirtyKeys {
     /// Adds `key` unless it is already listed.
     pub fn insert(&mut self, key: &[u8]) {
         let hash = lattice_store::key_hash(key);
-        if (0..self.keys.len()).any(|i| self.get(i).0 == hash && self.get(i).1 == key) {
+        if (0..self.keys.len()).any(|i| self.get(i) == (hash, key)) {
             return;
         }
         self.bytes.extend_from_slice(key);

@@ -741,13 +741,16 @@ impl Replicator {
     fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
+        let hashes: Vec<u64> = entries
+            .iter()
+            .map(|b| lattice_store::key_hash(&b.key))
+            .collect();
         for (i, b) in entries.iter().enumerate() {
             if i % PREFETCH_GROUP == 0 {
                 // The next group's states are looked up back to back, so their cache misses
                 // overlap instead of each merge waiting for its own.
-                for ahead in &entries[i..entries.len().min(i + PREFETCH_GROUP)] {
-                    self.keys
-                        .prefetch(lattice_store::key_hash(&ahead.key), &ahead.key);
+                for j in i..entries.len().min(i + PREFETCH_GROUP) {
+                    self.keys.prefetch(hashes[j], &entries[j].key);
                 }
             }
             let Ok(st) = state::codec().deserialize::<KeyState>(&b.state) else {
@@ -762,7 +765,7 @@ impl Replicator {
             for c in st.contexts() {
                 self.seen.merge(c);
             }
-            let h = lattice_store::key_hash(&b.key);
+            let h = hashes[i];
             let frontier = &self.frontier;
             let entry = self
                 .keys
@@ -1006,78 +1009,73 @@ pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
 /// ordered map's search, which cost as much as the capture itself under random-key writes.
 #[derive(Default)]
 struct PendingDeltas {
-    /// Taken from the front by `pop_front`; `head` is the first entry not yet taken.
-    queue: Vec<Option<(Bytes, KeyState)>>,
-    head: usize,
-    /// Position in `queue` of each queued key, hashed by its key hash.
+    /// (key hash, key, delta), oldest first.
+    queue: VecDeque<(u64, Bytes, KeyState)>,
+    /// Entries taken from the front so far: `queue[i]` is entry number `popped + i`.
+    popped: usize,
+    /// The entry number of each queued key, hashed by its key hash.
     index: HashTable<(u64, usize)>,
 }
 
 impl PendingDeltas {
     fn len(&self) -> usize {
-        self.index.len()
+        self.queue.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.queue.is_empty()
     }
 
     fn clear(&mut self) {
         self.queue.clear();
-        self.head = 0;
+        self.popped = 0;
         self.index.clear();
     }
 
     /// Queues `delta` for `key`, merging it into a queued delta of the same key. Returns false
     /// (and queues nothing) when a new key would exceed `bound` keys.
     fn push(&mut self, hash: u64, key: &[u8], delta: KeyState, bound: usize) -> bool {
-        let queue = &self.queue;
-        let found = self.index.find(hash, |&(h, i)| {
-            h == hash && queue[i].as_ref().is_some_and(|(k, _)| k[..] == *key)
-        });
-        if let Some(&(_, i)) = found {
-            if let Some((_, q)) = self.queue[i].as_mut() {
-                q.merge(&delta);
-            }
+        let (queue, popped) = (&self.queue, self.popped);
+        let found = self
+            .index
+            .find(hash, |&(h, n)| h == hash && queue[n - popped].1[..] == *key);
+        if let Some(&(_, n)) = found {
+            self.queue[n - self.popped].2.merge(&delta);
             return true;
         }
-        if self.index.len() >= bound {
+        if self.queue.len() >= bound {
             return false;
         }
-        let at = self.queue.len();
-        self.queue.push(Some((Bytes::copy_from_slice(key), delta)));
-        self.index.insert_unique(hash, (hash, at), |&(h, _)| h);
+        let n = self.popped + self.queue.len();
+        self.queue
+            .push_back((hash, Bytes::copy_from_slice(key), delta));
+        self.index.insert_unique(hash, (hash, n), |&(h, _)| h);
         true
     }
 
     /// The oldest queued delta.
     fn pop_front(&mut self) -> Option<(Bytes, KeyState)> {
-        while self.head < self.queue.len() {
-            let i = self.head;
-            self.head += 1;
-            if let Some((k, st)) = self.queue[i].take() {
-                let hash = lattice_store::key_hash(&k);
-                if let Ok(e) = self.index.find_entry(hash, |&(h, at)| h == hash && at == i) {
-                    e.remove();
-                }
-                if self.index.is_empty() {
-                    self.queue.clear();
-                    self.head = 0;
-                }
-                return Some((k, st));
-            }
+        let (hash, key, delta) = self.queue.pop_front()?;
+        let n = self.popped;
+        self.popped += 1;
+        if let Ok(e) = self.index.find_entry(hash, |&(h, at)| h == hash && at == n) {
+            e.remove();
         }
-        None
+        Some((key, delta))
     }
 
     fn check_invariants(&self) {
         assert_eq!(
             self.index.len(),
-            self.queue[self.head.min(self.queue.len())..]
-                .iter()
-                .filter(|e| e.is_some())
-                .count(),
+            self.queue.len(),
             "pending index and queue disagree"
         );
+        for &(h, n) in &self.index {
+            let queued = n.checked_sub(self.popped).and_then(|i| self.queue.get(i));
+            assert!(
+                queued.is_some_and(|(qh, _, _)| *qh == h),
+                "pending index points at another entry"
+            );
+        }
     }
 }

@@ -198,65 +198,49 @@ pub struct KeyState {
     removals: CausalContext,
 }
 
-/// Bits of the presence mask that starts a serialized [`KeyState`], in field order.
-const PRESENT_STRING: u8 = 1;
-const PRESENT_HASH: u8 = 1 << 1;
-const PRESENT_SET: u8 = 1 << 2;
-const PRESENT_ZSET: u8 = 1 << 3;
-const PRESENT_LIST: u8 = 1 << 4;
-const PRESENT_EXPIRY: u8 = 1 << 5;
-const PRESENT_STAMPS: u8 = 1 << 6;
-const PRESENT_REMOVALS: u8 = 1 << 7;
+/// Calls `$m!(field, bit)` for every field of [`KeyState`] in its serialized order: the one
+/// list the encoding and the decoding below share, so they cannot disagree on it.
+macro_rules! key_state_fields {
+    ($m:ident) => {
+        $m!(string, 0);
+        $m!(hash, 1);
+        $m!(set, 2);
+        $m!(zset, 3);
+        $m!(list, 4);
+        $m!(expiry, 5);
+        $m!(stamps, 6);
+        $m!(removals, 7);
+    };
+}
 
 // A delta usually touches one component (a string write: the string, its type stamp), yet the
 // derived encoding wrote all eight, each with its maps and contexts: most of a delta's bytes
-// and of the varints a replica decodes per replicated write. Now a mask says which fields
-// follow; absent ones are their defaults. A tuple, so bincode writes no lengths for it.
+// and of the varints a replica decodes per replicated write. Now a presence mask (bit `b` for
+// the field listed with `b`) says which fields follow; absent ones are their defaults. A
+// tuple, so bincode writes no lengths for it.
 impl Serialize for KeyState {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeTuple as _;
         let none = KeyState::default();
         let mut mask = 0u8;
-        for (bit, present) in [
-            (PRESENT_STRING, self.string != none.string),
-            (PRESENT_HASH, self.hash != none.hash),
-            (PRESENT_SET, self.set != none.set),
-            (PRESENT_ZSET, self.zset != none.zset),
-            (PRESENT_LIST, self.list != none.list),
-            (PRESENT_EXPIRY, self.expiry != none.expiry),
-            (PRESENT_STAMPS, self.stamps != none.stamps),
-            (PRESENT_REMOVALS, self.removals != none.removals),
-        ] {
-            if present {
-                mask |= bit;
-            }
+        macro_rules! mark {
+            ($field:ident, $bit:expr) => {
+                if self.$field != none.$field {
+                    mask |= 1 << $bit;
+                }
+            };
         }
+        key_state_fields!(mark);
         let mut t = s.serialize_tuple(1 + mask.count_ones() as usize)?;
         t.serialize_element(&mask)?;
-        if mask & PRESENT_STRING != 0 {
-            t.serialize_element(&self.string)?;
+        macro_rules! put {
+            ($field:ident, $bit:expr) => {
+                if mask & (1 << $bit) != 0 {
+                    t.serialize_element(&self.$field)?;
+                }
+            };
         }
-        if mask & PRESENT_HASH != 0 {
-            t.serialize_element(&self.hash)?;
-        }
-        if mask & PRESENT_SET != 0 {
-            t.serialize_element(&self.set)?;
-        }
-        if mask & PRESENT_ZSET != 0 {
-            t.serialize_element(&self.zset)?;
-        }
-        if mask & PRESENT_LIST != 0 {
-            t.serialize_element(&self.list)?;
-        }
-        if mask & PRESENT_EXPIRY != 0 {
-            t.serialize_element(&self.expiry)?;
-        }
-        if mask & PRESENT_STAMPS != 0 {
-            t.serialize_element(&self.stamps)?;
-        }
-        if mask & PRESENT_REMOVALS != 0 {
-            t.serialize_element(&self.removals)?;
-        }
+        key_state_fields!(put);
         t.end()
     }
 }
@@ -275,39 +259,20 @@ impl<'de> Deserialize<'de> for KeyState {
                 self,
                 mut seq: A,
             ) -> Result<KeyState, A::Error> {
-                fn next<'de, T: Deserialize<'de>, A: serde::de::SeqAccess<'de>>(
-                    seq: &mut A,
-                    i: usize,
-                ) -> Result<T, A::Error> {
-                    seq.next_element()?
-                        .ok_or_else(|| serde::de::Error::invalid_length(i, &Fields))
-                }
-                let mask: u8 = next(&mut seq, 0)?;
+                let mask: u8 = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(0, &Fields))?;
                 let mut st = KeyState::default();
-                if mask & PRESENT_STRING != 0 {
-                    st.string = next(&mut seq, 1)?;
+                macro_rules! take {
+                    ($field:ident, $bit:expr) => {
+                        if mask & (1 << $bit) != 0 {
+                            st.$field = seq.next_element()?.ok_or_else(|| {
+                                serde::de::Error::invalid_length($bit + 1, &Fields)
+                            })?;
+                        }
+                    };
                 }
-                if mask & PRESENT_HASH != 0 {
-                    st.hash = next(&mut seq, 2)?;
-                }
-                if mask & PRESENT_SET != 0 {
-                    st.set = next(&mut seq, 3)?;
-                }
-                if mask & PRESENT_ZSET != 0 {
-                    st.zset = next(&mut seq, 4)?;
-                }
-                if mask & PRESENT_LIST != 0 {
-                    st.list = next(&mut seq, 5)?;
-                }
-                if mask & PRESENT_EXPIRY != 0 {
-                    st.expiry = next(&mut seq, 6)?;
-                }
-                if mask & PRESENT_STAMPS != 0 {
-                    st.stamps = next(&mut seq, 7)?;
-                }
-                if mask & PRESENT_REMOVALS != 0 {
-                    st.removals = next(&mut seq, 8)?;
-                }
+                key_state_fields!(take);
                 Ok(st)
             }
         }
@@ -1166,6 +1131,6 @@ mod tests {
     fn an_empty_state_encodes_as_its_mask_alone() {
         assert_eq!(codec().serialize(&KeyState::default()).unwrap(), vec![0]);
         // A mask naming a field that is not there is an error, not a default.
-        assert!(codec().deserialize::<KeyState>(&[PRESENT_STRING]).is_err());
+        assert!(codec().deserialize::<KeyState>(&[1]).is_err());
     }
 }
