@@ -746,8 +746,8 @@ async fn serve_incoming(
                     handed += data.len();
                     host.node.handle(now, Input::PeerMessage { peer, data });
                 }
-                host.drain(None, &mut Vec::new());
-                shared.check_timer(&host);
+                host.drain(None, &mut Vec::new(), None);
+                shared.check_timer(&host, None);
                 drop(host);
             }
             drop(pending);
@@ -846,8 +846,8 @@ async fn run_outgoing(shared: &Arc<Shared>, socket: TcpStream, peer: NodeId, see
             return;
         };
         host.handle(Input::PeerUp { peer });
-        host.drain(None, &mut Vec::new());
-        shared.check_timer(&host);
+        host.drain(None, &mut Vec::new(), None);
+        shared.check_timer(&host, None);
         generation
     };
     LinkStats::add(&stats.outgoing_established, 1);
@@ -858,8 +858,8 @@ async fn run_outgoing(shared: &Arc<Shared>, socket: TcpStream, peer: NodeId, see
         let mut host = shared.host.lock();
         host.remove_peer(peer, generation);
         host.handle(Input::PeerDown { peer });
-        host.drain(None, &mut Vec::new());
-        shared.check_timer(&host);
+        host.drain(None, &mut Vec::new(), None);
+        shared.check_timer(&host, None);
     }
     stats.outgoing_up.fetch_sub(1, Ordering::Relaxed);
     LinkStats::add(&stats.outgoing_lost, 1);
@@ -1156,7 +1156,12 @@ mod tests {
         config.cluster_size = 2;
         let node = Node::new(config, u64::from(id), Buggify::disabled(), now);
         Arc::new(Shared::new(
-            Host::new(node, now, Arc::new(LinkStats::default())),
+            Host::new(
+                node,
+                now,
+                Arc::new(LinkStats::default()),
+                Arc::from(Vec::new()),
+            ),
             0,
         ))
     }

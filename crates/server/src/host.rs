@@ -1,11 +1,12 @@
 //! The node and everything shared between connection tasks.
 //!
-//! One node state machine per process, behind a mutex. Connection tasks parse requests and do
-//! all socket I/O in parallel on every core; only command execution is serialised, one lock
-//! acquisition per read batch (a whole pipeline). Why, and the alternatives, are in
-//! docs/ARCHITECTURE.md.
+//! One node state machine per process, behind a mutex. The event loops (one per worker thread)
+//! parse requests and do all client socket I/O in parallel; only command execution is
+//! serialised, one lock acquisition per read batch (a whole pipeline). Why, and the
+//! alternatives, are in docs/ARCHITECTURE.md.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,19 +14,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, Notify};
 
 use crate::cluster::{LinkStats, PeerQueue, MAX_FRAME_BYTES};
-
-/// What one connection task is told by whoever drains the node's outputs.
-pub enum Mail {
-    Write(Bytes),
-    Close,
-}
+use crate::event_loop::{LoopHandle, Mail, Slot};
 
 pub struct Host {
     pub node: Node,
-    mailboxes: HashMap<ConnId, mpsc::UnboundedSender<Mail>>,
+    /// The event loop serving each client connection (an index into `loops`) and the
+    /// connection's slot there.
+    routes: HashMap<ConnId, (usize, Slot), BuildHasherDefault<IdHasher>>,
+    loops: Arc<[Arc<LoopHandle>]>,
     /// The outgoing link's queue per replica, present between `PeerUp` and `PeerDown`.
     peers: BTreeMap<NodeId, PeerLink>,
     next_link_generation: u64,
@@ -40,10 +38,16 @@ struct PeerLink {
 }
 
 impl Host {
-    pub fn new(node: Node, now: Micros, link_stats: Arc<LinkStats>) -> Host {
+    pub fn new(
+        node: Node,
+        now: Micros,
+        link_stats: Arc<LinkStats>,
+        loops: Arc<[Arc<LoopHandle>]>,
+    ) -> Host {
         Host {
             node,
-            mailboxes: HashMap::new(),
+            routes: HashMap::default(),
+            loops,
             peers: BTreeMap::new(),
             next_link_generation: 1,
             link_stats,
@@ -87,31 +91,38 @@ impl Host {
         Micros(self.last_now_us)
     }
 
-    pub fn register(&mut self, conn: ConnId, mailbox: mpsc::UnboundedSender<Mail>) {
-        self.mailboxes.insert(conn, mailbox);
+    /// `conn` is served by event loop `loop_index`, in its `slot`, from now on.
+    pub fn register(&mut self, conn: ConnId, loop_index: usize, slot: Slot) {
+        self.routes.insert(conn, (loop_index, slot));
     }
 
     pub fn unregister(&mut self, conn: ConnId) {
-        self.mailboxes.remove(&conn);
+        self.routes.remove(&conn);
     }
 
     /// Carries out every pending output. Writes for `own` are appended to `own_out` (the caller
-    /// writes them after releasing the lock, in one syscall); others go to their tasks'
-    /// mailboxes. Returns true when `own` must be closed after its writes.
-    pub fn drain(&mut self, own: Option<ConnId>, own_out: &mut Vec<Bytes>) -> bool {
+    /// writes them after releasing the lock); others go to their event loops' inboxes, waking
+    /// a loop unless it is `current_loop`, the caller itself. Returns true when `own` must be
+    /// closed after its writes.
+    pub fn drain(
+        &mut self,
+        own: Option<ConnId>,
+        own_out: &mut Vec<Bytes>,
+        current_loop: Option<usize>,
+    ) -> bool {
         let mut close_own = false;
         while let Some(out) = self.node.poll_output() {
             match out {
                 Output::Write { conn, data } if Some(conn) == own => own_out.push(data),
                 Output::Close { conn } if Some(conn) == own => close_own = true,
                 Output::Write { conn, data } => {
-                    if let Some(m) = self.mailboxes.get(&conn) {
-                        let _ = m.send(Mail::Write(data));
+                    if let Some(&(l, slot)) = self.routes.get(&conn) {
+                        self.loops[l].post(Mail::Write(slot, conn, data), current_loop != Some(l));
                     }
                 }
                 Output::Close { conn } => {
-                    if let Some(m) = self.mailboxes.get(&conn) {
-                        let _ = m.send(Mail::Close);
+                    if let Some(&(l, slot)) = self.routes.get(&conn) {
+                        self.loops[l].post(Mail::Close(slot, conn), current_loop != Some(l));
                     }
                 }
                 Output::PeerSend { peer, data } => {
@@ -157,9 +168,11 @@ pub fn wall_clock_us() -> u64 {
 
 pub struct Shared {
     pub host: Mutex<Host>,
-    /// Wakes the timer task when a command asked for an earlier timer than it sleeps to.
-    pub timer_wake: Notify,
+    /// When the first event loop next runs the node's timers (µs of the wall clock). Written
+    /// with the host lock held.
     pub timer_deadline_us: AtomicU64,
+    /// The event loops; the first drives the timers.
+    loops: Arc<[Arc<LoopHandle>]>,
     next_conn: AtomicU64,
     pub port: u16,
     /// Counters of the replica links (all zero on a standalone server).
@@ -169,10 +182,11 @@ pub struct Shared {
 impl Shared {
     pub fn new(host: Host, port: u16) -> Shared {
         let link_stats = host.link_stats.clone();
+        let loops = host.loops.clone();
         Shared {
             link_stats,
+            loops,
             host: Mutex::new(host),
-            timer_wake: Notify::new(),
             timer_deadline_us: AtomicU64::new(u64::MAX),
             next_conn: AtomicU64::new(1),
             port,
@@ -184,12 +198,39 @@ impl Shared {
     }
 
     /// Called with the lock held after handling inputs: if the node now wants waking earlier
-    /// than the timer task plans, wake it.
-    pub fn check_timer(&self, host: &Host) {
+    /// than the timer loop plans, move its deadline, and wake it unless it is the caller
+    /// (`current_loop`), which reads the deadline before it next sleeps.
+    pub fn check_timer(&self, host: &Host, current_loop: Option<usize>) {
         if let Some(t) = host.node.poll_timeout() {
-            if t.0 < self.timer_deadline_us.load(Ordering::Relaxed) {
-                self.timer_wake.notify_one();
+            if t.0 < self.timer_deadline_us.load(Ordering::Acquire) {
+                self.timer_deadline_us.store(t.0, Ordering::Release);
+                if current_loop != Some(0) {
+                    if let Some(timer_loop) = self.loops.first() {
+                        timer_loop.wake();
+                    }
+                }
             }
         }
+    }
+}
+
+/// Hashes connection ids, which are small sequential numbers chosen by this process (no
+/// adversary picks them): one multiplication, whose high bits the table uses, instead of SipHash.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }

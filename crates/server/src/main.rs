@@ -2,20 +2,18 @@
 
 mod alloc;
 mod cluster;
-mod conn;
+mod event_loop;
 mod host;
 mod process;
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Parser;
-use lattice_node::{Buggify, Config, Input, Micros, Node, NodeId};
-use tokio::net::TcpListener;
+use lattice_node::{Buggify, Config, Micros, Node, NodeId};
 
 use crate::cluster::{Auth, ClusterSettings, LinkStats};
+use crate::event_loop::{EventLoop, LoopHandle, LoopSeed};
 use crate::host::{wall_clock_us, Host, Shared};
 
 #[global_allocator]
@@ -38,7 +36,7 @@ struct Args {
     /// (e.g. `maxclients = 100`, `requirepass = "secret"`). Flags override the file.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Worker threads (default: one per core).
+    /// Event-loop threads serving clients (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
     /// This replica's id in the cluster: a number >= 1, unique among the replicas. Needed with
@@ -300,20 +298,13 @@ fn main() {
         );
         std::process::exit(2);
     }
-    // One thread: a current-thread runtime, which runs woken connections in the order their
-    // input arrived, like a single event loop (Redis's own behaviour, which its test suite
-    // relies on). More: a multi-thread runtime with one worker per thread.
-    let runtime = if settings.threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(settings.threads)
-            .enable_all()
-            .build()
-    }
-    .expect("tokio runtime");
+    // Clients are served by event loops on their own threads (`--threads` of them; with one,
+    // connections run in the order their input arrived, Redis's own behaviour, which its test
+    // suite relies on). This one-thread runtime runs the replica links and waits for signals.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     if let Err(e) = runtime.block_on(run(settings)) {
         eprintln!("lattice-server: {e}");
         std::process::exit(1);
@@ -322,16 +313,25 @@ fn main() {
 
 async fn run(s: Settings) -> Result<(), String> {
     let addr = format!("{}:{}", s.bind, s.port);
-    let listener = TcpListener::bind(&addr)
-        .await
+    let listener = std::net::TcpListener::bind(&addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let mut listener = Some(mio::net::TcpListener::from_std(listener));
+    let seeds = (0..s.threads)
+        .map(|_| LoopSeed::new())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot create an event loop: {e}"))?;
+    let loops: Arc<[Arc<LoopHandle>]> = seeds.iter().map(|l| l.handle.clone()).collect();
     let now = Micros(wall_clock_us());
     // The node's randomness (RANDOMKEY, run id) needs no secrecy; any varying seed will do.
     let seed = now.0 ^ ((std::process::id() as u64) << 32);
     let cluster_size = s.node.cluster_size;
     let node = Node::new(s.node, seed, Buggify::disabled(), now);
     let link_stats = Arc::new(LinkStats::default());
-    let shared = Arc::new(Shared::new(Host::new(node, now, link_stats), s.port));
+    let shared = Arc::new(Shared::new(
+        Host::new(node, now, link_stats, loops.clone()),
+        s.port,
+    ));
     if let Some(c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));
         let authenticated = c.auth.secret.is_some();
@@ -347,71 +347,39 @@ async fn run(s: Settings) -> Result<(), String> {
             }
         );
     }
+    for (index, seed) in seeds.into_iter().enumerate() {
+        let event_loop = EventLoop::new(
+            index,
+            seed,
+            shared.clone(),
+            loops.clone(),
+            if index == 0 { listener.take() } else { None },
+        )
+        .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
+        std::thread::Builder::new()
+            .name(format!("lattice-loop-{index}"))
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| event_loop.run());
+                if std::panic::catch_unwind(run).is_err() {
+                    // Its clients would hang unanswered: better to stop and be restarted.
+                    eprintln!("lattice-server: event loop {index} panicked; aborting");
+                    std::process::abort();
+                }
+            })
+            .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
+    }
     tracing::info!(
-        "lattice-server {} ready: listening on {addr}, data dir {}, {} worker threads (Redis protocol 7.0)",
+        "lattice-server {} ready: listening on {addr}, data dir {}, {} event loops (Redis protocol 7.0)",
         env!("CARGO_PKG_VERSION"),
         s.dir.display(),
         s.threads
     );
-    tokio::spawn(timer_task(shared.clone()));
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => {
-                    tokio::spawn(conn::serve(shared.clone(), socket));
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            signal = &mut shutdown => {
-                tracing::info!("received {signal}, shutting down");
-                if s.cluster.is_some() {
-                    tracing::info!("cluster link stats: {:?}", shared.link_stats.snapshot());
-                }
-                break;
-            }
-        }
+    let signal = shutdown_signal().await;
+    tracing::info!("received {signal}, shutting down");
+    if s.cluster.is_some() {
+        tracing::info!("cluster link stats: {:?}", shared.link_stats.snapshot());
     }
     Ok(())
-}
-
-/// Drives the node's timers (active expiry, statistics, idle timeouts, the slices of a long
-/// script) and refreshes process figures for INFO.
-async fn timer_task(shared: Arc<Shared>) {
-    let mut last_stats_us = 0u64;
-    loop {
-        let (deadline_us, script_running) = {
-            let mut host = shared.host.lock();
-            let now = host.now();
-            if now.0.saturating_sub(last_stats_us) >= 1_000_000 {
-                last_stats_us = now.0;
-                host.node
-                    .handle(now, Input::ProcessStats(process::read(shared.port)));
-            }
-            host.node.handle_timeout(now);
-            host.drain(None, &mut Vec::new());
-            let next = host.node.poll_timeout().map_or(u64::MAX, |t| t.0);
-            // Wake at least every 100 ms for the process figures.
-            let next = next.min(now.0 + 100_000);
-            shared.timer_deadline_us.store(next, Ordering::Relaxed);
-            (next.saturating_sub(now.0), host.node.script_running())
-        };
-        if script_running {
-            // A long script runs slice by slice from here: let the connection tasks take the
-            // lock in between (their requests wait or get BUSY), then run the next slice.
-            tokio::task::yield_now().await;
-            continue;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_micros(deadline_us)) => {}
-            _ = shared.timer_wake.notified() => {}
-        }
-    }
 }
 
 async fn shutdown_signal() -> &'static str {

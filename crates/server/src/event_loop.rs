@@ -1,0 +1,748 @@
+//! Client connections: one event loop per worker thread, each with its own epoll set.
+//!
+//! A loop waits for readiness, reads each ready socket once, parses and runs what arrived as one
+//! batch under the node lock, and writes every connection's replies once at the end of the turn,
+//! like Redis's event loop. There is no task per connection: the per-wake-up machinery of an
+//! async runtime (waker registration, task scheduling, futures) cost about 1,100 instructions per
+//! request at pipeline depth 1, a quarter of the user-space path (docs/ARCHITECTURE.md §25).
+//!
+//! The first loop also accepts connections (handing each to the loops in turn) and drives the
+//! node's timers. Outputs for a connection that another thread produced (pub/sub, a kill, an
+//! unblocked BLPOP, a replicated write's notification) arrive through its loop's inbox.
+
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use lattice_node::{ConnId, Input};
+use lattice_resp::{Limits, RequestParser};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use parking_lot::Mutex;
+
+use crate::host::{Host, Shared};
+
+/// Requests executed per lock acquisition at most, so one client's enormous pipeline cannot
+/// keep the others waiting for long.
+const MAX_BATCH: usize = 1024;
+/// Initial read buffer; grows for large requests.
+const READ_CHUNK: usize = 16 * 1024;
+/// Readiness events taken per wait; more stay queued in the kernel for the next turn.
+const EVENTS_PER_WAIT: usize = 1024;
+/// Reply chunks handed to one `writev`.
+const WRITE_SLICES: usize = 64;
+/// How long accepting pauses after an error such as running out of file descriptors, instead
+/// of spinning on a connection it cannot take.
+const ACCEPT_BACKOFF_US: u64 = 50_000;
+/// The timer loop wakes at least this often, for the process figures in INFO.
+const MAX_TIMER_SLEEP_US: u64 = 100_000;
+/// Process figures (memory, CPU) are refreshed this often.
+const STATS_INTERVAL_US: u64 = 1_000_000;
+
+const LISTENER: Token = Token(usize::MAX);
+const WAKER: Token = Token(usize::MAX - 1);
+
+/// Where a connection lives in its loop's table; also its epoll token. A slot is reused after
+/// its connection closes, so mail names the connection too and is dropped if it has gone.
+pub type Slot = usize;
+
+/// What a loop is told by other threads, or by itself while it runs a command.
+pub enum Mail {
+    Write(Slot, ConnId, Bytes),
+    Close(Slot, ConnId),
+    /// A connection accepted by the first loop for this one to serve.
+    Adopt(ConnId, TcpStream),
+}
+
+/// The part of a loop other threads hold: its inbox and the means to wake it.
+pub struct LoopHandle {
+    inbox: Mutex<Vec<Mail>>,
+    /// Set while the inbox may hold mail the loop has not taken. A burst of posts wakes the
+    /// loop once (one eventfd write), and the loop checks it after every batch it runs.
+    pending: AtomicBool,
+    waker: Waker,
+}
+
+impl LoopHandle {
+    /// Queues `mail`. `wake` is false when the loop itself is the caller (it takes its mail
+    /// after each batch, before it sleeps), so no system call is made.
+    pub fn post(&self, mail: Mail, wake: bool) {
+        self.inbox.lock().push(mail);
+        if !self.pending.swap(true, Ordering::AcqRel) && wake {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Wakes the loop without mail (the timer loop, when the node wants an earlier timer).
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+}
+
+/// A loop before it runs: its epoll set and the handle other threads use.
+pub struct LoopSeed {
+    poll: Poll,
+    pub handle: Arc<LoopHandle>,
+}
+
+impl LoopSeed {
+    pub fn new() -> io::Result<LoopSeed> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        Ok(LoopSeed {
+            poll,
+            handle: Arc::new(LoopHandle {
+                inbox: Mutex::new(Vec::new()),
+                pending: AtomicBool::new(false),
+                waker,
+            }),
+        })
+    }
+}
+
+struct Conn {
+    id: ConnId,
+    socket: TcpStream,
+    parser: RequestParser,
+    limits: Limits,
+    rbuf: BytesMut,
+    /// Replies not yet written, in order; the first may be partly written already.
+    out: Vec<Bytes>,
+    /// Close once `out` is written (QUIT, a kill, a protocol error).
+    closing: bool,
+    /// Input may be waiting: epoll is edge-triggered, so this stays set until a read comes back
+    /// short or would block.
+    readable: bool,
+    /// The socket's send buffer is full: reading pauses (so a client that does not read its
+    /// replies cannot make this server buffer without bound) until it drains.
+    write_blocked: bool,
+    /// Already in the loop's list of connections to write at the end of this turn.
+    flush_queued: bool,
+}
+
+pub struct EventLoop {
+    index: usize,
+    poll: Poll,
+    handle: Arc<LoopHandle>,
+    shared: Arc<Shared>,
+    /// Every loop's handle, for handing accepted connections out.
+    loops: Arc<[Arc<LoopHandle>]>,
+    /// Connections by slot (a table indexed by epoll token: no hashing per event).
+    conns: Vec<Option<Conn>>,
+    free_slots: Vec<Slot>,
+    /// On the first loop only.
+    listener: Option<TcpListener>,
+    next_loop: usize,
+    /// When accepting may resume after an error (µs of the wall clock); 0 when not paused.
+    accept_paused_until_us: u64,
+    /// The first loop runs the node's timers.
+    drives_timers: bool,
+    last_stats_us: u64,
+    script_running: bool,
+    /// Connections with input left over after their read this turn (a full buffer).
+    again: Vec<Slot>,
+    /// Connections with replies to write at the end of this turn.
+    to_flush: Vec<Slot>,
+    // Scratch reused from turn to turn, so a request allocates nothing for them.
+    ready: Vec<Slot>,
+    batch: Vec<Vec<Bytes>>,
+    runs: Vec<(&'static str, u64)>,
+    mail: Vec<Mail>,
+}
+
+impl EventLoop {
+    pub fn new(
+        index: usize,
+        seed: LoopSeed,
+        shared: Arc<Shared>,
+        loops: Arc<[Arc<LoopHandle>]>,
+        listener: Option<TcpListener>,
+    ) -> io::Result<EventLoop> {
+        let mut listener = listener;
+        if let Some(l) = listener.as_mut() {
+            seed.poll
+                .registry()
+                .register(l, LISTENER, Interest::READABLE)?;
+        }
+        Ok(EventLoop {
+            index,
+            poll: seed.poll,
+            handle: seed.handle,
+            shared,
+            loops,
+            conns: Vec::new(),
+            free_slots: Vec::new(),
+            listener,
+            next_loop: 0,
+            accept_paused_until_us: 0,
+            drives_timers: index == 0,
+            last_stats_us: 0,
+            script_running: false,
+            again: Vec::new(),
+            to_flush: Vec::new(),
+            ready: Vec::new(),
+            batch: Vec::new(),
+            runs: Vec::new(),
+            mail: Vec::new(),
+        })
+    }
+
+    /// Runs forever (the process ends from the signal handler on the main thread).
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(EVENTS_PER_WAIT);
+        if self.drives_timers {
+            self.run_timers();
+        }
+        loop {
+            let timeout = self.wait_timeout();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("event loop {}: wait failed: {e}", self.index);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            // Input left from last turn first, then the new readiness, in the order the kernel
+            // reported it.
+            self.ready.clear();
+            self.ready.append(&mut self.again);
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(slot) => {
+                        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                            continue;
+                        };
+                        if event.is_writable() && conn.write_blocked {
+                            queue_flush(&mut self.to_flush, slot, conn);
+                        }
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            conn.readable = true;
+                            self.ready.push(slot);
+                        }
+                    }
+                }
+            }
+            let mut ready = std::mem::take(&mut self.ready);
+            for &slot in &ready {
+                self.serve(slot);
+            }
+            ready.clear();
+            self.ready = ready;
+            self.take_mail();
+            if self.accept_paused_until_us != 0
+                && crate::host::wall_clock_us() >= self.accept_paused_until_us
+            {
+                self.accept_paused_until_us = 0;
+                self.accept();
+            }
+            if self.drives_timers
+                && (self.script_running
+                    || crate::host::wall_clock_us()
+                        >= self.shared.timer_deadline_us.load(Ordering::Acquire))
+            {
+                self.run_timers();
+                self.take_mail();
+            }
+            self.flush_all();
+        }
+    }
+
+    fn wait_timeout(&self) -> Option<Duration> {
+        if !self.again.is_empty() || self.script_running {
+            return Some(Duration::ZERO);
+        }
+        let mut deadline_us = u64::MAX;
+        if self.drives_timers {
+            deadline_us = self.shared.timer_deadline_us.load(Ordering::Acquire);
+        }
+        if self.accept_paused_until_us != 0 {
+            deadline_us = deadline_us.min(self.accept_paused_until_us);
+        }
+        if deadline_us == u64::MAX {
+            return None;
+        }
+        let now_us = crate::host::wall_clock_us();
+        Some(Duration::from_micros(deadline_us.saturating_sub(now_us)))
+    }
+
+    /// Takes every pending connection from the listener and hands each to a loop in turn.
+    fn accept(&mut self) {
+        if self.listener.is_none() || self.accept_paused_until_us != 0 {
+            return;
+        }
+        loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            match listener.accept() {
+                Ok((socket, _)) => {
+                    let id = self.shared.next_conn_id();
+                    let target = self.next_loop;
+                    self.next_loop = (self.next_loop + 1) % self.loops.len();
+                    if target == self.index {
+                        self.adopt(id, socket);
+                    } else {
+                        self.loops[target].post(Mail::Adopt(id, socket), true);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of file descriptors and the like: the connection stays queued, and
+                    // edge-triggered readiness will not say so again, so retry after a pause.
+                    tracing::warn!("accept failed: {e}");
+                    self.accept_paused_until_us = crate::host::wall_clock_us() + ACCEPT_BACKOFF_US;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn adopt(&mut self, id: ConnId, mut socket: TcpStream) {
+        let _ = socket.set_nodelay(true);
+        let peer_addr = socket
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let local_addr = socket
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let slot = match self.free_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut socket, Token(slot), Interest::READABLE)
+        {
+            tracing::warn!("cannot watch a new connection: {e}");
+            self.free_slots.push(slot);
+            return;
+        }
+        let mut out = Vec::new();
+        let (limits, closing) = {
+            let mut host = self.shared.host.lock();
+            host.register(id, self.index, slot);
+            host.handle(Input::Connected {
+                conn: id,
+                peer_addr,
+                local_addr,
+            });
+            let closing = host.drain(Some(id), &mut out, Some(self.index));
+            self.shared.check_timer(&host, Some(self.index));
+            (limits_of(&host), closing)
+        };
+        let mut conn = Conn {
+            id,
+            socket,
+            parser: RequestParser::new(limits),
+            limits,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            out,
+            closing,
+            // Input that came before registration is reported by the registration itself.
+            readable: false,
+            write_blocked: false,
+            flush_queued: false,
+        };
+        if !conn.out.is_empty() || conn.closing {
+            queue_flush(&mut self.to_flush, slot, &mut conn);
+        }
+        self.conns[slot] = Some(conn);
+    }
+
+    /// One read from a ready connection, then everything complete in its buffer runs.
+    fn serve(&mut self, slot: Slot) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.closing || conn.write_blocked || !conn.readable {
+            return;
+        }
+        let hint = conn.parser.bytes_needed_hint();
+        conn.rbuf.reserve(hint.max(READ_CHUNK / 4));
+        let spare = conn.rbuf.capacity() - conn.rbuf.len();
+        let read = loop {
+            // SAFETY: the pointer and length describe `rbuf`'s spare capacity, which `recv` may
+            // fill; only the `n` bytes it reports are then marked as initialised.
+            let n = unsafe {
+                sys_recv(
+                    conn.socket.as_raw_fd(),
+                    conn.rbuf.chunk_mut().as_mut_ptr(),
+                    spare,
+                )
+            };
+            if n >= 0 {
+                break Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                break Err(e);
+            }
+        };
+        match read {
+            Ok(0) => {
+                self.close(slot);
+                return;
+            }
+            Ok(n) => {
+                // SAFETY: `recv` wrote `n <= spare` bytes into the spare capacity.
+                unsafe { conn.rbuf.advance_mut(n) };
+                if n < spare {
+                    // A short read drained the socket; new input raises a new edge.
+                    conn.readable = false;
+                } else {
+                    self.again.push(slot);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                conn.readable = false;
+                return;
+            }
+            Err(_) => {
+                self.close(slot);
+                return;
+            }
+        }
+        // Parse everything complete, running a batch whenever it reaches MAX_BATCH.
+        let mut protocol_error = None;
+        loop {
+            match conn.parser.parse(&mut conn.rbuf) {
+                Ok(Some(args)) => {
+                    self.batch.push(args);
+                    if self.batch.len() >= MAX_BATCH {
+                        execute(
+                            &self.shared,
+                            self.index,
+                            conn,
+                            &mut self.batch,
+                            None,
+                            &mut self.runs,
+                        );
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    protocol_error = Some(e.message().to_string());
+                    break;
+                }
+            }
+        }
+        execute(
+            &self.shared,
+            self.index,
+            conn,
+            &mut self.batch,
+            protocol_error,
+            &mut self.runs,
+        );
+        if conn.parser.limits() != conn.limits {
+            conn.parser.set_limits(conn.limits);
+        }
+        if !conn.out.is_empty() || conn.closing {
+            queue_flush(&mut self.to_flush, slot, conn);
+        }
+        // Mail this batch posted to this loop (a PUBLISH to a neighbour, say) is delivered now,
+        // so each connection's output keeps the order in which the commands ran.
+        self.take_mail();
+    }
+
+    fn take_mail(&mut self) {
+        while self.handle.pending.load(Ordering::Acquire) {
+            self.handle.pending.store(false, Ordering::Release);
+            std::mem::swap(&mut *self.handle.inbox.lock(), &mut self.mail);
+            let mut mail = std::mem::take(&mut self.mail);
+            for m in mail.drain(..) {
+                match m {
+                    Mail::Write(slot, id, data) => {
+                        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+                            if conn.id == id {
+                                conn.out.push(data);
+                                queue_flush(&mut self.to_flush, slot, conn);
+                            }
+                        }
+                    }
+                    Mail::Close(slot, id) => {
+                        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+                            if conn.id == id {
+                                conn.closing = true;
+                                queue_flush(&mut self.to_flush, slot, conn);
+                            }
+                        }
+                    }
+                    Mail::Adopt(id, socket) => self.adopt(id, socket),
+                }
+            }
+            self.mail = mail;
+        }
+    }
+
+    /// Writes every queued connection's replies: one system call each unless a socket's
+    /// buffer fills.
+    fn flush_all(&mut self) {
+        while !self.to_flush.is_empty() {
+            let mut list = std::mem::take(&mut self.to_flush);
+            for &slot in &list {
+                self.flush(slot);
+            }
+            list.clear();
+            if self.to_flush.is_empty() {
+                self.to_flush = list;
+            }
+            // Closing a connection can post mail (a client blocked on it, say): deliver it now.
+            self.take_mail();
+        }
+    }
+
+    fn flush(&mut self, slot: Slot) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        conn.flush_queued = false;
+        while !conn.out.is_empty() {
+            let fd = conn.socket.as_raw_fd();
+            let written = if conn.out.len() == 1 {
+                sys_send(fd, &conn.out[0])
+            } else {
+                let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+                let count = conn.out.len().min(WRITE_SLICES);
+                for (slice, chunk) in slices.iter_mut().zip(&conn.out[..count]) {
+                    *slice = IoSlice::new(chunk);
+                }
+                sys_writev(fd, &slices[..count])
+            };
+            match written {
+                Ok(0) => {
+                    self.close(slot);
+                    return;
+                }
+                Ok(mut n) => {
+                    let mut done = 0;
+                    while n > 0 {
+                        let first = &mut conn.out[done];
+                        if n >= first.len() {
+                            n -= first.len();
+                            done += 1;
+                        } else {
+                            first.advance(n);
+                            n = 0;
+                        }
+                    }
+                    conn.out.drain(..done);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !conn.write_blocked {
+                        conn.write_blocked = true;
+                        if self
+                            .poll
+                            .registry()
+                            .reregister(
+                                &mut conn.socket,
+                                Token(slot),
+                                Interest::READABLE | Interest::WRITABLE,
+                            )
+                            .is_err()
+                        {
+                            self.close(slot);
+                        }
+                    }
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close(slot);
+                    return;
+                }
+            }
+        }
+        if conn.write_blocked {
+            conn.write_blocked = false;
+            if self
+                .poll
+                .registry()
+                .reregister(&mut conn.socket, Token(slot), Interest::READABLE)
+                .is_err()
+            {
+                self.close(slot);
+                return;
+            }
+            if conn.readable {
+                // Input that came while reading was paused raised no new edge.
+                self.again.push(slot);
+            }
+        }
+        if conn.closing {
+            self.close(slot);
+        }
+    }
+
+    fn close(&mut self, slot: Slot) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        self.free_slots.push(slot);
+        let id = conn.id;
+        let _ = self.poll.registry().deregister(&mut conn.socket);
+        drop(conn);
+        let mut host = self.shared.host.lock();
+        host.unregister(id);
+        host.handle(Input::Closed { conn: id });
+        host.drain(None, &mut Vec::new(), Some(self.index));
+        self.shared.check_timer(&host, Some(self.index));
+    }
+
+    /// The node's timers (active expiry, statistics, idle timeouts, the slices of a long
+    /// script) and the process figures for INFO.
+    fn run_timers(&mut self) {
+        let mut host = self.shared.host.lock();
+        let now = host.now();
+        if now.0.saturating_sub(self.last_stats_us) >= STATS_INTERVAL_US {
+            self.last_stats_us = now.0;
+            host.node.handle(
+                now,
+                Input::ProcessStats(crate::process::read(self.shared.port)),
+            );
+        }
+        host.node.handle_timeout(now);
+        host.drain(None, &mut Vec::new(), Some(self.index));
+        let next = host.node.poll_timeout().map_or(u64::MAX, |t| t.0);
+        let next = next.min(now.0 + MAX_TIMER_SLEEP_US);
+        self.shared.timer_deadline_us.store(next, Ordering::Release);
+        // A long script runs slice by slice from here, with connections served in between
+        // (their requests get BUSY).
+        self.script_running = host.node.script_running();
+    }
+}
+
+fn queue_flush(to_flush: &mut Vec<Slot>, slot: Slot, conn: &mut Conn) {
+    if !conn.flush_queued {
+        conn.flush_queued = true;
+        to_flush.push(slot);
+    }
+}
+
+// The socket calls go straight to the kernel rather than through the C library's wrappers:
+// with more than one thread in the process those wrappers are cancellation points, and their
+// bookkeeping cost about 80 instructions per request (callgrind, GET at pipeline depth 1).
+
+/// `recv(2)` into `len` bytes at `buf`.
+///
+/// # Safety
+/// `buf` must be valid for writes of `len` bytes.
+unsafe fn sys_recv(fd: i32, buf: *mut u8, len: usize) -> isize {
+    libc::syscall(
+        libc::SYS_recvfrom,
+        fd,
+        buf,
+        len,
+        0,
+        std::ptr::null_mut::<libc::sockaddr>(),
+        std::ptr::null_mut::<libc::socklen_t>(),
+    ) as isize
+}
+
+fn sys_send(fd: i32, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` is valid for reads of its length; no address is passed.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            data.as_ptr(),
+            data.len(),
+            libc::MSG_NOSIGNAL,
+            std::ptr::null::<libc::sockaddr>(),
+            0,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn sys_writev(fd: i32, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: `IoSlice` has the layout of `iovec`, and every slice is valid for reads.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_writev,
+            fd,
+            slices.as_ptr(),
+            slices.len() as libc::c_int,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn limits_of(host: &Host) -> Limits {
+    Limits {
+        max_bulk_len: host.node.config().proto_max_bulk_len as usize,
+        ..Limits::default()
+    }
+}
+
+/// Runs the parsed batch (and then a protocol error, if any) under one lock, appending the
+/// connection's replies to its output.
+fn execute(
+    shared: &Shared,
+    loop_index: usize,
+    conn: &mut Conn,
+    batch: &mut Vec<Vec<Bytes>>,
+    protocol_error: Option<String>,
+    runs: &mut Vec<(&'static str, u64)>,
+) {
+    if batch.is_empty() && protocol_error.is_none() {
+        return;
+    }
+    let id = conn.id;
+    let mut host = shared.host.lock();
+    let now = host.now();
+    // INFO commandstats time: the batch's time, from the node's clock reading at its start to
+    // one more reading at its end (two clock reads per batch, not two per command), is shared
+    // evenly by its commands (charged once per run of the same command, the common shape of
+    // a pipeline). A wall clock stepped backwards mid-batch charges nothing.
+    let started_us = now.0;
+    let commands = batch.len() as u64;
+    if batch.len() > 1 {
+        for args in batch.iter() {
+            host.node.prefetch(args);
+        }
+    }
+    runs.clear();
+    for args in batch.drain(..) {
+        host.node.handle(now, Input::Request { conn: id, args });
+        if let Some(name) = host.node.last_command(id) {
+            match runs.last_mut() {
+                Some((last, n)) if *last == name => *n += 1,
+                _ => runs.push((name, 1)),
+            }
+        }
+    }
+    // With no command run, `runs` is empty and nothing is charged.
+    let usec = crate::host::wall_clock_us().saturating_sub(started_us);
+    for &(name, n) in runs.iter() {
+        let share = (usec * n).checked_div(commands).unwrap_or(0);
+        host.node.charge_command_time(name, share);
+    }
+    if let Some(message) = protocol_error {
+        host.node
+            .handle(now, Input::ProtocolError { conn: id, message });
+    }
+    conn.closing |= host.drain(Some(id), &mut conn.out, Some(loop_index));
+    conn.limits = limits_of(&host);
+    shared.check_timer(&host, Some(loop_index));
+}
