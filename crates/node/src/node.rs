@@ -903,8 +903,9 @@ impl Node {
     }
 
     /// True while a script is suspended between slices: [`Node::poll_timeout`] then asks for
-    /// the next slice at once. A driver should let other inputs in before it (the server
-    /// yields to its connection tasks), and a simulator charges the slice virtual time.
+    /// the next slice at once. A driver should let other inputs in before it (the server's
+    /// event loop serves the ready connections between slices), and a simulator charges the
+    /// slice virtual time.
     #[must_use]
     pub fn script_running(&self) -> bool {
         self.core.scripts.running.is_some()

@@ -217,7 +217,11 @@ impl EventLoop {
                         let Some(Some(conn)) = self.conns.get_mut(slot) else {
                             continue;
                         };
-                        if event.is_writable() && conn.write_blocked {
+                        // A reset or hang-up also ends a blocked write: the retry fails and
+                        // closes the connection instead of leaving it waiting for space.
+                        if conn.write_blocked
+                            && (event.is_writable() || event.is_write_closed() || event.is_error())
+                        {
                             queue_flush(&mut self.to_flush, slot, conn);
                         }
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
