@@ -300,11 +300,21 @@ fn main() {
     }
     // Clients are served by event loops on their own threads (`--threads` of them; with one,
     // connections run in the order their input arrived, Redis's own behaviour, which its test
-    // suite relies on). This one-thread runtime runs the replica links and waits for signals.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    // suite relies on). The tokio runtime runs the replica links and waits for signals: one
+    // thread standalone, `--threads` workers in a cluster, where a node catching up decodes
+    // its peers' streams in parallel (`make cluster-pause`, a node paused 3 s under writes:
+    // 1.24-2.05 s to converge after resuming with one runtime thread, 0.96-1.19 s with two).
+    let runtime = if settings.cluster.is_some() && settings.threads > 1 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(settings.threads)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("tokio runtime");
     if let Err(e) = runtime.block_on(run(settings)) {
         eprintln!("lattice-server: {e}");
         std::process::exit(1);
