@@ -477,11 +477,19 @@ impl EventLoop {
                         }
                     }
                     Mail::Close(slot, id) => {
-                        if let Some(Some(conn)) = self.conns.get_mut(slot) {
-                            if conn.id == id {
-                                conn.closing = true;
-                                queue_flush(&mut self.to_flush, slot, conn);
-                            }
+                        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                            continue;
+                        };
+                        if conn.id != id {
+                            continue;
+                        }
+                        if conn.write_blocked {
+                            // Killed (or timed out) while not reading its replies: waiting for
+                            // it to read them first could take forever.
+                            self.close(slot);
+                        } else {
+                            conn.closing = true;
+                            queue_flush(&mut self.to_flush, slot, conn);
                         }
                     }
                     Mail::Adopt(id, socket) => self.adopt(id, socket),
