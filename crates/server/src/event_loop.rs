@@ -41,6 +41,12 @@ const ACCEPT_BACKOFF_US: u64 = 50_000;
 const MAX_TIMER_SLEEP_US: u64 = 100_000;
 /// Process figures (memory, CPU) are refreshed this often.
 const STATS_INTERVAL_US: u64 = 1_000_000;
+/// A connection whose socket is full and whose unwritten output passes this when another
+/// connection pushes to it (pub/sub, keyspace notifications) is closed, as Redis's default
+/// `client-output-buffer-limit pubsub` hard limit does: one subscriber that stops reading
+/// cannot make the server hold every message for it. A connection's own replies need no such
+/// bound, since it is not read from while its socket is full.
+const PUSH_BACKLOG_LIMIT_BYTES: usize = 32 * 1024 * 1024;
 
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
@@ -111,6 +117,8 @@ struct Conn {
     rbuf: BytesMut,
     /// Replies not yet written, in order; the first may be partly written already.
     out: Vec<Bytes>,
+    /// Bytes in `out`.
+    out_bytes: usize,
     /// Close once `out` is written (QUIT, a kill, a protocol error).
     closing: bool,
     /// Input may be waiting: epoll is edge-triggered, so this stays set until a read comes back
@@ -352,6 +360,7 @@ impl EventLoop {
             parser: RequestParser::new(limits),
             limits,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
+            out_bytes: out.iter().map(Bytes::len).sum(),
             out,
             closing,
             // Input that came before registration is reported by the registration itself.
@@ -469,12 +478,27 @@ impl EventLoop {
             for m in mail.drain(..) {
                 match m {
                     Mail::Write(slot, id, data) => {
-                        if let Some(Some(conn)) = self.conns.get_mut(slot) {
-                            if conn.id == id {
-                                conn.out.push(data);
-                                queue_flush(&mut self.to_flush, slot, conn);
-                            }
+                        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                            continue;
+                        };
+                        if conn.id != id {
+                            continue;
                         }
+                        if conn.write_blocked
+                            && conn.out_bytes + data.len() > PUSH_BACKLOG_LIMIT_BYTES
+                        {
+                            tracing::warn!(
+                                "closing client {}: {} bytes of output unread, over the {} byte limit",
+                                id.0,
+                                conn.out_bytes + data.len(),
+                                PUSH_BACKLOG_LIMIT_BYTES
+                            );
+                            self.close(slot);
+                            continue;
+                        }
+                        conn.out_bytes += data.len();
+                        conn.out.push(data);
+                        queue_flush(&mut self.to_flush, slot, conn);
                     }
                     Mail::Close(slot, id) => {
                         let Some(Some(conn)) = self.conns.get_mut(slot) else {
@@ -539,6 +563,7 @@ impl EventLoop {
                     return;
                 }
                 Ok(mut n) => {
+                    conn.out_bytes -= n;
                     let mut done = 0;
                     while n > 0 {
                         let first = &mut conn.out[done];
@@ -754,7 +779,9 @@ fn execute(
         host.node
             .handle(now, Input::ProtocolError { conn: id, message });
     }
+    let before = conn.out.len();
     conn.closing |= host.drain(Some(id), &mut conn.out, Some(loop_index));
+    conn.out_bytes += conn.out[before..].iter().map(Bytes::len).sum::<usize>();
     conn.limits = limits_of(&host);
     shared.check_timer(&host, Some(loop_index));
 }

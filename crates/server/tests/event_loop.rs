@@ -199,3 +199,38 @@ fn open_sockets(pid: u32) -> usize {
         })
         .unwrap_or(0)
 }
+
+/// A subscriber that stops reading is disconnected once the messages held for it pass the
+/// limit (32 MiB, Redis's pub/sub default), instead of the server holding every message.
+#[test]
+fn a_subscriber_that_stops_reading_is_dropped_at_the_output_limit() {
+    let server = Server::start_with(&["--threads", "1"]);
+    let mut subscriber = server.raw();
+    let confirm = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
+    assert_eq!(
+        roundtrip(
+            &mut subscriber,
+            &command(&[b"SUBSCRIBE", b"news"]),
+            confirm.len()
+        ),
+        confirm
+    );
+    let mut publisher = server.raw();
+    let payload = vec![b'p'; 1024];
+    let publish = command(&[b"PUBLISH", b"news", &payload]);
+    let batch: Vec<u8> = publish.repeat(1000);
+    // 1 MiB per batch; the subscriber must be gone well before 128 MiB.
+    for sent_mib in 1..=128 {
+        let replies = roundtrip(&mut publisher, &batch, 4 * 1000);
+        assert_eq!(replies.len(), 4000, "publisher cut short");
+        if replies.ends_with(b":0\r\n") {
+            assert!(
+                sent_mib > 32,
+                "dropped after only {sent_mib} MiB, below the limit"
+            );
+            drop(subscriber);
+            return;
+        }
+    }
+    panic!("the subscriber was still subscribed after 128 MiB of unread messages");
+}

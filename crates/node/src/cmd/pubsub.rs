@@ -120,7 +120,9 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// A subscriber whose unread output passes this is disconnected (Redis's default pubsub
-/// client-output-buffer-limit hard limit), so one slow reader cannot exhaust memory.
+/// client-output-buffer-limit hard limit), so one slow reader cannot exhaust memory. This
+/// counts what the node still holds; output it has handed to the driver is the driver's to
+/// bound (the server's event loop applies the same limit, `PUSH_BACKLOG_LIMIT_BYTES`).
 const SUBSCRIBER_OUTPUT_LIMIT: usize = 32 * 1024 * 1024;
 
 // Event classes of `notify-keyspace-events`, as bits.
