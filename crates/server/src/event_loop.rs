@@ -217,9 +217,10 @@ impl EventLoop {
             // reported it.
             self.ready.clear();
             self.ready.append(&mut self.again);
+            let mut listener_ready = false;
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => listener_ready = true,
                     WAKER => {}
                     Token(slot) => {
                         let Some(Some(conn)) = self.conns.get_mut(slot) else {
@@ -245,6 +246,11 @@ impl EventLoop {
             }
             ready.clear();
             self.ready = ready;
+            // New connections after the ready ones: a close reported in the same wait is
+            // counted out before a newcomer is counted in against maxclients.
+            if listener_ready {
+                self.accept();
+            }
             self.take_mail();
             if self.accept_paused_until_us != 0
                 && crate::host::wall_clock_us() >= self.accept_paused_until_us

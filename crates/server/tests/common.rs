@@ -132,3 +132,21 @@ pub fn is_closed(s: &mut TcpStream) -> bool {
         }
     }
 }
+
+/// Reads one `$<len>\r\n<body>\r\n` reply (nothing else may be in flight).
+pub fn read_bulk(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(2).position(|w| w == b"\r\n") {
+            assert_eq!(got[0], b'$', "not a bulk reply: {got:?}");
+            let n: usize = std::str::from_utf8(&got[1..end]).unwrap().parse().unwrap();
+            if got.len() >= end + 2 + n + 2 {
+                return String::from_utf8(got[end + 2..end + 2 + n].to_vec()).unwrap();
+            }
+        }
+        let k = s.read(&mut buf).expect("reply");
+        assert!(k > 0, "closed mid-reply");
+        got.extend_from_slice(&buf[..k]);
+    }
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{is_closed, read_n, roundtrip, Server};
+use common::{is_closed, read_bulk, read_n, roundtrip, Server};
 use std::io::Write;
 use std::time::Duration;
 
@@ -123,25 +123,6 @@ fn pubsub_and_client_kill_cross_event_loops() {
         roundtrip(&mut publisher, &command(&[b"PUBLISH", b"news", b"x"]), 4),
         b":2\r\n"
     );
-}
-
-/// Reads one `$<len>\r\n<body>\r\n` reply (nothing else may be in flight).
-fn read_bulk(s: &mut std::net::TcpStream) -> String {
-    use std::io::Read;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        if let Some(end) = got.windows(2).position(|w| w == b"\r\n") {
-            assert_eq!(got[0], b'$', "not a bulk reply: {got:?}");
-            let n: usize = std::str::from_utf8(&got[1..end]).unwrap().parse().unwrap();
-            if got.len() >= end + 2 + n + 2 {
-                return String::from_utf8(got[end + 2..end + 2 + n].to_vec()).unwrap();
-            }
-        }
-        let k = s.read(&mut buf).expect("reply");
-        assert!(k > 0, "closed mid-reply");
-        got.extend_from_slice(&buf[..k]);
-    }
 }
 
 /// A client killed while its replies are stuck in a full send buffer is closed at once, not

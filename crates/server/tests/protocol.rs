@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{is_closed, read_n, roundtrip, Server};
+use common::{is_closed, read_bulk, read_n, roundtrip, Server};
 use std::io::Write;
 
 #[test]
@@ -119,6 +119,20 @@ fn maxclients_from_the_config_file_refuses_extra_connections() {
     std::fs::write(&cfg, "maxclients = 2\nhz = 20\n").unwrap();
     let server = Server::start_with(&["--config", cfg.to_str().unwrap()]);
     let mut a = server.raw();
+    // The start-up probe's connection counts until the server has seen it close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        a.write_all(b"INFO clients\r\n").unwrap();
+        let info = read_bulk(&mut a);
+        if info.contains("connected_clients:1\r\n") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "probe still counted: {info}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let mut b = server.raw();
     assert_eq!(roundtrip(&mut a, b"PING\r\n", 7), b"+PONG\r\n");
     assert_eq!(roundtrip(&mut b, b"PING\r\n", 7), b"+PONG\r\n");
