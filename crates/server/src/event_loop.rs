@@ -117,7 +117,9 @@ struct Conn {
     rbuf: BytesMut,
     /// Replies not yet written, in order; the first may be partly written already.
     out: Vec<Bytes>,
-    /// Bytes in `out`.
+    /// Bytes in `out` while `write_blocked`, the only time it is needed (to bound what other
+    /// connections push to one that is not reading); not kept up to date otherwise, so a
+    /// request pays nothing for it.
     out_bytes: usize,
     /// Close once `out` is written (QUIT, a kill, a protocol error).
     closing: bool,
@@ -290,7 +292,7 @@ impl EventLoop {
 
     /// Takes every pending connection from the listener and hands each to a loop in turn.
     fn accept(&mut self) {
-        if self.listener.is_none() || self.accept_paused_until_us != 0 {
+        if self.accept_paused_until_us != 0 {
             return;
         }
         loop {
@@ -366,7 +368,7 @@ impl EventLoop {
             parser: RequestParser::new(limits),
             limits,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
-            out_bytes: out.iter().map(Bytes::len).sum(),
+            out_bytes: 0,
             out,
             closing,
             // Input that came before registration is reported by the registration itself.
@@ -394,19 +396,16 @@ impl EventLoop {
         let read = loop {
             // SAFETY: the pointer and length describe `rbuf`'s spare capacity, which `recv` may
             // fill; only the `n` bytes it reports are then marked as initialised.
-            let n = unsafe {
+            let read = unsafe {
                 sys_recv(
                     conn.socket.as_raw_fd(),
                     conn.rbuf.chunk_mut().as_mut_ptr(),
                     spare,
                 )
             };
-            if n >= 0 {
-                break Ok(n as usize);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                break Err(e);
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other,
             }
         };
         match read {
@@ -484,12 +483,9 @@ impl EventLoop {
             for m in mail.drain(..) {
                 match m {
                     Mail::Write(slot, id, data) => {
-                        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                        let Some(conn) = live_conn(&mut self.conns, slot, id) else {
                             continue;
                         };
-                        if conn.id != id {
-                            continue;
-                        }
                         if conn.write_blocked
                             && conn.out_bytes + data.len() > PUSH_BACKLOG_LIMIT_BYTES
                         {
@@ -502,17 +498,16 @@ impl EventLoop {
                             self.close(slot);
                             continue;
                         }
-                        conn.out_bytes += data.len();
+                        if conn.write_blocked {
+                            conn.out_bytes += data.len();
+                        }
                         conn.out.push(data);
                         queue_flush(&mut self.to_flush, slot, conn);
                     }
                     Mail::Close(slot, id) => {
-                        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                        let Some(conn) = live_conn(&mut self.conns, slot, id) else {
                             continue;
                         };
-                        if conn.id != id {
-                            continue;
-                        }
                         if conn.write_blocked {
                             // Killed (or timed out) while not reading its replies: waiting for
                             // it to read them first could take forever.
@@ -569,7 +564,9 @@ impl EventLoop {
                     return;
                 }
                 Ok(mut n) => {
-                    conn.out_bytes -= n;
+                    if conn.write_blocked {
+                        conn.out_bytes -= n;
+                    }
                     let mut done = 0;
                     while n > 0 {
                         let first = &mut conn.out[done];
@@ -586,6 +583,7 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if !conn.write_blocked {
                         conn.write_blocked = true;
+                        conn.out_bytes = conn.out.iter().map(Bytes::len).sum();
                         if self
                             .poll
                             .registry()
@@ -667,6 +665,12 @@ impl EventLoop {
     }
 }
 
+/// The connection in `slot` if it is still `id` (mail can outlive its connection, and the slot
+/// be reused).
+fn live_conn(conns: &mut [Option<Conn>], slot: Slot, id: ConnId) -> Option<&mut Conn> {
+    conns.get_mut(slot)?.as_mut().filter(|c| c.id == id)
+}
+
 fn queue_flush(to_flush: &mut Vec<Slot>, slot: Slot, conn: &mut Conn) {
     if !conn.flush_queued {
         conn.flush_queued = true;
@@ -682,8 +686,8 @@ fn queue_flush(to_flush: &mut Vec<Slot>, slot: Slot, conn: &mut Conn) {
 ///
 /// # Safety
 /// `buf` must be valid for writes of `len` bytes.
-unsafe fn sys_recv(fd: i32, buf: *mut u8, len: usize) -> isize {
-    libc::syscall(
+unsafe fn sys_recv(fd: i32, buf: *mut u8, len: usize) -> io::Result<usize> {
+    syscall_result(libc::syscall(
         libc::SYS_recvfrom,
         fd,
         buf,
@@ -691,7 +695,7 @@ unsafe fn sys_recv(fd: i32, buf: *mut u8, len: usize) -> isize {
         0,
         std::ptr::null_mut::<libc::sockaddr>(),
         std::ptr::null_mut::<libc::socklen_t>(),
-    ) as isize
+    ))
 }
 
 fn sys_send(fd: i32, data: &[u8]) -> io::Result<usize> {
@@ -707,11 +711,7 @@ fn sys_send(fd: i32, data: &[u8]) -> io::Result<usize> {
             0,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    syscall_result(n)
 }
 
 fn sys_writev(fd: i32, slices: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -724,6 +724,11 @@ fn sys_writev(fd: i32, slices: &[IoSlice<'_>]) -> io::Result<usize> {
             slices.len() as libc::c_int,
         )
     };
+    syscall_result(n)
+}
+
+/// A byte count, or the error `errno` holds when the call returned a negative value.
+fn syscall_result(n: libc::c_long) -> io::Result<usize> {
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -785,9 +790,7 @@ fn execute(
         host.node
             .handle(now, Input::ProtocolError { conn: id, message });
     }
-    let before = conn.out.len();
     conn.closing |= host.drain(Some(id), &mut conn.out, Some(loop_index));
-    conn.out_bytes += conn.out[before..].iter().map(Bytes::len).sum::<usize>();
     conn.limits = limits_of(&host);
     shared.check_timer(&host, Some(loop_index));
 }

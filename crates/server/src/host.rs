@@ -179,8 +179,6 @@ pub struct Shared {
     /// When the first event loop next runs the node's timers (µs of the wall clock). Written
     /// with the host lock held.
     pub timer_deadline_us: AtomicU64,
-    /// The event loops; the first drives the timers.
-    loops: Arc<[Arc<LoopHandle>]>,
     next_conn: AtomicU64,
     pub port: u16,
     /// Counters of the replica links (all zero on a standalone server).
@@ -190,10 +188,8 @@ pub struct Shared {
 impl Shared {
     pub fn new(host: Host, port: u16) -> Shared {
         let link_stats = host.link_stats.clone();
-        let loops = host.loops.clone();
         Shared {
             link_stats,
-            loops,
             host: Mutex::new(host),
             timer_deadline_us: AtomicU64::new(u64::MAX),
             next_conn: AtomicU64::new(1),
@@ -213,7 +209,8 @@ impl Shared {
             if t.0 < self.timer_deadline_us.load(Ordering::Acquire) {
                 self.timer_deadline_us.store(t.0, Ordering::Release);
                 if current_loop != Some(0) {
-                    if let Some(timer_loop) = self.loops.first() {
+                    // The first loop drives the timers.
+                    if let Some(timer_loop) = host.loops.first() {
                         timer_loop.wake();
                     }
                 }
