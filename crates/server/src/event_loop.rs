@@ -24,6 +24,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
 
 use crate::host::{Host, Shared};
+use crate::nap::NapPolicy;
 
 /// Requests executed per lock acquisition at most, so one client's enormous pipeline cannot
 /// keep the others waiting for long.
@@ -131,6 +132,8 @@ struct Conn {
     write_blocked: bool,
     /// Already in the loop's list of connections to write at the end of this turn.
     flush_queued: bool,
+    /// The nap window this connection was last counted in (nap.rs).
+    nap_mark: u32,
 }
 
 pub struct EventLoop {
@@ -161,6 +164,7 @@ pub struct EventLoop {
     batch: Vec<Vec<Bytes>>,
     runs: Vec<(&'static str, u64)>,
     mail: Vec<Mail>,
+    nap: NapPolicy,
 }
 
 impl EventLoop {
@@ -170,6 +174,7 @@ impl EventLoop {
         shared: Arc<Shared>,
         loops: Arc<[Arc<LoopHandle>]>,
         listener: Option<TcpListener>,
+        nap_us: u64,
     ) -> io::Result<EventLoop> {
         let mut listener = listener;
         if let Some(l) = listener.as_mut() {
@@ -197,18 +202,39 @@ impl EventLoop {
             batch: Vec::new(),
             runs: Vec::new(),
             mail: Vec::new(),
+            nap: NapPolicy::new(nap_us),
         })
     }
 
     /// Runs forever (the process ends from the signal handler on the main thread).
     pub fn run(mut self) {
         let mut events = Events::with_capacity(EVENTS_PER_WAIT);
+        NapPolicy::set_thread_timer_slack();
         if self.drives_timers {
             self.run_timers();
         }
         loop {
             let timeout = self.wait_timeout();
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            let mut result = Ok(());
+            let mut found = false;
+            if let Some(nap) = self.nap.nap_for(timeout) {
+                // Nap only when there is nothing to do right now (nap.rs).
+                result = self.poll.poll(&mut events, Some(Duration::ZERO));
+                found = result.is_err() || !events.is_empty();
+                if !found {
+                    std::thread::sleep(nap);
+                    result = self.poll.poll(&mut events, Some(Duration::ZERO));
+                    found = result.is_err() || !events.is_empty();
+                    self.nap.nap_ended(found);
+                }
+            }
+            if !found {
+                result = self.poll.poll(&mut events, timeout);
+            }
+            if self.nap.enabled() {
+                self.nap.begin_turn(crate::host::wall_clock_us());
+            }
+            if let Err(e) = result {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!("event loop {}: wait failed: {e}", self.index);
                     std::thread::sleep(Duration::from_millis(10));
@@ -237,6 +263,7 @@ impl EventLoop {
                         }
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
                             conn.readable = true;
+                            self.nap.count(&mut conn.nap_mark);
                             self.ready.push(slot);
                         }
                     }
@@ -375,6 +402,7 @@ impl EventLoop {
             readable: false,
             write_blocked: false,
             flush_queued: false,
+            nap_mark: 0,
         };
         if !conn.out.is_empty() || conn.closing {
             queue_flush(&mut self.to_flush, slot, &mut conn);

@@ -4,6 +4,7 @@ mod alloc;
 mod cluster;
 mod event_loop;
 mod host;
+mod nap;
 mod process;
 
 use std::path::PathBuf;
@@ -39,6 +40,10 @@ struct Args {
     /// Event-loop threads serving clients (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Microseconds an event loop naps before blocking while many clients are busy, so that
+    /// requests arriving meanwhile are served together instead of each waking it (0: never).
+    #[arg(long)]
+    nap_us: Option<u64>,
     /// This replica's id in the cluster: a number >= 1, unique among the replicas. Needed with
     /// --seeds.
     #[arg(long)]
@@ -67,6 +72,7 @@ struct Settings {
     bind: String,
     dir: PathBuf,
     threads: usize,
+    nap_us: u64,
     node: Config,
     cluster: Option<ClusterSettings>,
 }
@@ -174,6 +180,7 @@ fn settings(args: Args) -> Result<Settings, String> {
     let mut bind = "127.0.0.1".to_string();
     let mut dir = PathBuf::from("./data");
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut nap_us = nap::NAP_US;
     let mut node = Config::default();
     let mut cluster = ClusterArgs::default();
     if let Some(path) = &args.config {
@@ -212,6 +219,11 @@ fn settings(args: Args) -> Result<Settings, String> {
                         .parse()
                         .map_err(|_| format!("invalid threads '{text}'"))?
                 }
+                "nap-us" => {
+                    nap_us = text
+                        .parse()
+                        .map_err(|_| format!("invalid nap-us '{text}'"))?
+                }
                 "node-id" => {
                     cluster.node_id =
                         Some(text.parse().map_err(|_| {
@@ -243,6 +255,15 @@ fn settings(args: Args) -> Result<Settings, String> {
     if let Some(t) = args.threads {
         threads = t.max(1);
     }
+    if let Some(n) = args.nap_us {
+        nap_us = n;
+    }
+    if nap_us > nap::MAX_NAP_US {
+        return Err(format!(
+            "invalid nap-us {nap_us}: at most {} (it delays requests)",
+            nap::MAX_NAP_US
+        ));
+    }
     if args.node_id.is_some() {
         cluster.node_id = args.node_id;
     }
@@ -271,6 +292,7 @@ fn settings(args: Args) -> Result<Settings, String> {
         bind,
         dir,
         threads,
+        nap_us,
         node,
         cluster,
     })
@@ -364,6 +386,7 @@ async fn run(s: Settings) -> Result<(), String> {
             shared.clone(),
             loops.clone(),
             if index == 0 { listener.take() } else { None },
+            s.nap_us,
         )
         .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
         std::thread::Builder::new()
