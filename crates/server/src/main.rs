@@ -33,8 +33,8 @@ struct Args {
     /// Directory for this node's data.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// TOML file: `port`, `bind`, `dir`, `threads`, and any CONFIG parameter by its Redis name
-    /// (e.g. `maxclients = 100`, `requirepass = "secret"`). Flags override the file.
+    /// TOML file: `port`, `bind`, `dir`, `threads`, `nap-us`, and any CONFIG parameter by its
+    /// Redis name (e.g. `maxclients = 100`, `requirepass = "secret"`). Flags override the file.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Event-loop threads serving clients (default: one per core).

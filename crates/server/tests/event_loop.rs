@@ -215,3 +215,41 @@ fn a_subscriber_that_stops_reading_is_dropped_at_the_output_limit() {
     }
     panic!("the subscriber was still subscribed after 128 MiB of unread messages");
 }
+
+/// Sixteen clients busy at once make the loop nap between turns instead of blocking (nap.rs):
+/// every request must still be answered, in order, with nothing lost across the naps. A loop
+/// that dropped the readiness seen by its check after a nap would leave clients hanging here.
+#[test]
+fn many_busy_clients_are_all_answered_across_naps() {
+    let server = Server::start_with(&["--threads", "1", "--nap-us", "1000"]);
+    let clients = 16;
+    let increments = 1_500;
+    let workers: Vec<_> = (0..clients)
+        .map(|c| {
+            let mut s = server.raw();
+            std::thread::spawn(move || {
+                let key = format!("counter:{c}");
+                for n in 1..=increments {
+                    let expected = format!(":{n}\r\n").into_bytes();
+                    let got =
+                        roundtrip(&mut s, &command(&[b"INCR", key.as_bytes()]), expected.len());
+                    assert_eq!(got, expected, "client {c}, increment {n}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a client failed");
+    }
+    let mut check = server.raw();
+    for c in 0..clients {
+        let key = format!("counter:{c}");
+        let expected = bulk(increments.to_string().as_bytes());
+        let got = roundtrip(
+            &mut check,
+            &command(&[b"GET", key.as_bytes()]),
+            expected.len(),
+        );
+        assert_eq!(got, expected);
+    }
+}
