@@ -41,11 +41,16 @@ port_open() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# Prints a port nobody listens on, from a random high range (tried at most 200 times).
+# Prints a port nobody listens on (tried at most 200 times), from below the kernel's ephemeral
+# range: a port from inside it can be taken, between this check and the server's bind, as the
+# local end of an outgoing connection (a replica link, a benchmark client), which made
+# back-to-back runs fail with "Address already in use".
 free_port() {
-  local p i
+  local p i low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "${low:-0}" -gt 12000 ] 2>/dev/null || low=32768
   for i in $(seq 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % (low - 10000)))
     if ! port_open "$p" && [[ " ${USED_PORTS:-} " != *" $p "* ]]; then
       USED_PORTS="${USED_PORTS:-} $p"
       echo "$p"
