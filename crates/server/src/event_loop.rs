@@ -214,27 +214,7 @@ impl EventLoop {
             self.run_timers();
         }
         loop {
-            let timeout = self.wait_timeout();
-            let mut result = Ok(());
-            let mut found = false;
-            if let Some(nap) = self.nap.nap_for(timeout) {
-                // Nap only when there is nothing to do right now (nap.rs).
-                result = self.poll.poll(&mut events, Some(Duration::ZERO));
-                found = result.is_err() || !events.is_empty();
-                if !found {
-                    std::thread::sleep(nap);
-                    result = self.poll.poll(&mut events, Some(Duration::ZERO));
-                    found = result.is_err() || !events.is_empty();
-                    self.nap.nap_ended(found);
-                }
-            }
-            if !found {
-                result = self.poll.poll(&mut events, timeout);
-            }
-            if self.nap.enabled() {
-                self.nap.begin_turn(crate::host::wall_clock_us());
-            }
-            if let Err(e) = result {
+            if let Err(e) = self.wait(&mut events) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!("event loop {}: wait failed: {e}", self.index);
                     std::thread::sleep(Duration::from_millis(10));
@@ -297,6 +277,31 @@ impl EventLoop {
             }
             self.flush_all();
         }
+    }
+
+    /// Waits for readiness until the loop's next deadline, napping first when nap.rs says
+    /// so, and starts the turn's nap bookkeeping.
+    fn wait(&mut self, events: &mut Events) -> io::Result<()> {
+        let timeout = self.wait_timeout();
+        let mut result = None;
+        if let Some(nap) = self.nap.nap_for(timeout) {
+            // Only when there is nothing to do right now.
+            let r = self.poll.poll(events, Some(Duration::ZERO));
+            if r.is_err() || !events.is_empty() {
+                result = Some(r);
+            } else {
+                std::thread::sleep(nap);
+                let r = self.poll.poll(events, Some(Duration::ZERO));
+                let found = r.is_err() || !events.is_empty();
+                self.nap.nap_ended(found);
+                result = found.then_some(r);
+            }
+        }
+        let result = result.unwrap_or_else(|| self.poll.poll(events, timeout));
+        if self.nap.enabled() {
+            self.nap.begin_turn(crate::host::wall_clock_us());
+        }
+        result
     }
 
     fn wait_timeout(&self) -> Option<Duration> {

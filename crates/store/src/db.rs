@@ -281,8 +281,9 @@ fn slot_of(hash: u64) -> usize {
 /// The hash handed to a slot's table. The slot bits are the same for every key of a slot, so
 /// the table must not see them in the bits it uses for buckets (low) or tags (high): an odd
 /// multiplier keeps the low bits a bijection of the key hash's low bits and mixes the high ones.
+/// A large hash's index uses it too, on the 32 hash bits its entries keep (hash.rs).
 #[inline]
-fn table_hash(hash: u64) -> u64 {
+pub(crate) fn table_hash(hash: u64) -> u64 {
     hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 

@@ -50,12 +50,18 @@ fn hash32(field: &[u8]) -> u32 {
     key_hash(field) as u32
 }
 
-/// The table's 64-bit hash, from the kept 32 bits alone: multiplying by an odd constant keeps
-/// the low bits (the bucket) as varied as the input's and fills the top bits, where hashbrown
-/// takes its 7-bit tag.
+/// The index's 64-bit hash, from the kept 32 bits alone, spread as the keyspace's tables
+/// spread theirs ([`crate::db::table_hash`]): the low bits (the bucket) stay as varied as the
+/// input's and the top bits, where hashbrown takes its 7-bit tag, are filled.
 #[inline]
-fn table_hash(hash32: u32) -> u64 {
-    u64::from(hash32).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+fn index_hash(hash32: u32) -> u64 {
+    crate::db::table_hash(u64::from(hash32))
+}
+
+/// [`index_hash`] of a field.
+#[inline]
+fn field_index_hash(field: &[u8]) -> u64 {
+    index_hash(hash32(field))
 }
 
 /// Indexes the pair at `pos`. Positions are 32 bits: a hash of 4 billion fields would need
@@ -63,8 +69,8 @@ fn table_hash(hash32: u32) -> u64 {
 fn index_insert(t: &mut HashTable<IndexEntry>, field: &[u8], pos: usize) {
     let pos = u32::try_from(pos).expect("a hash holds fewer than 2^32 fields");
     let hash32 = hash32(field);
-    t.insert_unique(table_hash(hash32), IndexEntry { pos, hash32 }, |e| {
-        table_hash(e.hash32)
+    t.insert_unique(index_hash(hash32), IndexEntry { pos, hash32 }, |e| {
+        index_hash(e.hash32)
     });
 }
 
@@ -141,7 +147,7 @@ impl Hash {
     fn find(&self, field: &[u8]) -> Option<usize> {
         match &self.index {
             Some(t) => t
-                .find(table_hash(hash32(field)), |e| {
+                .find(field_index_hash(field), |e| {
                     self.pairs[e.pos as usize].0 == field
                 })
                 .map(|e| e.pos as usize),
@@ -210,14 +216,14 @@ impl Hash {
                 self.bytes -= k.len() + v.len();
             }
             Some(t) => {
-                let h = table_hash(hash32(field));
+                let h = field_index_hash(field);
                 if let Ok(e) = t.find_entry(h, |e| e.pos as usize == i) {
                     e.remove();
                 }
                 let last = self.pairs.len() - 1;
                 if i != last {
                     // The last pair moves into the hole: repoint its index entry.
-                    let hl = table_hash(hash32(&self.pairs[last].0));
+                    let hl = field_index_hash(&self.pairs[last].0);
                     if let Some(e) = t.find_mut(hl, |e| e.pos as usize == last) {
                         e.pos = i as u32;
                     }
@@ -282,9 +288,7 @@ impl Hash {
         if let Some(t) = &self.index {
             assert_eq!(t.len(), self.pairs.len(), "index size out of step");
             for (i, (k, _)) in self.pairs.iter().enumerate() {
-                let entry = t.find(table_hash(hash32(k)), |e| {
-                    self.pairs[e.pos as usize].0 == *k
-                });
+                let entry = t.find(field_index_hash(k), |e| self.pairs[e.pos as usize].0 == *k);
                 assert_eq!(
                     entry.map(|e| (e.pos as usize, e.hash32)),
                     Some((i, hash32(k))),
