@@ -550,6 +550,13 @@ impl Adapter {
                 Output::Write { .. } | Output::Close { .. } => {
                     // Only the internal connection exists, and it never asks to close.
                 }
+                // Maelstrom nodes keep no files (persistence is never enabled here).
+                Output::Append { .. }
+                | Output::Sync { .. }
+                | Output::SnapshotBegin { .. }
+                | Output::SnapshotChunk { .. }
+                | Output::SnapshotEnd { .. }
+                | Output::Shutdown => {}
                 Output::PeerSend { peer, data } => {
                     let mut body = body_of(PEER_TYPE);
                     body.insert("data".into(), json!(B64.encode(&data)));

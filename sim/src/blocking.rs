@@ -100,6 +100,7 @@ impl Bench {
                 }
                 Output::Close { conn } => panic!("node closed c{}", conn.0),
                 Output::PeerSend { .. } => panic!("standalone node sent to a peer"),
+                _ => {}
             }
         }
         self.node().check_invariants();

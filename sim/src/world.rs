@@ -799,6 +799,8 @@ impl World {
                 Output::PeerSend { peer, data } => {
                     sent |= self.peer_send(node, peer.0, data);
                 }
+                // This world's nodes have no disk (the durability mode has its own driver).
+                _ => {}
             }
         }
     }

@@ -45,6 +45,8 @@ pub struct Client {
     pub(crate) pending: bool,
     /// The driver should close this connection once `out` is written.
     pub closing: bool,
+    /// Replies held until their persistence record is durable (`appendfsync always`).
+    pub(crate) held_replies: usize,
     /// Inside MULTI: the queued commands, and whether one was rejected (EXECABORT).
     pub multi: Option<MultiState>,
     /// Keys this client WATCHes, and whether one of them changed since.
@@ -99,6 +101,7 @@ impl Client {
             out: BytesMut::new(),
             pending: false,
             closing: false,
+            held_replies: 0,
             multi: None,
             watched: Vec::new(),
             watched_expired: std::collections::BTreeSet::new(),

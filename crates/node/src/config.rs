@@ -51,7 +51,17 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         "everysec",
         Kind::Enum(&["always", "everysec", "no"]),
     ),
-    ("appendonly", "no", Kind::Bool),
+    // On by default (Redis's default is no): a node with a data directory persists.
+    ("appendonly", "yes", Kind::Bool),
+    (
+        "auto-aof-rewrite-percentage",
+        "100",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    ("auto-aof-rewrite-min-size", "67108864", Kind::Memory),
     ("bind", "127.0.0.1", Kind::Immutable),
     (
         "client-output-buffer-limit",
@@ -270,6 +280,10 @@ pub struct Config {
     /// acknowledged, so a configured peer that never connected holds GC back instead of
     /// being silently skipped.
     pub cluster_size: usize,
+    pub appendonly: bool,
+    pub appendfsync: crate::persist::Fsync,
+    pub auto_aof_rewrite_percentage: u64,
+    pub auto_aof_rewrite_min_size: u64,
 }
 
 impl Default for Config {
@@ -288,6 +302,10 @@ impl Default for Config {
             notify_keyspace_events: 0,
             node_id: 1,
             cluster_size: 1,
+            appendonly: true,
+            appendfsync: crate::persist::Fsync::Everysec,
+            auto_aof_rewrite_percentage: 100,
+            auto_aof_rewrite_min_size: 0,
         };
         c.refresh();
         c
@@ -410,6 +428,14 @@ impl Config {
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.appendonly = self.values["appendonly"] == "yes";
+        self.appendfsync = match self.values["appendfsync"].as_str() {
+            "always" => crate::persist::Fsync::Always,
+            "no" => crate::persist::Fsync::No,
+            _ => crate::persist::Fsync::Everysec,
+        };
+        self.auto_aof_rewrite_percentage = int(self, "auto-aof-rewrite-percentage");
+        self.auto_aof_rewrite_min_size = int(self, "auto-aof-rewrite-min-size");
         self.notify_keyspace_events =
             crate::cmd::pubsub::parse_event_classes(&self.values["notify-keyspace-events"])
                 .unwrap_or(0);

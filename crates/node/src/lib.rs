@@ -14,6 +14,7 @@ pub mod cmd;
 pub mod command;
 pub mod config;
 pub mod node;
+pub mod persist;
 pub mod repl;
 pub mod stats;
 

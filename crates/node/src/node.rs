@@ -67,6 +67,24 @@ pub enum Input {
     /// The link to `peer` is gone. The node stops sending to it until the next `PeerUp`; what
     /// was lost in flight is repaired by anti-entropy.
     PeerDown { peer: NodeId },
+    /// Every persistence record up to `seq` is durable (the answer to [`Output::Sync`], or to
+    /// any sync the driver did on its own). Replies held for them are released.
+    Persisted { seq: u64 },
+    /// Writing or syncing records failed; the driver keeps them and retries. Under
+    /// `appendfsync always` write commands are refused (MISCONF) until a `Persisted` arrives.
+    PersistError { message: String },
+    /// The snapshot begun by [`Output::SnapshotBegin`] is on disk and current (its size in
+    /// bytes), or failed.
+    SnapshotDone { result: Result<u64, String> },
+    /// Recovery finished: the last record applied and what was found (for INFO). Record
+    /// payloads themselves go in through [`Node::load`] before this.
+    Loaded {
+        last_seq: u64,
+        log_bytes: u64,
+        snapshot_bytes: u64,
+        keys: u64,
+        records: u64,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -79,6 +97,21 @@ pub enum Output {
     /// length, then the payload) and sends it in order on the peer's link. Emitted only
     /// between `PeerUp` and `PeerDown`; the driver may drop it if the link fails.
     PeerSend { peer: NodeId, data: Bytes },
+    /// Persistence record `seq` (one more than the previous): the new state of every key the
+    /// commands since the previous record changed (encoding in `persist.rs`). `resume` marks
+    /// the first record after logging was off. Emitted only after `Node::enable_persistence`.
+    Append { seq: u64, data: Bytes, resume: bool },
+    /// Make every record up to `seq` durable, then answer [`Input::Persisted`] (or
+    /// [`Input::PersistError`]).
+    Sync { seq: u64 },
+    /// A snapshot of the state from record `seq` on begins; chunks follow slot by slot while
+    /// the node keeps serving, then `SnapshotEnd`. Answer with [`Input::SnapshotDone`].
+    SnapshotBegin { seq: u64 },
+    SnapshotChunk { data: Bytes },
+    SnapshotEnd { keys: u64 },
+    /// SHUTDOWN: after carrying out every output before this one and syncing the log, stop
+    /// the process.
+    Shutdown,
 }
 
 /// Keys removed by one active-expiry pass at most; bounds the work of a single timer tick.
@@ -147,6 +180,8 @@ pub struct Core {
     /// Inputs that arrived while a script runs and must wait until it ends, in arrival order
     /// (see [`Node::handle`]).
     held: VecDeque<Input>,
+    /// Persistence: records, syncs, held replies, snapshots (`persist.rs`).
+    pub(crate) persist: crate::persist::Persist,
 }
 
 impl Core {
@@ -211,6 +246,7 @@ impl Core {
         if let Some(r) = self.repl.as_mut() {
             r.note_modified(key);
         }
+        self.persist_modified(key);
         self.touched_by_peer(key);
     }
 
@@ -279,10 +315,16 @@ impl Core {
 
     /// Forgets everything a connection had registered (watches, parking, subscriptions).
     fn forget_client(&mut self, conn: ConnId) {
+        self.persist_forget(conn);
         self.unpark(conn);
         crate::cmd::tx::unwatch_all(self, conn);
         crate::cmd::pubsub::unsubscribe_all(self, conn);
         self.clients.remove(&conn);
+    }
+
+    /// Queues `conn` among the connections with pending output.
+    pub(crate) fn pending_push(&mut self, conn: ConnId) {
+        self.pending.push_back(conn);
     }
 
     /// Milliseconds since the node started.
@@ -396,6 +438,12 @@ impl Core {
             c.last_command = spec.name;
         }
         let handler = spec.handler.expect("resolve returns runnable commands");
+        if spec.is_write() {
+            if let Some(e) = self.persist_refuses_writes() {
+                self.stats.commands.entry(spec.name).rejected_calls += 1;
+                return call.error(&e);
+            }
+        }
         let errors_before = call.error_code.is_some();
         let intent = self
             .repl
@@ -468,6 +516,7 @@ impl Node {
             repl,
             scripts: crate::cmd::script::Scripts::new(),
             held: VecDeque::new(),
+            persist: crate::persist::Persist::default(),
         };
         Node { core }
     }
@@ -479,6 +528,10 @@ impl Node {
     /// Read access for drivers and checkers (state digests, INFO-like figures).
     pub fn core(&self) -> &Core {
         &self.core
+    }
+
+    pub(crate) fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
     }
 
     fn advance(&mut self, now: Micros) {
@@ -513,7 +566,12 @@ impl Node {
         };
         let conn = match &input {
             // No keyspace involved: served at once.
-            Input::Connected { .. } | Input::ProcessStats(_) => return self.apply(input),
+            Input::Connected { .. }
+            | Input::ProcessStats(_)
+            | Input::Persisted { .. }
+            | Input::PersistError { .. }
+            | Input::SnapshotDone { .. }
+            | Input::Loaded { .. } => return self.apply(input),
             Input::Request { conn, .. }
             | Input::ProtocolError { conn, .. }
             | Input::Closed { conn } => Some(*conn),
@@ -639,6 +697,14 @@ impl Node {
                 }
             }
             Input::PeerMessage { peer, data } => self.peer_message(peer, &data),
+            input @ (Input::Persisted { .. }
+            | Input::PersistError { .. }
+            | Input::SnapshotDone { .. }
+            | Input::Loaded { .. }) => {
+                self.core.persist_input(input);
+                // A snapshot's waiters may have been answered; SHUTDOWN may follow.
+                self.serve_ready_keys();
+            }
         }
     }
 
@@ -826,6 +892,7 @@ impl Node {
         }
         let now_ms = self.core.now.as_millis();
         self.expire_blocked(now_ms);
+        self.core.persist_tick();
         self.core.settle_captures();
         if let Some(r) = self.core.repl.as_mut() {
             r.tick(now_ms);
@@ -899,6 +966,10 @@ impl Node {
         if let Some(r) = self.core.repl.as_ref() {
             next = next.min(r.next_deadline_ms());
         }
+        if self.core.snapshot_slicing() {
+            // The next snapshot slice, soon (other inputs are served in between).
+            next = next.min(self.core.now.as_millis() + 1);
+        }
         Some(Micros::from_millis(next))
     }
 
@@ -915,10 +986,22 @@ impl Node {
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         let core = &mut self.core;
+        if core.persist.active && core.scripts.running.is_none() {
+            core.persist_flush();
+        }
+        if let Some(o) = core.persist_poll() {
+            return Some(o);
+        }
         while let Some(conn) = core.pending.pop_front() {
             let Some(client) = core.clients.get_mut(&conn) else {
                 continue;
             };
+            if !client.out.is_empty() && core.persist.active && core.persist_hold(conn) {
+                // Under appendfsync always a reply waits until its record is durable; a
+                // closing connection is closed once its held replies are released.
+                continue;
+            }
+            let client = core.clients.get_mut(&conn).expect("present");
             if !client.out.is_empty() {
                 let mut data = client.out.split().freeze();
                 if core.buggify.fire("split_write") && data.len() > 1 {
@@ -939,6 +1022,10 @@ impl Node {
             }
             client.pending = false;
             if client.closing {
+                if client.held_replies > 0 {
+                    // Closed once its held replies are released.
+                    continue;
+                }
                 core.forget_client(conn);
                 return Some(Output::Close { conn });
             }

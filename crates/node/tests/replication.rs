@@ -77,6 +77,7 @@ impl Cluster {
                         self.wire.push_back((to, i, data));
                     }
                 }
+                _ => {}
             }
         }
         if self.check {

@@ -15,6 +15,7 @@ use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
 use parking_lot::Mutex;
 
 use crate::cluster::{LinkStats, PeerQueue, MAX_FRAME_BYTES};
+use crate::disk::{LocalDir, Persister};
 use crate::event_loop::{LoopHandle, Mail, Slot};
 
 pub struct Host {
@@ -28,6 +29,8 @@ pub struct Host {
     next_link_generation: u64,
     link_stats: Arc<LinkStats>,
     last_now_us: u64,
+    /// Writes the node's persistence outputs to the data directory (standalone nodes).
+    pub persist: Option<Persister<LocalDir>>,
 }
 
 struct PeerLink {
@@ -51,6 +54,7 @@ impl Host {
             next_link_generation: 1,
             link_stats,
             last_now_us: now.0,
+            persist: None,
         }
     }
 
@@ -110,7 +114,46 @@ impl Host {
         current_loop: Option<usize>,
     ) -> bool {
         let mut close_own = false;
-        while let Some(out) = self.node.poll_output() {
+        let now = if self.persist.is_some() {
+            self.now()
+        } else {
+            Micros(self.last_now_us)
+        };
+        loop {
+            let mut any = false;
+            while let Some(out) = self.node.poll_output() {
+                any = true;
+                let out = match self.persist.as_mut() {
+                    Some(p) => match p.output(&mut self.node, now, out) {
+                        Some(o) => o,
+                        None => continue,
+                    },
+                    None => out,
+                };
+                close_own |= self.carry_out(out, own, own_out, current_loop, now);
+            }
+            // One write for the batch's records; a sync it completes releases held replies.
+            if let Some(p) = self.persist.as_mut() {
+                p.flush(&mut self.node, now);
+            }
+            if !any {
+                break;
+            }
+        }
+        close_own
+    }
+
+    /// Carries out one output that is not the persister's.
+    fn carry_out(
+        &mut self,
+        out: Output,
+        own: Option<ConnId>,
+        own_out: &mut Vec<Bytes>,
+        current_loop: Option<usize>,
+        now: Micros,
+    ) -> bool {
+        let mut close_own = false;
+        {
             match out {
                 Output::Write { conn, data } if Some(conn) == own => own_out.push(data),
                 Output::Close { conn } if Some(conn) == own => close_own = true,
@@ -130,7 +173,7 @@ impl Host {
                     // overflowing queue makes its writer drop the link.
                     // An empty frame is a link heartbeat; the node has nothing to say in one.
                     if data.is_empty() {
-                        continue;
+                        return close_own;
                     }
                     if data.len() > MAX_FRAME_BYTES {
                         tracing::error!(
@@ -147,9 +190,31 @@ impl Host {
                             .fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                Output::Shutdown => self.shutdown(now),
+                // Without a persister (a clustered node) there is nowhere to write.
+                Output::Append { .. }
+                | Output::Sync { .. }
+                | Output::SnapshotBegin { .. }
+                | Output::SnapshotChunk { .. }
+                | Output::SnapshotEnd { .. } => {}
             }
         }
         close_own
+    }
+
+    /// SHUTDOWN, SIGTERM, SIGINT: the log synced, then the process ends.
+    pub fn shutdown(&mut self, now: Micros) -> ! {
+        if let Some(p) = self.persist.as_mut() {
+            while let Some(out) = self.node.poll_output() {
+                let _ = p.output(&mut self.node, now, out);
+            }
+            match p.close(&mut self.node, now) {
+                Ok(()) => tracing::info!("persistence: log synced, exiting"),
+                Err(e) => tracing::error!("persistence: final sync failed: {e}"),
+            }
+        }
+        tracing::info!("lattice-server is now ready to exit, bye bye...");
+        std::process::exit(0)
     }
 
     pub fn handle(&mut self, input: Input) {

@@ -2,6 +2,7 @@
 
 mod alloc;
 mod cluster;
+mod disk;
 mod event_loop;
 mod host;
 mod nap;
@@ -344,6 +345,9 @@ fn main() {
 }
 
 async fn run(s: Settings) -> Result<(), String> {
+    // Signals are caught from before the port opens: a SIGTERM once clients can connect
+    // always means a graceful stop (log synced), never the default kill.
+    let signals = Signals::new();
     let addr = format!("{}:{}", s.bind, s.port);
     let listener = std::net::TcpListener::bind(&addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -358,12 +362,29 @@ async fn run(s: Settings) -> Result<(), String> {
     // The node's randomness (RANDOMKEY, run id) needs no secrecy; any varying seed will do.
     let seed = now.0 ^ ((std::process::id() as u64) << 32);
     let cluster_size = s.node.cluster_size;
-    let node = Node::new(s.node, seed, Buggify::disabled(), now);
+    let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
+    // A standalone node recovers its data directory and persists to it. A clustered node
+    // keeps today's behaviour, starting empty and catching up from its peers (its per-key
+    // replication metadata is not persisted yet: docs/ARCHITECTURE.md §28).
+    let persister = if s.cluster.is_none() {
+        let (p, loaded) = disk::Persister::recover(disk::LocalDir::new(&s.dir), &mut node, now)
+            .map_err(|e| format!("cannot load the data directory {}: {e}", s.dir.display()))?;
+        tracing::info!(
+            "data loaded from {}: {} keys from the snapshot, {} log records, {} ms",
+            s.dir.display(),
+            loaded.keys,
+            loaded.records,
+            loaded.millis
+        );
+        Some(p)
+    } else {
+        tracing::info!("clustered node: persistence off, state comes from the peers");
+        None
+    };
     let link_stats = Arc::new(LinkStats::default());
-    let shared = Arc::new(Shared::new(
-        Host::new(node, now, link_stats, loops.clone()),
-        s.port,
-    ));
+    let mut host = Host::new(node, now, link_stats, loops.clone());
+    host.persist = persister;
+    let shared = Arc::new(Shared::new(host, s.port));
     if let Some(c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));
         let authenticated = c.auth.secret.is_some();
@@ -407,20 +428,34 @@ async fn run(s: Settings) -> Result<(), String> {
         s.dir.display(),
         s.threads
     );
-    let signal = shutdown_signal().await;
+    let signal = signals.wait().await;
     tracing::info!("received {signal}, shutting down");
     if s.cluster.is_some() {
         tracing::info!("cluster link stats: {:?}", shared.link_stats.snapshot());
     }
-    Ok(())
+    let mut host = shared.host.lock();
+    let now = host.now();
+    host.shutdown(now)
 }
 
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    async fn wait(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
     }
 }

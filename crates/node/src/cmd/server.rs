@@ -291,36 +291,127 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Synchronously saves the database(s) to disk and shuts down the Redis server.",
         shutdown,
     ),
+    spec(
+        "bgsave",
+        -1,
+        &["admin", "noscript", "no-async-loading"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Asynchronously saves the database(s) to disk.",
+        bgsave,
+    ),
+    spec(
+        "bgrewriteaof",
+        1,
+        &["admin", "noscript", "no-async-loading"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Asynchronously rewrites the append-only file to disk.",
+        bgrewriteaof,
+    ),
+    spec(
+        "lastsave",
+        1,
+        &["loading", "stale", "fast"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "Returns the Unix timestamp of the last successful save to disk.",
+        lastsave,
+    ),
 ];
 
 /// Redis's reply to a `no-multi` command (SAVE, SHUTDOWN, ...) inside MULTI. The dispatcher
 /// rejects such commands while queueing; the handlers check again in case one reaches EXEC.
 pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
 
-/// SAVE. There is no persistence yet (its own issue): answering OK would tell a client its
-/// data is on disk when it is not, so SAVE answers an error that says so.
-fn save(_core: &mut Core, call: &mut Call) {
+/// Without a data directory (a clustered node, or a driver with no disk) there is nothing
+/// to save to: answering OK would claim data is on disk when it is not.
+const NO_DISK: &str = "ERR persistence is off on this node (clustered, or no data directory)";
+
+/// SAVE: a whole snapshot at once; the caller's reply (and anything after it) waits until the
+/// driver says it is on disk and current.
+fn save(core: &mut Core, call: &mut Call) {
     if call.in_exec {
         return call.error(NOT_IN_MULTI);
     }
-    call.error("ERR SAVE is not supported: this server has no persistence yet");
+    if !core.persist.active {
+        return call.error(NO_DISK);
+    }
+    if core.persist.snapshot_in_progress() {
+        return call.error("ERR Background save already in progress");
+    }
+    core.start_snapshot(crate::persist::SnapshotKind::Save, Some(call.conn));
 }
 
-/// SHUTDOWN. The node cannot stop its process (drivers own it; there is no output for that),
-/// and with no persistence there is nothing to save: the server stops on SIGINT/SIGTERM.
-fn shutdown(_core: &mut Core, call: &mut Call) {
+fn bgsave(core: &mut Core, call: &mut Call) {
+    if call.argc() > 2 || (call.argc() == 2 && !is(call.arg(1), "schedule")) {
+        return call.syntax_error();
+    }
+    if !core.persist.active {
+        return call.error(NO_DISK);
+    }
+    if core.persist.snapshot_in_progress() {
+        return call.error("ERR Background save already in progress");
+    }
+    core.start_snapshot(crate::persist::SnapshotKind::Background, None);
+    call.out.simple(b"Background saving started");
+}
+
+/// BGREWRITEAOF: compaction is a snapshot plus the log after it, so this is BGSAVE by another
+/// name (with Redis's replies).
+fn bgrewriteaof(core: &mut Core, call: &mut Call) {
+    if !core.persist.active {
+        return call.error(NO_DISK);
+    }
+    if core.persist.snapshot_in_progress() {
+        return call.error("ERR Background append only file rewriting already in progress");
+    }
+    core.start_snapshot(crate::persist::SnapshotKind::Background, None);
+    call.out
+        .simple(b"Background append only file rewriting started");
+}
+
+fn lastsave(core: &mut Core, call: &mut Call) {
+    let s = core.persist.lastsave_s;
+    let s = if s == 0 { core.start_ms / 1000 } else { s };
+    call.out.integer(s as i64);
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. The node asks its driver to stop the process
+/// (`Output::Shutdown`) after the last records are logged and synced; SAVE takes a snapshot
+/// first. ABORT has nothing to abort (no shutdown waits for replicas here).
+fn shutdown(core: &mut Core, call: &mut Call) {
     if call.in_exec {
         return call.error(NOT_IN_MULTI);
     }
+    let (mut save, mut nosave, mut abort) = (false, false, false);
     for arg in &call.args[1..] {
-        if !["nosave", "save", "now", "force", "abort"]
-            .iter()
-            .any(|w| is(arg, w))
-        {
+        if is(arg, "save") {
+            save = true;
+        } else if is(arg, "nosave") {
+            nosave = true;
+        } else if is(arg, "abort") {
+            abort = true;
+        } else if !is(arg, "now") && !is(arg, "force") {
             return call.syntax_error();
         }
     }
-    call.error("ERR SHUTDOWN is not supported by this server: stop the process with SIGTERM");
+    if (save && nosave) || (abort && call.argc() > 2) {
+        return call.syntax_error();
+    }
+    if abort {
+        return call.error("ERR No shutdown in progress.");
+    }
+    if save && core.persist.active && !core.persist.snapshot_in_progress() {
+        if !core.shutdown_after_snapshot(call.conn) {
+            return call.error("ERR Errors trying to SHUTDOWN. Check logs.");
+        }
+        return;
+    }
+    core.persist_shutdown();
 }
 
 fn dbsize(core: &mut Core, call: &mut Call) {
@@ -335,6 +426,7 @@ fn flush(core: &mut Core, call: &mut Call) {
     }
     core.touch_all_watched();
     core.capture_flush();
+    core.persist_flush_all();
     core.db.clear();
     // Parked clients re-check their keys: a blocked XREADGROUP learns its stream is gone
     // (Redis answers it UNBLOCKED); list and zset pops simply stay parked.
@@ -466,7 +558,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             );
         }
         "persistence" => {
-            t.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n");
+            crate::persist::write_info(core, now_ms, t);
         }
         "stats" => {
             let s = &core.stats;
@@ -773,7 +865,9 @@ fn config_set(core: &mut Core, call: &mut Call) {
         }
         seen.push(name);
     }
+    let was_appendonly = core.config.appendonly;
     core.config = next;
+    core.persist_reconfigured(was_appendonly);
     call.ok();
 }
 

@@ -1,0 +1,717 @@
+//! Persistence decisions: what to log, when to sync, when to hold replies, snapshot slices.
+//!
+//! The node never touches a file. It emits [`Output::Append`] records (the new state of every
+//! key a batch of commands changed, captured through [`Core::modified`]), [`Output::Sync`]
+//! requests (per command batch under `appendfsync always`, once a second under `everysec`),
+//! and snapshot material slot by slot ([`Output::SnapshotBegin`], `SnapshotChunk`,
+//! `SnapshotEnd`). The driver writes them (`lattice-persist`) and answers with
+//! [`Input::Persisted`], [`Input::PersistError`] and [`Input::SnapshotDone`]. Under `always`
+//! every reply produced while a record is not yet durable is held until `Persisted` covers
+//! it, so a client is only told OK about a write that is on disk.
+//!
+//! Record payload (also a snapshot chunk's): a sequence of operations, each
+//! `0` (every key removed), `1 varint-len key varint-deadline+1 varint-len dump` (the key's
+//! state: deadline 0 = none, the value in the DUMP encoding), or `2 varint-len key` (removed).
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use lattice_store::dump;
+
+use crate::client::ConnId;
+use crate::node::{Core, Input, Output};
+
+/// Keys put into one snapshot slice at most (whole slots; a slot holds ~1/16384 of the keys).
+pub const SNAPSHOT_SLICE_KEYS: usize = 4096;
+/// A slice also ends once its chunk passes this many bytes.
+const SNAPSHOT_SLICE_BYTES: usize = 1 << 20;
+/// Under `everysec`/`no`, writes are refused (MISCONF) while the disk fails and more than this
+/// many bytes of records wait for it: the backlog the driver keeps is bounded.
+pub const MAX_UNSYNCED_BYTES_ON_FAULT: u64 = 64 << 20;
+/// Frame overhead per record in the log (header and checksum), for INFO's size estimate.
+const FRAME_BYTES: u64 = 18;
+
+const OP_CLEAR: u8 = 0;
+const OP_SET: u8 = 1;
+const OP_DEL: u8 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    Always,
+    Everysec,
+    No,
+}
+
+/// Why a snapshot is being taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotKind {
+    /// SAVE or SHUTDOWN SAVE: all slices at once, callers answered when it is on disk.
+    Save,
+    /// BGSAVE, BGREWRITEAOF, automatic compaction, appendonly switched on.
+    Background,
+}
+
+struct Snapshot {
+    next_slot: usize,
+    keys: u64,
+    started_ms: u64,
+    /// Every slice is out; waiting for SnapshotDone.
+    ended: bool,
+    waiters: Vec<ConnId>,
+    log_bytes_at_begin: u64,
+    changes_at_begin: u64,
+}
+
+/// The node's persistence state (in [`Core::persist`]).
+#[derive(Default)]
+pub struct Persist {
+    /// The driver writes to a disk (set by [`crate::Node::enable_persistence`]); otherwise
+    /// nothing is logged and nothing held (the simulator's other modes, clustered nodes).
+    pub active: bool,
+    /// Changes are being captured (appendonly, or a snapshot in progress).
+    logging: bool,
+    dirty: Vec<Bytes>,
+    clear: bool,
+    /// Last record emitted, and the last one the driver made durable.
+    pub seq: u64,
+    pub synced: u64,
+    sync_requested: u64,
+    last_sync_request_ms: u64,
+    out: VecDeque<Output>,
+    /// Replies held until their record is durable: (record, connection, bytes), in order.
+    held: VecDeque<(u64, ConnId, Bytes)>,
+    released: VecDeque<Output>,
+    snapshot: Option<Snapshot>,
+    /// The last write or sync error, while it lasts.
+    pub fault: Option<String>,
+    unsynced_since_ms: Option<u64>,
+    unsynced_bytes: u64,
+    /// SHUTDOWN waits for its snapshot.
+    shutdown_after_save: bool,
+    // Figures for INFO persistence.
+    pub log_bytes: u64,
+    pub base_bytes: u64,
+    pub changes_since_save: u64,
+    pub lastsave_s: u64,
+    pub last_snapshot_ok: bool,
+    pub last_snapshot_error: Option<String>,
+    pub last_snapshot_ms: Option<u64>,
+    pub snapshots: u64,
+    pub write_errors: u64,
+    pub last_sync_ms: u64,
+    pub loaded_keys: u64,
+    pub loaded_records: u64,
+}
+
+impl Persist {
+    /// Replies must wait for `seq` to be durable.
+    fn must_hold(&self, always: bool) -> bool {
+        if cfg!(feature = "planted-durability-bug") {
+            // Acknowledges before the fsync: the simulator's crash checker must catch it.
+            return false;
+        }
+        always && self.seq > self.synced && self.fault.is_none()
+    }
+
+    fn note_unsynced(&mut self, now_ms: u64, bytes: u64) {
+        if self.unsynced_since_ms.is_none() {
+            self.unsynced_since_ms = Some(now_ms);
+        }
+        self.unsynced_bytes += bytes;
+    }
+
+    /// Milliseconds the oldest record not yet durable has waited (INFO `aof_fsync_lag_ms`).
+    pub fn fsync_lag_ms(&self, now_ms: u64) -> u64 {
+        self.unsynced_since_ms
+            .map_or(0, |t| now_ms.saturating_sub(t))
+    }
+
+    pub fn snapshot_in_progress(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    pub fn snapshot_started_ms(&self) -> Option<u64> {
+        self.snapshot.as_ref().map(|s| s.started_ms)
+    }
+
+    pub fn pending_records(&self) -> u64 {
+        self.seq - self.synced
+    }
+
+    pub fn held_replies(&self) -> usize {
+        self.held.len()
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let b = *data.get(*at).ok_or("truncated varint")?;
+        *at += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err("varint too long".into())
+}
+
+fn get_bytes<'a>(data: &'a [u8], at: &mut usize) -> Result<&'a [u8], String> {
+    let n = get_varint(data, at)?;
+    let end = usize::try_from(n)
+        .ok()
+        .and_then(|n| at.checked_add(n))
+        .filter(|&e| e <= data.len())
+        .ok_or("length past the end of the record")?;
+    let b = &data[*at..end];
+    *at = end;
+    Ok(b)
+}
+
+fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
+    out.push(OP_SET);
+    put_varint(out, e.key().len() as u64);
+    out.extend_from_slice(e.key());
+    put_varint(out, e.expire_at_ms().map_or(0, |d| d.saturating_add(1)));
+    let payload = dump::dump(&e.value);
+    put_varint(out, payload.len() as u64);
+    out.extend_from_slice(&payload);
+}
+
+impl Core {
+    /// The change hook's persistence part (called from [`Core::modified`]).
+    #[inline]
+    pub(crate) fn persist_modified(&mut self, key: &[u8]) {
+        self.persist.changes_since_save += 1;
+        if self.persist.logging {
+            self.persist.dirty.push(Bytes::copy_from_slice(key));
+        }
+    }
+
+    /// FLUSHALL/FLUSHDB: one "every key removed" operation instead of a key each.
+    pub(crate) fn persist_flush_all(&mut self) {
+        self.persist.changes_since_save += self.db.len() as u64;
+        if self.persist.logging {
+            self.persist.dirty.clear();
+            self.persist.clear = true;
+        }
+    }
+
+    fn logging_wanted(&self) -> bool {
+        self.persist.active && (self.config.appendonly || self.persist.snapshot.is_some())
+    }
+
+    /// Turns the changes captured since the last record into the next record.
+    pub(crate) fn persist_flush(&mut self) {
+        let p = &mut self.persist;
+        if p.dirty.is_empty() && !p.clear {
+            return;
+        }
+        let now_ms = self.now.as_millis();
+        let mut data = Vec::with_capacity(64 * p.dirty.len());
+        if p.clear {
+            data.push(OP_CLEAR);
+            p.clear = false;
+        }
+        let mut keys = std::mem::take(&mut p.dirty);
+        if keys.len() > 1 {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        for k in &keys {
+            match self.db.get_raw(k) {
+                Some(e) => put_entry(&mut data, e),
+                None => {
+                    data.push(OP_DEL);
+                    put_varint(&mut data, k.len() as u64);
+                    data.extend_from_slice(k);
+                }
+            }
+        }
+        keys.clear();
+        let p = &mut self.persist;
+        p.dirty = keys;
+        self.emit_record(data, false, now_ms);
+    }
+
+    fn emit_record(&mut self, data: Vec<u8>, resume: bool, now_ms: u64) {
+        let p = &mut self.persist;
+        p.seq += 1;
+        let bytes = data.len() as u64 + FRAME_BYTES;
+        p.log_bytes += bytes;
+        p.note_unsynced(now_ms, bytes);
+        p.out.push_back(Output::Append {
+            seq: p.seq,
+            data: Bytes::from(data),
+            resume,
+        });
+        if self.config.appendfsync == Fsync::Always {
+            self.request_sync(now_ms);
+        }
+    }
+
+    fn request_sync(&mut self, now_ms: u64) {
+        let p = &mut self.persist;
+        if p.seq > p.sync_requested {
+            p.sync_requested = p.seq;
+            p.last_sync_request_ms = now_ms;
+            p.out.push_back(Output::Sync { seq: p.seq });
+        }
+    }
+
+    /// Held replies whose record is durable now, and every other persistence output.
+    pub(crate) fn persist_poll(&mut self) -> Option<Output> {
+        if let Some(o) = self.persist.released.pop_front() {
+            return Some(o);
+        }
+        self.persist.out.pop_front()
+    }
+
+    /// Whether `conn`'s pending output must wait for its record; if so it is taken into the
+    /// held queue and true returned.
+    pub(crate) fn persist_hold(&mut self, conn: ConnId) -> bool {
+        let always = self.config.appendfsync == Fsync::Always;
+        let p = &mut self.persist;
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return false;
+        };
+        // SAVE's caller: its reply (and what it pipelined after) waits for the snapshot.
+        let saving = p
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.waiters.contains(&conn));
+        if c.held_replies == 0 && !saving && !p.must_hold(always) {
+            return false;
+        }
+        let data = c.out.split().freeze();
+        c.held_replies += 1;
+        c.pending = false;
+        p.held
+            .push_back((if saving { u64::MAX } else { p.seq }, conn, data));
+        true
+    }
+
+    /// The driver made every record up to `seq` durable: release the replies that waited.
+    fn persisted(&mut self, seq: u64) {
+        let now_ms = self.now.as_millis();
+        let p = &mut self.persist;
+        if seq > p.synced {
+            p.synced = seq.min(p.seq);
+        }
+        p.last_sync_ms = now_ms;
+        if p.fault.take().is_some() {
+            // The disk is back.
+        }
+        if p.synced >= p.seq {
+            p.unsynced_since_ms = None;
+            p.unsynced_bytes = 0;
+        }
+        let mut reopened = Vec::new();
+        while p.held.front().is_some_and(|h| h.0 <= p.synced) {
+            let (_, conn, data) = p.held.pop_front().expect("checked");
+            if let Some(c) = self.clients.get_mut(&conn) {
+                c.held_replies -= 1;
+                p.released.push_back(Output::Write { conn, data });
+                if c.held_replies == 0 && c.closing && !c.pending {
+                    c.pending = true;
+                    reopened.push(conn);
+                }
+            }
+        }
+        for conn in reopened {
+            self.pending_push(conn);
+        }
+    }
+
+    /// A client's held replies are dropped with it.
+    pub(crate) fn persist_forget(&mut self, conn: ConnId) {
+        if self.persist.held.iter().any(|h| h.1 == conn) {
+            self.persist.held.retain(|h| h.1 != conn);
+        }
+    }
+
+    /// MISCONF for write commands while the disk fails: always under `always` (nothing could
+    /// be acknowledged), and under the other policies once the backlog passes its bound.
+    pub(crate) fn persist_refuses_writes(&self) -> Option<String> {
+        let p = &self.persist;
+        let fault = p.fault.as_ref()?;
+        if !self.config.appendonly {
+            return None;
+        }
+        if self.config.appendfsync == Fsync::Always || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT
+        {
+            return Some(format!(
+                "MISCONF Errors writing to the AOF file: {fault}. Commands that may modify the data set are disabled until the disk accepts writes again (see INFO persistence)."
+            ));
+        }
+        None
+    }
+
+    /// Starts a snapshot unless one runs. `Save` writes it all now.
+    pub(crate) fn start_snapshot(&mut self, kind: SnapshotKind, waiter: Option<ConnId>) -> bool {
+        if !self.persist.active || self.persist.snapshot.is_some() {
+            return false;
+        }
+        let now_ms = self.now.as_millis();
+        self.persist_flush();
+        let seq = self.persist.seq;
+        self.persist.snapshot = Some(Snapshot {
+            next_slot: 0,
+            keys: 0,
+            started_ms: now_ms,
+            ended: false,
+            waiters: waiter.into_iter().collect(),
+            log_bytes_at_begin: self.persist.log_bytes,
+            changes_at_begin: self.persist.changes_since_save,
+        });
+        // Changes from here on are logged even with appendonly off, so the fuzzy snapshot plus
+        // the records after its sequence number give an exact state.
+        self.persist.logging = true;
+        self.persist.out.push_back(Output::SnapshotBegin { seq });
+        if kind == SnapshotKind::Save {
+            while self.snapshot_slice() {}
+        }
+        true
+    }
+
+    /// Emits the next slice of the snapshot (whole slots, bounded keys and bytes). Returns
+    /// true while more slices remain.
+    pub(crate) fn snapshot_slice(&mut self) -> bool {
+        let Some(s) = self.persist.snapshot.as_mut() else {
+            return false;
+        };
+        if s.ended {
+            return false;
+        }
+        let mut data = Vec::new();
+        let mut n = 0;
+        while s.next_slot < lattice_store::SLOT_COUNT
+            && n < SNAPSHOT_SLICE_KEYS
+            && data.len() < SNAPSHOT_SLICE_BYTES
+        {
+            self.db.for_each_in_slot(s.next_slot, |e| {
+                put_entry(&mut data, e);
+                n += 1;
+            });
+            s.next_slot += 1;
+        }
+        s.keys += n as u64;
+        if !data.is_empty() {
+            self.persist.out.push_back(Output::SnapshotChunk {
+                data: Bytes::from(data),
+            });
+        }
+        let s = self.persist.snapshot.as_mut().expect("present");
+        if s.next_slot >= lattice_store::SLOT_COUNT {
+            s.ended = true;
+            let keys = s.keys;
+            self.persist.out.push_back(Output::SnapshotEnd { keys });
+            return false;
+        }
+        true
+    }
+
+    /// True while snapshot slices remain to be emitted (the node then wants a timer soon).
+    pub(crate) fn snapshot_slicing(&self) -> bool {
+        self.persist.snapshot.as_ref().is_some_and(|s| !s.ended)
+    }
+
+    fn snapshot_done(&mut self, result: Result<u64, String>) {
+        let now_ms = self.now.as_millis();
+        let Some(s) = self.persist.snapshot.take() else {
+            return;
+        };
+        let p = &mut self.persist;
+        p.last_snapshot_ms = Some(now_ms.saturating_sub(s.started_ms));
+        let reply = match result {
+            Ok(bytes) => {
+                p.snapshots += 1;
+                p.last_snapshot_ok = true;
+                p.last_snapshot_error = None;
+                p.lastsave_s = now_ms / 1000;
+                p.base_bytes = bytes;
+                p.log_bytes = p.log_bytes.saturating_sub(s.log_bytes_at_begin);
+                p.changes_since_save = p.changes_since_save.saturating_sub(s.changes_at_begin);
+                Ok(())
+            }
+            Err(e) => {
+                p.last_snapshot_ok = false;
+                p.last_snapshot_error = Some(e.clone());
+                Err(e)
+            }
+        };
+        self.persist.logging = self.logging_wanted();
+        if !self.persist.logging {
+            self.persist.dirty.clear();
+            self.persist.clear = false;
+        }
+        for conn in s.waiters {
+            let Some(c) = self.clients.get_mut(&conn) else {
+                continue;
+            };
+            let mut out = bytes::BytesMut::new();
+            let mut w = lattice_resp::ReplyWriter::new(&mut out, c.proto);
+            match &reply {
+                Ok(()) => w.simple(b"OK"),
+                Err(e) => w.error(format!("ERR snapshot failed: {e}").as_bytes()),
+            }
+            let p = &mut self.persist;
+            p.released.push_back(Output::Write {
+                conn,
+                data: out.freeze(),
+            });
+            // What the caller pipelined after SAVE follows its reply.
+            let mut rest = VecDeque::new();
+            for h in std::mem::take(&mut p.held) {
+                if h.1 == conn && h.0 == u64::MAX {
+                    c.held_replies -= 1;
+                    p.released.push_back(Output::Write {
+                        conn,
+                        data: h.2,
+                    });
+                } else {
+                    rest.push_back(h);
+                }
+            }
+            p.held = rest;
+            if c.held_replies == 0 && c.closing && !c.pending {
+                c.pending = true;
+                self.pending_push(conn);
+            }
+        }
+        if self.persist.shutdown_after_save {
+            self.persist.shutdown_after_save = false;
+            if reply.is_ok() {
+                self.persist_shutdown();
+            }
+        }
+    }
+
+    /// SHUTDOWN: the last changes are logged and synced (by the driver, which then exits).
+    pub(crate) fn persist_shutdown(&mut self) {
+        self.persist_flush();
+        self.persist.out.push_back(Output::Shutdown);
+    }
+
+    /// SHUTDOWN SAVE: snapshot first; the driver is asked to stop once it is on disk.
+    pub(crate) fn shutdown_after_snapshot(&mut self, conn: ConnId) -> bool {
+        if !self.start_snapshot(SnapshotKind::Save, None) {
+            return false;
+        }
+        let _ = conn;
+        self.persist.shutdown_after_save = true;
+        true
+    }
+
+    /// Called after CONFIG SET: appendonly switched on starts logging (marked as a resume
+    /// point) and a rewrite; switched off stops logging; appendfsync always syncs what waits.
+    pub(crate) fn persist_reconfigured(&mut self, was_appendonly: bool) {
+        if !self.persist.active {
+            return;
+        }
+        let now_ms = self.now.as_millis();
+        if self.config.appendonly && !was_appendonly {
+            if !self.persist.logging {
+                self.emit_record(Vec::new(), true, now_ms);
+            }
+            self.persist.logging = true;
+            self.start_snapshot(SnapshotKind::Background, None);
+        }
+        self.persist.logging = self.logging_wanted();
+        if !self.persist.logging {
+            self.persist.dirty.clear();
+            self.persist.clear = false;
+        }
+        if self.config.appendfsync == Fsync::Always {
+            self.request_sync(now_ms);
+        }
+    }
+
+    /// The timer's part: everysec syncs, snapshot slices, automatic compaction.
+    pub(crate) fn persist_tick(&mut self) {
+        if !self.persist.active {
+            return;
+        }
+        let now_ms = self.now.as_millis();
+        if self.snapshot_slicing() {
+            self.snapshot_slice();
+        }
+        let p = &self.persist;
+        if self.config.appendfsync == Fsync::Everysec
+            && p.seq > p.sync_requested
+            && now_ms >= p.last_sync_request_ms + 1000
+        {
+            self.request_sync(now_ms);
+        }
+        // A failed sync is asked again (the driver retries its writes then).
+        let p = &self.persist;
+        if p.fault.is_some() && p.seq > p.synced && now_ms >= p.last_sync_request_ms + 100 {
+            self.persist.sync_requested = self.persist.synced;
+            self.request_sync(now_ms);
+        }
+        // Compaction: Redis's auto-aof-rewrite rule on the log's growth since the snapshot.
+        let p = &self.persist;
+        let pct = self.config.auto_aof_rewrite_percentage;
+        if self.config.appendonly
+            && p.snapshot.is_none()
+            && p.fault.is_none()
+            && pct > 0
+            && p.log_bytes >= self.config.auto_aof_rewrite_min_size
+            && p.log_bytes * 100 >= p.base_bytes * pct
+        {
+            self.start_snapshot(SnapshotKind::Background, None);
+        }
+    }
+
+    /// Applies one recovered record or snapshot chunk.
+    pub(crate) fn load_payload(&mut self, data: &[u8]) -> Result<u64, String> {
+        let now_ms = self.now.as_millis();
+        let mut at = 0;
+        let mut n = 0;
+        while at < data.len() {
+            let op = data[at];
+            at += 1;
+            match op {
+                OP_CLEAR => self.db.clear(),
+                OP_SET => {
+                    let key = get_bytes(data, &mut at)?;
+                    let deadline = get_varint(data, &mut at)?;
+                    let payload = get_bytes(data, &mut at)?;
+                    let value = dump::restore(payload)
+                        .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(key)))?;
+                    let deadline = deadline.checked_sub(1);
+                    if deadline.is_some_and(|d| d <= now_ms) {
+                        self.db.remove(key);
+                    } else {
+                        self.db.insert(key, value, deadline, now_ms);
+                    }
+                }
+                OP_DEL => {
+                    let key = get_bytes(data, &mut at)?;
+                    self.db.remove(key);
+                }
+                other => return Err(format!("unknown operation {other} at byte {}", at - 1)),
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Persistence inputs from the driver.
+    pub(crate) fn persist_input(&mut self, input: Input) {
+        match input {
+            Input::Persisted { seq } => self.persisted(seq),
+            Input::PersistError { message } => {
+                let p = &mut self.persist;
+                p.write_errors += 1;
+                p.fault = Some(message);
+            }
+            Input::SnapshotDone { result } => self.snapshot_done(result),
+            Input::Loaded {
+                last_seq,
+                log_bytes,
+                snapshot_bytes,
+                keys,
+                records,
+            } => {
+                let p = &mut self.persist;
+                p.seq = last_seq;
+                p.synced = last_seq;
+                p.sync_requested = last_seq;
+                p.log_bytes = log_bytes;
+                p.base_bytes = snapshot_bytes;
+                p.loaded_keys = keys;
+                p.loaded_records = records;
+                p.changes_since_save = 0;
+            }
+            _ => {}
+        }
+    }
+}
+
+impl crate::Node {
+    /// Makes this node persist: it captures changes and emits persistence outputs from now
+    /// on (the driver has a disk). Called once, after recovery's [`Input::Loaded`].
+    pub fn enable_persistence(&mut self) {
+        let core = self.core_mut();
+        core.persist.active = true;
+        core.persist.last_snapshot_ok = true;
+        core.persist.logging = core.logging_wanted();
+    }
+
+    /// Recovery: applies one snapshot chunk or log record read back from disk, through the
+    /// same code that applies RESTORE payloads. Nothing is logged for it.
+    pub fn load(&mut self, now: crate::Micros, data: &[u8]) -> Result<u64, String> {
+        let core = self.core_mut();
+        if now > core.now {
+            core.now = now;
+        }
+        core.load_payload(data)
+    }
+}
+
+/// INFO persistence, with Redis's field names where one fits and `aof_` extras for what
+/// Lattice adds (fsync lag, records held, the last error).
+pub(crate) fn write_info(core: &Core, now_ms: u64, t: &mut String) {
+    use std::fmt::Write as _;
+    let p = &core.persist;
+    let aof = p.active && core.config.appendonly;
+    let in_progress = p.snapshot_in_progress();
+    let current_s = p
+        .snapshot_started_ms()
+        .map_or(-1, |s| (now_ms.saturating_sub(s) / 1000) as i64);
+    let last_s = p.last_snapshot_ms.map_or(-1, |ms| (ms / 1000) as i64);
+    let status = if p.last_snapshot_ok { "ok" } else { "err" };
+    let write_status = if p.fault.is_some() { "err" } else { "ok" };
+    let lastsave = if p.lastsave_s == 0 {
+        core.start_ms / 1000
+    } else {
+        p.lastsave_s
+    };
+    let _ = write!(
+        t,
+        "# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:{status}\r\nrdb_last_bgsave_time_sec:{last_s}\r\nrdb_current_bgsave_time_sec:{current_s}\r\nrdb_saves:{}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{}\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:{last_s}\r\naof_current_rewrite_time_sec:{current_s}\r\naof_last_bgrewrite_status:{status}\r\naof_rewrites:{}\r\naof_last_write_status:{write_status}\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
+        p.changes_since_save,
+        u8::from(in_progress),
+        p.snapshots,
+        u8::from(aof),
+        u8::from(in_progress),
+        p.snapshots,
+    );
+    if aof || p.active {
+        let _ = write!(
+            t,
+            "aof_current_size:{}\r\naof_base_size:{}\r\naof_pending_rewrite:0\r\naof_buffer_length:0\r\naof_pending_bio_fsync:{}\r\naof_delayed_fsync:0\r\naof_fsync_policy:{}\r\naof_last_seq:{}\r\naof_synced_seq:{}\r\naof_fsync_lag_ms:{}\r\naof_last_fsync_ms_ago:{}\r\naof_held_replies:{}\r\naof_write_errors:{}\r\naof_last_write_error:{}\r\nrdb_last_bgsave_error:{}\r\nloading_loaded_keys:{}\r\nloading_loaded_records:{}\r\n",
+            p.base_bytes + p.log_bytes,
+            p.base_bytes,
+            u8::from(p.seq > p.synced),
+            match core.config.appendfsync {
+                Fsync::Always => "always",
+                Fsync::Everysec => "everysec",
+                Fsync::No => "no",
+            },
+            p.seq,
+            p.synced,
+            p.fsync_lag_ms(now_ms),
+            if p.last_sync_ms == 0 {
+                -1
+            } else {
+                now_ms.saturating_sub(p.last_sync_ms) as i64
+            },
+            p.held_replies(),
+            p.write_errors,
+            p.fault.as_deref().unwrap_or(""),
+            p.last_snapshot_error.as_deref().unwrap_or(""),
+            p.loaded_keys,
+            p.loaded_records,
+        );
+    }
+}

@@ -1,0 +1,22 @@
+//! Lattice's persistence files, independent of where they live.
+//!
+//! The node (`lattice-node`) decides what to persist and emits it as outputs: log records (the
+//! new state of every key a batch of commands changed) and snapshot chunks. A driver hands them
+//! to a [`Store`], which frames them into files through the [`Dir`] trait: the server implements
+//! it over a local directory, the simulator over a simulated disk that loses unsynced bytes and
+//! tears writes when it crashes. An object-store backend is another `Dir`.
+//!
+//! Files:
+//! - `log-<first seq>.aof`: segments of framed records, in sequence-number order.
+//! - `snap-<seq>.snap`: a snapshot taken from sequence number `seq` on (see [`Store::recover`]).
+//! - `MANIFEST`: which snapshot is current, replaced atomically.
+//!
+//! Every frame is `len u32 | crc32 u32 | version u8 | kind u8 | seq u64 | payload`, little
+//! endian, the checksum (crc32fast) covering everything after itself. This crate reads no clock
+//! and does no IO of its own.
+
+mod frame;
+mod store;
+
+pub use frame::{encode_frame, scan, Frame, Kind, ScanEnd, FORMAT_VERSION, FRAME_HEADER};
+pub use store::{Dir, Recovered, Store, MAX_SEGMENT_BYTES};
