@@ -5,6 +5,8 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
+
+.PHONY: crash-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause
 
@@ -17,8 +19,16 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster crash-test
 	@echo "make test: all layers passed"
+
+## Real-process crash test: kill -9 under write load, restart, every acknowledged write checked
+## (always: none lost; everysec: none older than the last second). CRASH_RUNS per mode;
+## `scripts/crash-test.py --runs 20 --servers lattice,redis` compares with redis-server.
+CRASH_RUNS ?= 3
+crash-test:
+	$(CARGO) build --release -p lattice-server
+	python3 scripts/crash-test.py --runs $(CRASH_RUNS) --modes always,everysec --servers lattice
 
 deps:
 	@missing=""; \

@@ -123,6 +123,9 @@ pub struct Persister<D: Dir> {
     reported: u64,
     /// A write failed and has not succeeded since (so the node hears of it once).
     failing: bool,
+    /// The node asked for a sync: done once at the end of the event loop's turn, for every
+    /// batch the turn ran (group commit).
+    pub sync_wanted: bool,
 }
 
 impl<D: Dir> Persister<D> {
@@ -160,6 +163,7 @@ impl<D: Dir> Persister<D> {
                 reported: rec.last_seq,
                 store,
                 failing: false,
+                sync_wanted: false,
             },
             loaded,
         ))
@@ -172,7 +176,7 @@ impl<D: Dir> Persister<D> {
                 let kind = if resume { Kind::Resume } else { Kind::Batch };
                 self.store.append(kind, seq, &data);
             }
-            Output::Sync { .. } => self.sync(node, now),
+            Output::Sync { .. } => self.sync_wanted = true,
             Output::SnapshotBegin { seq } => self.store.snapshot_begin(seq),
             Output::SnapshotChunk { data } => self.store.snapshot_chunk(&data),
             Output::SnapshotEnd { keys } => {
@@ -191,6 +195,7 @@ impl<D: Dir> Persister<D> {
 
     /// Makes every record durable and tells the node (or tells it why not).
     pub fn sync(&mut self, node: &mut Node, now: Micros) {
+        self.sync_wanted = false;
         match self.store.sync() {
             Ok(_) => {
                 if self.failing {

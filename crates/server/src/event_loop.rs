@@ -275,6 +275,7 @@ impl EventLoop {
                 self.run_timers();
                 self.take_mail();
             }
+            self.complete_sync();
             self.flush_all();
         }
     }
@@ -673,6 +674,24 @@ impl EventLoop {
         host.handle(Input::Closed { conn: id });
         host.drain(None, &mut Vec::new(), Some(self.index));
         self.shared.check_timer(&host, Some(self.index));
+    }
+
+    /// Group commit: if a batch of this turn (or of another loop's) left records to sync, one
+    /// sync covers them all before this turn's replies are written; the replies the node held
+    /// for it come back as mail.
+    fn complete_sync(&mut self) {
+        if !self.shared.sync_wanted.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut host = self.shared.host.lock();
+            host.complete_sync(Some(self.index));
+            self.shared
+                .sync_wanted
+                .store(host.sync_wanted(), Ordering::Release);
+            self.shared.check_timer(&host, Some(self.index));
+        }
+        self.take_mail();
     }
 
     /// The node's timers (active expiry, statistics, idle timeouts, the slices of a long

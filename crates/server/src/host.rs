@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -202,6 +202,23 @@ impl Host {
         close_own
     }
 
+    /// True when the node asked for a sync that has not been done yet.
+    pub fn sync_wanted(&self) -> bool {
+        self.persist.as_ref().is_some_and(|p| p.sync_wanted)
+    }
+
+    /// The group commit at the end of an event loop's turn: one sync for the records of every
+    /// batch run since the last, then the replies it releases go to their loops.
+    pub fn complete_sync(&mut self, current_loop: Option<usize>) {
+        let now = self.now();
+        if let Some(p) = self.persist.as_mut() {
+            if p.sync_wanted {
+                p.sync(&mut self.node, now);
+            }
+        }
+        self.drain(None, &mut Vec::new(), current_loop);
+    }
+
     /// SHUTDOWN, SIGTERM, SIGINT: the log synced, then the process ends.
     pub fn shutdown(&mut self, now: Micros) -> ! {
         if let Some(p) = self.persist.as_mut() {
@@ -244,6 +261,8 @@ pub struct Shared {
     /// When the first event loop next runs the node's timers (µs of the wall clock). Written
     /// with the host lock held.
     pub timer_deadline_us: AtomicU64,
+    /// The node asked for a sync: the next event loop to end its turn does it (group commit).
+    pub sync_wanted: AtomicBool,
     next_conn: AtomicU64,
     pub port: u16,
     /// Counters of the replica links (all zero on a standalone server).
@@ -257,6 +276,7 @@ impl Shared {
             link_stats,
             host: Mutex::new(host),
             timer_deadline_us: AtomicU64::new(u64::MAX),
+            sync_wanted: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
             port,
         }
@@ -270,6 +290,9 @@ impl Shared {
     /// than the timer loop plans, move its deadline, and wake it unless it is the caller
     /// (`current_loop`), which reads the deadline before it next sleeps.
     pub fn check_timer(&self, host: &Host, current_loop: Option<usize>) {
+        if host.sync_wanted() {
+            self.sync_wanted.store(true, Ordering::Release);
+        }
         if let Some(t) = host.node.poll_timeout() {
             if t.0 < self.timer_deadline_us.load(Ordering::Acquire) {
                 self.timer_deadline_us.store(t.0, Ordering::Release);
