@@ -65,10 +65,14 @@ difftest:
 	    --lattice-bin ./target/release/lattice-server || exit 1; \
 	done
 
-## Simulation swarm: 200 seeds with every fault class.
+## Simulation swarm: 200 seeds with every fault class; 200 durability seeds (crash/restart with
+## lost unsynced bytes, torn writes, disk full; each run twice for determinism); the planted
+## durability bug (acknowledging before fsync) must be caught.
 sim:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --strict
+	./target/release/lattice-sim --seeds 0..200 --durability
+	$(CARGO) test -q -p lattice-sim --features planted-durability-bug durability
 
 ## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,
 ## counter, set, register and list checkers over the history of every request.

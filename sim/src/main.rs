@@ -19,6 +19,7 @@ mod client;
 mod clock;
 mod cluster;
 mod config;
+mod durability;
 mod fault;
 mod model;
 mod net;
@@ -72,6 +73,11 @@ struct Args {
     /// by convergence, counter, set, register and list checkers at the end (docs/TESTING.md).
     #[arg(long)]
     replicated: bool,
+    /// Durability mode: one node with a simulated disk, crashed and restarted under writes
+    /// (lost unsynced bytes, torn writes, disk-full periods), every acknowledged write checked
+    /// against its appendfsync policy; each seed runs twice and must replay identically.
+    #[arg(long)]
+    durability: bool,
     /// Print each run's options.
     #[arg(long, short)]
     verbose: bool,
@@ -310,6 +316,20 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.durability {
+        let (lo, hi) = match (&args.seed, &args.seeds) {
+            (Some(s), None) => (*s, *s + 1),
+            (None, Some(r)) => match parse_range(r) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            },
+            _ => (0, 100),
+        };
+        return durability_swarm(lo, hi, args.jobs);
+    }
     let opts = RunOpts {
         strict: args.strict,
         replicated: args.replicated,
@@ -501,6 +521,82 @@ fn summary(
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
+        ExitCode::from(1)
+    }
+}
+
+/// `--durability`: seeds in parallel, each run twice (the digests must match).
+fn durability_swarm(lo: u64, hi: u64, jobs: Option<usize>) -> ExitCode {
+    let jobs = jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let totals = Mutex::new((0u64, 0u64, 0u64, 0u64, 0u64, 0u64));
+    let started = Instant::now();
+    let features = if cfg!(feature = "planted-durability-bug") {
+        " --features planted-durability-bug"
+    } else {
+        ""
+    };
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let seed = lo + next.fetch_add(1, Ordering::Relaxed) as u64;
+                if seed >= hi {
+                    break;
+                }
+                let first = durability::run(seed);
+                let again = durability::run(seed);
+                let line = match (&first, &again) {
+                    (Ok(a), Ok(b)) if a.digest != b.digest => {
+                        failures.lock().expect("lock").push(seed);
+                        format!("seed={seed} FAILED: not deterministic ({:016x} vs {:016x})", a.digest, b.digest)
+                    }
+                    (Ok(a), _) => {
+                        let mut t = totals.lock().expect("lock");
+                        t.0 += a.crashes;
+                        t.1 += a.acked;
+                        t.2 += a.torn;
+                        t.3 += a.full_periods;
+                        t.4 += a.refused;
+                        t.5 += a.snapshots;
+                        format!(
+                            "seed={seed} ok policy={} crashes={} acked={} refused={} torn={} disk_full={} snapshots={} digest={:016x}",
+                            a.policy, a.crashes, a.acked, a.refused, a.torn, a.full_periods, a.snapshots, a.digest
+                        )
+                    }
+                    (Err((a, e)), _) => {
+                        failures.lock().expect("lock").push(seed);
+                        format!(
+                            "seed={seed} FAILED policy={}: {e}\n  replay: cargo run --release -p lattice-sim{features} -- --durability --seed {seed}",
+                            a.policy
+                        )
+                    }
+                };
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+            });
+        }
+    });
+    let failures = failures.into_inner().expect("lock");
+    let t = totals.into_inner().expect("lock");
+    println!(
+        "durability: {} seeds in {:.1}s, {} failed; {} crashes, {} acknowledged writes checked, {} torn writes, {} disk-full periods, {} writes refused (MISCONF), {} snapshots",
+        hi - lo,
+        started.elapsed().as_secs_f64(),
+        failures.len(),
+        t.0,
+        t.1,
+        t.2,
+        t.3,
+        t.4,
+        t.5
+    );
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failed seeds: {failures:?}");
         ExitCode::from(1)
     }
 }

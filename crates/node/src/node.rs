@@ -181,7 +181,7 @@ pub struct Core {
     /// (see [`Node::handle`]).
     held: VecDeque<Input>,
     /// Persistence: records, syncs, held replies, snapshots (`persist.rs`).
-    pub(crate) persist: crate::persist::Persist,
+    pub persist: crate::persist::Persist,
 }
 
 impl Core {

@@ -15,8 +15,11 @@
 //! endian, the checksum (crc32fast) covering everything after itself. This crate reads no clock
 //! and does no IO of its own.
 
+mod driver;
 mod frame;
 mod store;
+
+pub use driver::{Loaded, Persister};
 
 pub use frame::{encode_frame, scan, Frame, Kind, ScanEnd, FORMAT_VERSION, FRAME_HEADER};
 pub use store::{Dir, Recovered, Store, MAX_SEGMENT_BYTES};

@@ -263,7 +263,12 @@ impl<D: Dir> Store<D> {
                 n
             }
         };
-        self.dir.append(&name, &self.buf)?;
+        if let Err(e) = self.dir.append(&name, &self.buf) {
+            // A write that failed half-way (disk full) must not leave half a batch before the
+            // retry appends all of it again.
+            let _ = self.dir.truncate(&name, self.segment_bytes);
+            return Err(e);
+        }
         self.segment_bytes += self.buf.len() as u64;
         self.buf.clear();
         self.written_seq = self.framed_seq;
@@ -351,6 +356,10 @@ impl<D: Dir> Store<D> {
             if let Some(e) = w.failed.take() {
                 return Err(e);
             }
+            // The chunks hold key states as late as now: the records up to now must be
+            // durable before the snapshot is, or a crash could recover states from the
+            // snapshot newer than the log that leads to them (not a prefix of the history).
+            self.sync().map_err(|e| e.to_string())?;
             let mut frame = Vec::new();
             encode_frame(Kind::SnapEnd, w.seq, &keys.to_le_bytes(), &mut frame);
             let e = |e: io::Error| e.to_string();

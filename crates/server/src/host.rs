@@ -15,7 +15,8 @@ use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
 use parking_lot::Mutex;
 
 use crate::cluster::{LinkStats, PeerQueue, MAX_FRAME_BYTES};
-use crate::disk::{LocalDir, Persister};
+use crate::disk::LocalDir;
+use lattice_persist::Persister;
 use crate::event_loop::{LoopHandle, Mail, Slot};
 
 pub struct Host {
@@ -214,6 +215,9 @@ impl Host {
         if let Some(p) = self.persist.as_mut() {
             if p.sync_wanted {
                 p.sync(&mut self.node, now);
+            }
+            for line in p.take_log() {
+                tracing::warn!("persistence: {line}");
             }
         }
         self.drain(None, &mut Vec::new(), current_loop);

@@ -367,14 +367,21 @@ async fn run(s: Settings) -> Result<(), String> {
     // keeps today's behaviour, starting empty and catching up from its peers (its per-key
     // replication metadata is not persisted yet: docs/ARCHITECTURE.md §28).
     let persister = if s.cluster.is_none() {
-        let (p, loaded) = disk::Persister::recover(disk::LocalDir::new(&s.dir), &mut node, now)
-            .map_err(|e| format!("cannot load the data directory {}: {e}", s.dir.display()))?;
+        let started = std::time::Instant::now();
+        let (p, loaded) =
+            lattice_persist::Persister::recover(disk::LocalDir::new(&s.dir), &mut node, now)
+                .map_err(|e| {
+                    format!("cannot load the data directory {}: {e}", s.dir.display())
+                })?;
+        for note in &loaded.notes {
+            tracing::warn!("recovery: {note}");
+        }
         tracing::info!(
             "data loaded from {}: {} keys from the snapshot, {} log records, {} ms",
             s.dir.display(),
             loaded.keys,
             loaded.records,
-            loaded.millis
+            started.elapsed().as_millis()
         );
         Some(p)
     } else {

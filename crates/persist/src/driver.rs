@@ -1,0 +1,166 @@
+//! The driver glue every runtime shares: a node's persistence outputs carried out on a
+//! [`Store`], and recovery fed back into the node. The server runs it over its data
+//! directory, the simulator over a simulated disk.
+
+use std::io;
+
+use lattice_node::{Input, Micros, Node, Output};
+
+use crate::{Dir, Kind, Store};
+
+/// The figures recovery reports, for the start-up log line.
+pub struct Loaded {
+    pub keys: u64,
+    pub records: u64,
+    /// Repairs made (torn tails cut, leftovers removed), for the driver's log.
+    pub notes: Vec<String>,
+}
+
+/// Writes a node's persistence outputs.
+pub struct Persister<D: Dir> {
+    store: Store<D>,
+    /// Last synced sequence number the node was told about.
+    reported: u64,
+    /// A write failed and has not succeeded since (so the node hears of it once).
+    failing: bool,
+    /// The node asked for a sync: done once at the end of the event loop's turn, for every
+    /// batch the turn ran (group commit).
+    pub sync_wanted: bool,
+    /// Events worth a line in the driver's log (failures, recoveries, snapshots), taken with
+    /// [`Persister::take_log`].
+    log: Vec<String>,
+}
+
+impl<D: Dir> Persister<D> {
+    /// Recovers `dir` into `node` (through [`Node::load`]), then turns persistence on.
+    pub fn recover(dir: D, node: &mut Node, now: Micros) -> Result<(Persister<D>, Loaded), String> {
+        let (store, rec) = Store::recover(dir, |payload| node.load(now, payload).map(|_| ()))?;
+        let (log_bytes, snapshot_bytes) = store.sizes();
+        node.handle(
+            now,
+            Input::Loaded {
+                last_seq: rec.last_seq,
+                log_bytes,
+                snapshot_bytes,
+                keys: rec.snapshot_keys,
+                records: rec.records,
+            },
+        );
+        node.enable_persistence();
+        let loaded = Loaded {
+            keys: rec.snapshot_keys,
+            records: rec.records,
+            notes: rec.notes.clone(),
+        };
+        Ok((
+            Persister {
+                reported: rec.last_seq,
+                store,
+                failing: false,
+                sync_wanted: false,
+                log: Vec::new(),
+            },
+            loaded,
+        ))
+    }
+
+    /// Carries out one persistence output; anything else is handed back.
+    pub fn output(&mut self, node: &mut Node, now: Micros, out: Output) -> Option<Output> {
+        match out {
+            Output::Append { seq, data, resume } => {
+                let kind = if resume { Kind::Resume } else { Kind::Batch };
+                self.store.append(kind, seq, &data);
+            }
+            Output::Sync { .. } => self.sync_wanted = true,
+            Output::SnapshotBegin { seq } => self.store.snapshot_begin(seq),
+            Output::SnapshotChunk { data } => self.store.snapshot_chunk(&data),
+            Output::SnapshotEnd { keys } => {
+                let result = self.store.snapshot_end(keys);
+                self.log.push(match &result {
+                    Ok(bytes) => format!("snapshot of {keys} keys written ({bytes} bytes)"),
+                    Err(e) => format!("snapshot failed: {e}"),
+                });
+                node.handle(now, Input::SnapshotDone { result });
+                self.report(node, now);
+            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// Makes every record durable and tells the node (or tells it why not).
+    pub fn sync(&mut self, node: &mut Node, now: Micros) {
+        self.sync_wanted = false;
+        match self.store.sync() {
+            Ok(_) => {
+                if self.failing {
+                    self.log
+                        .push("the data directory accepts writes again".to_string());
+                    self.failing = false;
+                }
+                self.report(node, now);
+            }
+            Err(e) => self.failed(node, now, e),
+        }
+    }
+
+    /// End of a drained batch: one write for its records.
+    pub fn flush(&mut self, node: &mut Node, now: Micros) {
+        if self.store.buffered() == 0 {
+            return;
+        }
+        if let Err(e) = self.store.write() {
+            self.failed(node, now, e);
+        }
+        self.report(node, now);
+    }
+
+    fn failed(&mut self, node: &mut Node, now: Micros, e: io::Error) {
+        if !self.failing {
+            self.log.push(format!(
+                "writing the log failed: {e} ({} bytes kept for retry)",
+                self.store.buffered()
+            ));
+        }
+        self.failing = true;
+        node.handle(
+            now,
+            Input::PersistError {
+                message: e.to_string(),
+            },
+        );
+    }
+
+    fn report(&mut self, node: &mut Node, now: Micros) {
+        let synced = self.store.synced_seq();
+        if synced > self.reported {
+            self.reported = synced;
+            node.handle(now, Input::Persisted { seq: synced });
+        }
+    }
+
+    /// Log lines since the last call.
+    pub fn take_log(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// The store, for figures and for taking the directory back (the simulator's crash).
+    pub fn store(&self) -> &Store<D> {
+        &self.store
+    }
+
+    pub fn dir_mut(&mut self) -> &mut D {
+        &mut self.store.dir
+    }
+
+    pub fn into_dir(self) -> D {
+        self.store.dir
+    }
+
+    /// SHUTDOWN or a signal: everything written and synced.
+    pub fn close(&mut self, node: &mut Node, now: Micros) -> io::Result<()> {
+        self.store.sync()?;
+        self.report(node, now);
+        Ok(())
+    }
+}
