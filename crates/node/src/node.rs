@@ -418,6 +418,11 @@ impl Core {
         }
     }
 
+    /// Runs a logged command during recovery (its reply only tells success from failure).
+    pub(crate) fn dispatch_for_replay(&mut self, args: &[Bytes], out: &mut BytesMut) {
+        self.dispatch(crate::persist::REPLAY_CONN, args, out, Protocol::Resp2);
+    }
+
     /// A refused EXEC aborts the transaction outright, in or out of MULTI, as Redis's
     /// execCommandAbort does: `EXECABORT ... because of: <reason>`.
     fn abort_exec(&mut self, call: &mut Call, message: &[u8]) {
@@ -457,6 +462,9 @@ impl Core {
             }
         }
         handler(self, call);
+        if self.persist.active {
+            self.persist_after_command(spec.name, call.args);
+        }
         if let Some(intent) = intent {
             if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
                 self.capture_dirty(intent, crate::repl::overwrites_value(spec.name));

@@ -34,6 +34,42 @@ const FRAME_BYTES: u64 = 18;
 const OP_CLEAR: u8 = 0;
 const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
+/// `3 varint-count (varint-len arg)*`: a command to run again (see [`LOGGED_AS_COMMANDS`]).
+const OP_CMD: u8 = 3;
+
+/// Commands whose effect on a large value is logged as the command itself instead of the
+/// value's whole new state (an LPUSH onto a 100,000-element list would otherwise log the list
+/// each time). Each changes only its first key, the same way whenever it runs on the same
+/// value: no time, no randomness, no other key.
+const LOGGED_AS_COMMANDS: &[&str] = &[
+    "append",
+    "setrange",
+    "lpush",
+    "rpush",
+    "lpushx",
+    "rpushx",
+    "lpop",
+    "rpop",
+    "lset",
+    "ltrim",
+    "linsert",
+    "lrem",
+    "hset",
+    "hmset",
+    "hsetnx",
+    "hdel",
+    "hincrby",
+    "hincrbyfloat",
+    "sadd",
+    "srem",
+    "zadd",
+    "zrem",
+    "zincrby",
+    "zremrangebyscore",
+    "zremrangebyrank",
+];
+/// A value is large, for [`LOGGED_AS_COMMANDS`], past this many elements (or string bytes / 8).
+const LARGE_VALUE_ELEMENTS: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fsync {
@@ -71,6 +107,9 @@ pub struct Persist {
     /// Changes are being captured (appendonly, or a snapshot in progress).
     logging: bool,
     dirty: Vec<Bytes>,
+    /// Commands logged as such (OP_CMD), in order; they go before the key states of the same
+    /// record, whose states already include their effect.
+    commands: Vec<u8>,
     clear: bool,
     /// Last record emitted, and the last one the driver made durable.
     pub seq: u64,
@@ -201,6 +240,7 @@ impl Core {
         self.persist.changes_since_save += self.db.len() as u64;
         if self.persist.logging {
             self.persist.dirty.clear();
+            self.persist.commands.clear();
             self.persist.clear = true;
         }
     }
@@ -209,18 +249,60 @@ impl Core {
         self.persist.active && (self.config.appendonly || self.persist.snapshot.is_some())
     }
 
+    /// After a command ran: when it is one of [`LOGGED_AS_COMMANDS`], changed only its key,
+    /// and that key holds a large value with no deadline, the command is logged instead of the
+    /// value's new state.
+    pub(crate) fn persist_after_command(&mut self, name: &str, args: &[Bytes]) {
+        let p = &self.persist;
+        if !p.logging || args.len() < 2 || p.dirty.last() != Some(&args[1]) {
+            return;
+        }
+        if !LOGGED_AS_COMMANDS.contains(&name) {
+            return;
+        }
+        let Some(e) = self.db.get_raw(&args[1]) else {
+            return;
+        };
+        let elements = match &e.value {
+            lattice_store::Value::Str(s) => s.len() / 8,
+            lattice_store::Value::List(l) => l.len(),
+            lattice_store::Value::Hash(h) => h.len(),
+            lattice_store::Value::Set(s) => s.len(),
+            lattice_store::Value::ZSet(z) => z.len(),
+            lattice_store::Value::Stream(_) => 0,
+        };
+        if elements <= LARGE_VALUE_ELEMENTS || e.expire_at_ms().is_some() {
+            return;
+        }
+        let p = &mut self.persist;
+        let n = p.dirty.len();
+        // The key's state is already due in this record: a command before it would apply
+        // twice. (Linear, but only on this path: large values.)
+        if p.dirty[..n - 1].contains(&args[1]) {
+            return;
+        }
+        p.dirty.pop();
+        p.commands.push(OP_CMD);
+        put_varint(&mut p.commands, args.len() as u64);
+        for a in args {
+            put_varint(&mut p.commands, a.len() as u64);
+            p.commands.extend_from_slice(a);
+        }
+    }
+
     /// Turns the changes captured since the last record into the next record.
     pub(crate) fn persist_flush(&mut self) {
         let p = &mut self.persist;
-        if p.dirty.is_empty() && !p.clear {
+        if p.dirty.is_empty() && !p.clear && p.commands.is_empty() {
             return;
         }
         let now_ms = self.now.as_millis();
-        let mut data = Vec::with_capacity(64 * p.dirty.len());
+        let mut data = Vec::with_capacity(64 * p.dirty.len() + p.commands.len());
         if p.clear {
             data.push(OP_CLEAR);
             p.clear = false;
         }
+        data.append(&mut p.commands);
         let mut keys = std::mem::take(&mut p.dirty);
         if keys.len() > 1 {
             keys.sort_unstable();
@@ -576,6 +658,7 @@ impl Core {
         let now_ms = self.now.as_millis();
         let mut at = 0;
         let mut n = 0;
+        let mut commands: Vec<Vec<Bytes>> = Vec::new();
         while at < data.len() {
             let op = data[at];
             at += 1;
@@ -597,6 +680,16 @@ impl Core {
                 OP_DEL => {
                     let key = get_bytes(data, &mut at)?;
                     self.db.remove(key);
+                }
+                OP_CMD => {
+                    let n = get_varint(data, &mut at)?;
+                    let mut args = Vec::new();
+                    for _ in 0..n.min(1 << 20) {
+                        args.push(Bytes::copy_from_slice(get_bytes(data, &mut at)?));
+                    }
+                    commands.push(args);
+                    // Run in order with the operations around it.
+                    self.replay_commands(&mut commands)?;
                 }
                 other => return Err(format!("unknown operation {other} at byte {}", at - 1)),
             }
@@ -634,6 +727,33 @@ impl Core {
             }
             _ => {}
         }
+    }
+}
+
+/// The connection recovery runs logged commands on (never a real client's id).
+pub(crate) const REPLAY_CONN: ConnId = ConnId(u64::MAX);
+
+impl Core {
+    /// Runs logged commands through the ordinary dispatcher, as a client that is not there.
+    fn replay_commands(&mut self, commands: &mut Vec<Vec<Bytes>>) -> Result<(), String> {
+        if !self.clients.contains_key(&REPLAY_CONN) {
+            let mut c = crate::client::Client::new(REPLAY_CONN, String::new(), String::new(), 0);
+            c.authenticated = true;
+            self.clients.insert(REPLAY_CONN, c);
+        }
+        for args in commands.drain(..) {
+            let mut out = bytes::BytesMut::new();
+            self.dispatch_for_replay(&args, &mut out);
+            if out.first() == Some(&b'-') {
+                return Err(format!(
+                    "logged command {} failed: {}",
+                    String::from_utf8_lossy(&args[0]),
+                    String::from_utf8_lossy(&out).trim_end()
+                ));
+            }
+        }
+        self.clients.remove(&REPLAY_CONN);
+        Ok(())
     }
 }
 
