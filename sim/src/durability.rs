@@ -289,7 +289,7 @@ impl Run {
             while let Some(end) = c.buf.windows(2).position(|w| w == b"\r\n") {
                 let line: Vec<u8> = c.buf.drain(..end + 2).collect();
                 if let Some((key, version)) = c.waiting.take() {
-                    if line.starts_with(b"+OK") {
+                    if line.starts_with(b"+OK") || line.starts_with(b":") {
                         self.acked[key] = Some((version, self.now));
                         self.s.acked += 1;
                     } else {
@@ -325,23 +325,35 @@ impl Run {
                     },
                 );
             } else {
-                let key = self.rng.below(KEYS as u64) as usize;
-                self.versions[key] += 1;
-                let v = self.versions[key];
-                self.clients[i].waiting = Some((key, v));
-                let k = format!("k{key}");
-                let val = v.to_string();
-                // Only writes the node runs count as executed; a refused one changes nothing.
-                let refused = self.node.core().persist.fault.is_some()
-                    && self.policy == Policy::Always;
+                // One key in five is the list `big`, which RPUSH grows past the size where its
+                // changes are logged as commands rather than states.
+                let key = if self.rng.pct(20) {
+                    KEYS
+                } else {
+                    self.rng.below(KEYS as u64) as usize
+                };
+                // Only writes the node runs count as executed; a refused one changes nothing
+                // (and the list's next element keeps its number).
+                let refused =
+                    self.node.core().persist.fault.is_some() && self.policy == Policy::Always;
+                let v = self.versions[key] + 1;
                 if !refused {
+                    self.versions[key] = v;
                     self.executed.push((key, v));
                 }
+                self.clients[i].waiting = Some((key, v));
+                let k = if key == KEYS {
+                    "big".to_string()
+                } else {
+                    format!("k{key}")
+                };
+                let val = v.to_string();
+                let cmd: &[u8] = if key == KEYS { b"RPUSH" } else { b"SET" };
                 self.node.handle(
                     Micros(self.now),
                     Input::Request {
                         conn,
-                        args: args(&[b"SET", k.as_bytes(), val.as_bytes()]),
+                        args: args(&[cmd, k.as_bytes(), val.as_bytes()]),
                     },
                 );
             }
@@ -354,12 +366,12 @@ impl Run {
         self.drain();
     }
 
-    /// The recovered state must be the state after a prefix of the executed writes, and hold
-    /// every write the policy promised to keep.
-    fn check(&self, crash_at: u64) -> Result<(), String> {
+    /// Per key the version recovered (0: absent); for `big`, its length, after checking that
+    /// it holds exactly 1, 2, ... in order.
+    fn found(&self) -> Result<Vec<u64>, String> {
         let core = self.node.core();
-        let mut found = vec![0u64; KEYS];
-        for (k, f) in found.iter_mut().enumerate() {
+        let mut found = vec![0u64; KEYS + 1];
+        for (k, f) in found.iter_mut().enumerate().take(KEYS) {
             if let Some(e) = core.db.get_raw(format!("k{k}").as_bytes()) {
                 let lattice_store::Value::Str(s) = &e.value else {
                     return Err(format!("k{k} is not a string after recovery"));
@@ -369,11 +381,33 @@ impl Run {
                     .map_err(|_| format!("k{k} holds garbage after recovery"))?;
             }
         }
+        if let Some(e) = core.db.get_raw(b"big") {
+            let lattice_store::Value::List(l) = &e.value else {
+                return Err("big is not a list after recovery".into());
+            };
+            for (i, item) in l.iter().enumerate() {
+                if item != (i + 1).to_string().as_bytes() {
+                    return Err(format!(
+                        "big[{i}] is {:?} after recovery, expected {} (an RPUSH lost or applied twice)",
+                        String::from_utf8_lossy(item),
+                        i + 1
+                    ));
+                }
+            }
+            found[KEYS] = l.len() as u64;
+        }
+        Ok(found)
+    }
+
+    /// The recovered state must be the state after a prefix of the executed writes, and hold
+    /// every write the policy promised to keep.
+    fn check(&self, crash_at: u64) -> Result<(), String> {
+        let found = self.found()?;
         // Prefix: the last executed write reflected must come before the first one that is
         // not (for its key, the write after the recovered version).
         let mut last_in = 0usize;
         let mut first_out = usize::MAX;
-        let mut seen = vec![false; KEYS];
+        let mut seen = vec![false; KEYS + 1];
         for (pos, &(key, v)) in self.executed.iter().enumerate() {
             if v <= found[key] {
                 if v == found[key] {
@@ -384,7 +418,7 @@ impl Run {
                 first_out = first_out.min(pos + 1);
             }
         }
-        for k in 0..KEYS {
+        for k in 0..=KEYS {
             if found[k] > 0 && !seen[k] {
                 return Err(format!(
                     "k{k} recovered as version {}, which was never executed",
@@ -434,9 +468,9 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         clients: Vec::new(),
         policy,
         next_conn: 0,
-        versions: vec![0; KEYS],
+        versions: vec![0; KEYS + 1],
         executed: Vec::new(),
-        acked: vec![None; KEYS],
+        acked: vec![None; KEYS + 1],
         hash: Xxh3::new(),
         sync_due: None,
         s: Summary {
@@ -471,7 +505,10 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
             if r.s.acked == acked_before_full_end {
                 return fail(
                     &r,
-                    format!("no write acknowledged in the {} steps after the disk recovered", steps - end),
+                    format!(
+                        "no write acknowledged in the {} steps after the disk recovered",
+                        steps - end
+                    ),
                 );
             }
         }
@@ -493,23 +530,16 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         }
         // Versions executed before the crash but lost are gone for good: the history goes on
         // from what was recovered.
-        let mut found = Vec::with_capacity(KEYS);
-        for k in 0..KEYS {
-            let v = r
-                .node
-                .core()
-                .db
-                .get_raw(format!("k{k}").as_bytes())
-                .map(|e| match &e.value {
-                    lattice_store::Value::Str(s) => {
-                        String::from_utf8_lossy(&s.as_bytes()).parse().unwrap_or(0)
-                    }
-                    _ => 0,
-                })
-                .unwrap_or(0u64);
-            found.push(v);
-        }
-        r.executed = (0..KEYS).filter(|&k| found[k] > 0).map(|k| (k, found[k])).collect();
+        let found = match r.found() {
+            Ok(f) => f,
+            Err(e) => return fail(&r, e),
+        };
+        // The list restarts from what was recovered: versions go on from its length.
+        r.versions[KEYS] = found[KEYS];
+        r.executed = (0..=KEYS)
+            .filter(|&k| found[k] > 0)
+            .map(|k| (k, found[k]))
+            .collect();
         for (k, a) in r.acked.iter_mut().enumerate() {
             *a = (found[k] > 0).then_some((found[k], 0));
         }

@@ -546,8 +546,16 @@ fn durability_swarm(lo: u64, hi: u64, jobs: Option<usize>) -> ExitCode {
                 if seed >= hi {
                     break;
                 }
-                let first = durability::run(seed);
-                let again = durability::run(seed);
+                let guarded = |seed| {
+                    catch_unwind(AssertUnwindSafe(|| durability::run(seed))).unwrap_or_else(|_| {
+                        let msg = LAST_PANIC
+                            .with(|p| p.borrow_mut().take())
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err((durability::Summary::default(), format!("panic: {msg}")))
+                    })
+                };
+                let first = guarded(seed);
+                let again = guarded(seed);
                 let line = match (&first, &again) {
                     (Ok(a), Ok(b)) if a.digest != b.digest => {
                         failures.lock().expect("lock").push(seed);

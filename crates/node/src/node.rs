@@ -90,25 +90,45 @@ pub enum Input {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Output {
     /// Bytes to write to a connection, in order: a whole pipeline's replies in one piece.
-    Write { conn: ConnId, data: Bytes },
+    Write {
+        conn: ConnId,
+        data: Bytes,
+    },
     /// Close the connection after everything written before.
-    Close { conn: ConnId },
+    Close {
+        conn: ConnId,
+    },
     /// One message for replica `peer`; the driver frames it (the server: 4-byte big-endian
     /// length, then the payload) and sends it in order on the peer's link. Emitted only
     /// between `PeerUp` and `PeerDown`; the driver may drop it if the link fails.
-    PeerSend { peer: NodeId, data: Bytes },
+    PeerSend {
+        peer: NodeId,
+        data: Bytes,
+    },
     /// Persistence record `seq` (one more than the previous): the new state of every key the
     /// commands since the previous record changed (encoding in `persist.rs`). `resume` marks
     /// the first record after logging was off. Emitted only after `Node::enable_persistence`.
-    Append { seq: u64, data: Bytes, resume: bool },
+    Append {
+        seq: u64,
+        data: Bytes,
+        resume: bool,
+    },
     /// Make every record up to `seq` durable, then answer [`Input::Persisted`] (or
     /// [`Input::PersistError`]).
-    Sync { seq: u64 },
+    Sync {
+        seq: u64,
+    },
     /// A snapshot of the state from record `seq` on begins; chunks follow slot by slot while
     /// the node keeps serving, then `SnapshotEnd`. Answer with [`Input::SnapshotDone`].
-    SnapshotBegin { seq: u64 },
-    SnapshotChunk { data: Bytes },
-    SnapshotEnd { keys: u64 },
+    SnapshotBegin {
+        seq: u64,
+    },
+    SnapshotChunk {
+        data: Bytes,
+    },
+    SnapshotEnd {
+        keys: u64,
+    },
     /// SHUTDOWN: after carrying out every output before this one and syncing the log, stop
     /// the process.
     Shutdown,

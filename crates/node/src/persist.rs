@@ -254,7 +254,10 @@ impl Core {
     /// value's new state.
     pub(crate) fn persist_after_command(&mut self, name: &str, args: &[Bytes]) {
         let p = &self.persist;
-        if !p.logging || args.len() < 2 || p.dirty.last() != Some(&args[1]) {
+        // Not while a snapshot is being taken: it may capture the key before or after this
+        // command, and unlike a state a command applied twice is wrong.
+        if !p.logging || p.snapshot.is_some() || args.len() < 2 || p.dirty.last() != Some(&args[1])
+        {
             return;
         }
         if !LOGGED_AS_COMMANDS.contains(&name) {
@@ -428,7 +431,8 @@ impl Core {
         if !self.config.appendonly {
             return None;
         }
-        if self.config.appendfsync == Fsync::Always || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT
+        if self.config.appendfsync == Fsync::Always
+            || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT
         {
             return Some(format!(
                 "MISCONF Errors writing to the AOF file: {fault}. Commands that may modify the data set are disabled until the disk accepts writes again (see INFO persistence)."
@@ -555,10 +559,7 @@ impl Core {
             for h in std::mem::take(&mut p.held) {
                 if h.1 == conn && h.0 == u64::MAX {
                     c.held_replies -= 1;
-                    p.released.push_back(Output::Write {
-                        conn,
-                        data: h.2,
-                    });
+                    p.released.push_back(Output::Write { conn, data: h.2 });
                 } else {
                     rest.push_back(h);
                 }

@@ -81,7 +81,10 @@ pub enum ScanEnd {
 fn decode_at(data: &[u8], at: usize) -> Result<Frame<'_>, String> {
     let rest = &data[at..];
     if rest.len() < 8 {
-        return Err(format!("{} stray bytes, shorter than a frame header", rest.len()));
+        return Err(format!(
+            "{} stray bytes, shorter than a frame header",
+            rest.len()
+        ));
     }
     let body_len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
@@ -178,7 +181,9 @@ mod tests {
             let whole = frames.len();
             match end {
                 ScanEnd::Clean => assert!(cut == 0 || frames.last().unwrap().end == cut),
-                ScanEnd::Torn { offset, .. } => assert_eq!(offset, frames.last().map_or(0, |f| f.end)),
+                ScanEnd::Torn { offset, .. } => {
+                    assert_eq!(offset, frames.last().map_or(0, |f| f.end))
+                }
                 ScanEnd::Corrupt { .. } => panic!("cut at {cut} called corrupt ({whole} frames)"),
             }
         }

@@ -34,7 +34,10 @@ fn snapshot_name(seq: u64) -> String {
 }
 
 fn parse_seq(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
-    name.strip_prefix(prefix)?.strip_suffix(suffix)?.parse().ok()
+    name.strip_prefix(prefix)?
+        .strip_suffix(suffix)?
+        .parse()
+        .ok()
 }
 
 /// What recovery found.
@@ -89,7 +92,9 @@ impl<D: Dir> Store<D> {
         mut apply: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(Store<D>, Recovered), String> {
         let io = |what: &str, e: io::Error| format!("{what}: {e}");
-        let names = dir.list().map_err(|e| io("listing the data directory", e))?;
+        let names = dir
+            .list()
+            .map_err(|e| io("listing the data directory", e))?;
         let mut rec = Recovered::default();
         for n in names.iter().filter(|n| n.ends_with(".tmp")) {
             // An interrupted snapshot: never referenced by the manifest.
@@ -115,14 +120,16 @@ impl<D: Dir> Store<D> {
         while segments.len() > 1 && segments[1].0 <= rec.snapshot_seq + 1 {
             let (_, n) = segments.remove(0);
             dir.remove(&n).map_err(|e| io(&n, e))?;
-            rec.notes.push(format!("removed {n}, older than the snapshot"));
+            rec.notes
+                .push(format!("removed {n}, older than the snapshot"));
         }
         let mut stop_after: Option<usize> = None;
         let count = segments.len();
         for (i, (_, name)) in segments.iter().enumerate() {
             if stop_after.is_some() {
                 dir.remove(name).map_err(|e| io(name, e))?;
-                rec.notes.push(format!("removed {name}, after a resume point"));
+                rec.notes
+                    .push(format!("removed {name}, after a resume point"));
                 continue;
             }
             let data = dir.read(name).map_err(|e| io(name, e))?;
@@ -144,7 +151,10 @@ impl<D: Dir> Store<D> {
                 match f.kind {
                     Kind::Batch => {
                         apply(f.payload).map_err(|e| {
-                            format!("{name}: record at offset {} cannot be applied: {e}", f.offset)
+                            format!(
+                                "{name}: record at offset {} cannot be applied: {e}",
+                                f.offset
+                            )
                         })?;
                         rec.records += 1;
                         rec.last_seq = f.seq;
@@ -453,12 +463,20 @@ fn load_snapshot(
     let mut frames = frames.into_iter();
     match frames.next() {
         Some(f) if f.kind == Kind::SnapBegin && f.seq == seq => {}
-        _ => return Err(format!("{name}: does not begin with the snapshot header for seq {seq}")),
+        _ => {
+            return Err(format!(
+                "{name}: does not begin with the snapshot header for seq {seq}"
+            ))
+        }
     }
     for f in frames {
         match f.kind {
-            Kind::SnapChunk => apply(f.payload)
-                .map_err(|e| format!("{name}: chunk at offset {} cannot be applied: {e}", f.offset))?,
+            Kind::SnapChunk => apply(f.payload).map_err(|e| {
+                format!(
+                    "{name}: chunk at offset {} cannot be applied: {e}",
+                    f.offset
+                )
+            })?,
             Kind::SnapEnd if f.end == data.len() && f.payload.len() == 8 => {
                 return Ok(u64::from_le_bytes(f.payload.try_into().expect("8 bytes")));
             }
@@ -482,10 +500,16 @@ mod tests {
             Ok(self.0.keys().cloned().collect())
         }
         fn read(&mut self, name: &str) -> io::Result<Vec<u8>> {
-            self.0.get(name).cloned().ok_or(io::ErrorKind::NotFound.into())
+            self.0
+                .get(name)
+                .cloned()
+                .ok_or(io::ErrorKind::NotFound.into())
         }
         fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
-            self.0.entry(name.into()).or_default().extend_from_slice(data);
+            self.0
+                .entry(name.into())
+                .or_default()
+                .extend_from_slice(data);
             Ok(())
         }
         fn sync(&mut self, _: &str) -> io::Result<()> {
@@ -498,7 +522,10 @@ mod tests {
             Ok(())
         }
         fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
-            let f = self.0.remove(from).ok_or(io::Error::from(io::ErrorKind::NotFound))?;
+            let f = self
+                .0
+                .remove(from)
+                .ok_or(io::Error::from(io::ErrorKind::NotFound))?;
             self.0.insert(to.into(), f);
             Ok(())
         }
@@ -537,7 +564,15 @@ mod tests {
             s.sync().unwrap();
         }
         let (seen, r) = recover(&mut d).unwrap();
-        assert_eq!(seen, vec![b"c1".to_vec(), b"c2".to_vec(), b"r6".to_vec(), b"r7".to_vec()]);
+        assert_eq!(
+            seen,
+            vec![
+                b"c1".to_vec(),
+                b"c2".to_vec(),
+                b"r6".to_vec(),
+                b"r7".to_vec()
+            ]
+        );
         assert_eq!((r.last_seq, r.snapshot_seq, r.snapshot_keys), (7, 5, 2));
         assert!(!d.0.keys().any(|n| n == "log-00000000000000000001.aof"));
         // Continue writing after recovery; then tear the tail.

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 
 use crate::cluster::{LinkStats, PeerQueue, MAX_FRAME_BYTES};
 use crate::disk::LocalDir;
-use lattice_persist::Persister;
 use crate::event_loop::{LoopHandle, Mail, Slot};
+use lattice_persist::Persister;
 
 pub struct Host {
     pub node: Node,

@@ -370,9 +370,7 @@ async fn run(s: Settings) -> Result<(), String> {
         let started = std::time::Instant::now();
         let (p, loaded) =
             lattice_persist::Persister::recover(disk::LocalDir::new(&s.dir), &mut node, now)
-                .map_err(|e| {
-                    format!("cannot load the data directory {}: {e}", s.dir.display())
-                })?;
+                .map_err(|e| format!("cannot load the data directory {}: {e}", s.dir.display()))?;
         for note in &loaded.notes {
             tracing::warn!("recovery: {note}");
         }
