@@ -407,7 +407,7 @@ impl Run {
         // not (for its key, the write after the recovered version).
         let mut last_in = 0usize;
         let mut first_out = usize::MAX;
-        let mut seen = vec![false; KEYS + 1];
+        let mut seen = [false; KEYS + 1];
         for (pos, &(key, v)) in self.executed.iter().enumerate() {
             if v <= found[key] {
                 if v == found[key] {

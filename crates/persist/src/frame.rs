@@ -88,7 +88,7 @@ fn decode_at(data: &[u8], at: usize) -> Result<Frame<'_>, String> {
     }
     let body_len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-    if body_len < FRAME_HEADER - 8 || body_len > MAX_PAYLOAD {
+    if !(FRAME_HEADER - 8..=MAX_PAYLOAD).contains(&body_len) {
         return Err(format!("implausible frame length {body_len}"));
     }
     if rest.len() - 8 < body_len {
