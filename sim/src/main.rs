@@ -316,28 +316,6 @@ fn main() -> ExitCode {
             }
         };
     }
-    if args.durability {
-        let (lo, hi) = match (&args.seed, &args.seeds) {
-            (Some(s), None) => (*s, *s + 1),
-            (None, Some(r)) => match parse_range(r) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            },
-            _ => (0, 100),
-        };
-        return durability_swarm(lo, hi, args.jobs);
-    }
-    let opts = RunOpts {
-        strict: args.strict,
-        replicated: args.replicated,
-        print_trace: args.trace,
-        record_hashes: false,
-        capture: None,
-        tail: args.tail,
-    };
     let (lo, hi) = match (&args.seed, &args.seeds) {
         (Some(s), None) => (*s, *s + 1),
         (None, Some(r)) => match parse_range(r) {
@@ -351,6 +329,17 @@ fn main() -> ExitCode {
             eprintln!("give --seed N or --seeds A..B");
             return ExitCode::from(2);
         }
+    };
+    if args.durability {
+        return durability_swarm(lo, hi, args.jobs);
+    }
+    let opts = RunOpts {
+        strict: args.strict,
+        replicated: args.replicated,
+        print_trace: args.trace,
+        record_hashes: false,
+        capture: None,
+        tail: args.tail,
     };
     let single = hi - lo == 1;
     if single {
