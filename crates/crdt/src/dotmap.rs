@@ -28,9 +28,10 @@ impl<P> DotMap<P> {
     /// The map holding `dot -> payload` alone.
     #[must_use]
     pub fn single(dot: Dot, payload: P) -> DotMap<P> {
-        let mut entries = Vec::with_capacity(1);
-        entries.push((dot, payload));
-        DotMap { entries }
+        // `vec!` of one element allocates exactly one.
+        DotMap {
+            entries: vec![(dot, payload)],
+        }
     }
 
     fn find(&self, dot: Dot) -> Result<usize, usize> {
