@@ -1148,9 +1148,9 @@ mod tests {
     }
 
     fn host(id: u32) -> Arc<Shared> {
-        use crate::host::{wall_clock_us, Host};
+        use crate::host::{clock_us, Host};
         use lattice_node::{Buggify, Config, Micros, Node};
-        let now = Micros(wall_clock_us());
+        let now = Micros(clock_us());
         let mut config = Config::default();
         config.node_id = id;
         config.cluster_size = 2;

@@ -93,6 +93,17 @@ impl<E> KeyMap<E> {
         key: &[u8],
         fresh: impl FnOnce() -> E,
     ) -> &mut E {
+        self.get_or_insert_keyed(hash, key, fresh).1
+    }
+
+    /// [`KeyMap::get_or_insert_with`], also handing out the map's own copy of the key (a
+    /// reference-counted clone of it costs no allocation).
+    pub fn get_or_insert_keyed(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        fresh: impl FnOnce() -> E,
+    ) -> (&Bytes, &mut E) {
         debug_assert_eq!(hash, lattice_store::key_hash(key));
         if self.tables.is_empty() {
             // Allocated on first use: a node that never replicates pays nothing.
@@ -104,20 +115,23 @@ impl<E> KeyMap<E> {
             |s| s.hash == hash && s.key[..] == *key,
             |s| table_hash(s.hash),
         ) {
-            hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().entry,
+            hashbrown::hash_table::Entry::Occupied(o) => {
+                let slot = o.into_mut();
+                (&slot.key, &mut slot.entry)
+            }
             hashbrown::hash_table::Entry::Vacant(v) => {
                 self.len += 1;
                 let leaf = &mut self.leaves[leaf_of(hash)];
                 let at = leaf.partition_point(|&h| h < hash);
                 leaf.insert(at, hash);
-                &mut v
+                let slot = v
                     .insert(Slot {
                         hash,
                         key: Bytes::copy_from_slice(key),
                         entry: fresh(),
                     })
-                    .into_mut()
-                    .entry
+                    .into_mut();
+                (&slot.key, &mut slot.entry)
             }
         }
     }

@@ -325,7 +325,7 @@ impl Replicator {
             return; // nothing known, nothing to remove
         }
         let frontier = &self.frontier;
-        let entry = self.keys.get_or_insert_with(h, key, KeyEntry::fresh);
+        let (shared_key, entry) = self.keys.get_or_insert_keyed(h, key, KeyEntry::fresh);
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
             node: self.node,
@@ -342,14 +342,16 @@ impl Replicator {
         let digest = key_digest(key, &entry.state, &mut self.scratch);
         self.merkle.update(merkle::leaf_of(h), entry.digest, digest);
         entry.digest = digest;
-        if !entry.gc_queued {
+        // A state in compact form holds nothing GC could drop: only the others wait for it.
+        if !entry.gc_queued && !entry.state.is_compact() {
             entry.gc_queued = true;
-            self.gc_queue.push((h, Bytes::copy_from_slice(key)));
+            self.gc_queue.push((h, shared_key.clone()));
         }
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
         }
-        if !self.pending.push(h, key, delta, MAX_QUEUED_KEYS) {
+        let shared_key = shared_key.clone();
+        if !self.pending.push(h, shared_key, delta, MAX_QUEUED_KEYS) {
             self.pending.clear();
             for p in self.peers.values_mut() {
                 p.needs_ae = true;
@@ -785,12 +787,12 @@ impl Replicator {
             let h = hashes[i];
             let frontier = &self.frontier;
             let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
-            if !entry.gc_queued {
+            let before = entry.digest;
+            entry.state.merge(frontier, &st);
+            if !entry.gc_queued && !entry.state.is_compact() {
                 entry.gc_queued = true;
                 self.gc_queue.push((h, b.key.clone()));
             }
-            let before = entry.digest;
-            entry.state.merge(frontier, &st);
             let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
             entry.digest = digest;
             if digest != before {
@@ -1038,11 +1040,11 @@ impl PendingDeltas {
 
     /// Queues `delta` for `key`, merging it into a queued delta of the same key. Returns false
     /// (and queues nothing) when a new key would exceed `bound` keys.
-    fn push(&mut self, hash: u64, key: &[u8], delta: Full, bound: usize) -> bool {
+    fn push(&mut self, hash: u64, key: Bytes, delta: Full, bound: usize) -> bool {
         let (queue, popped) = (&self.queue, self.popped);
         let found = self
             .index
-            .find(hash, |&(h, n)| h == hash && queue[n - popped].1[..] == *key);
+            .find(hash, |&(h, n)| h == hash && queue[n - popped].1 == key);
         if let Some(&(_, n)) = found {
             self.queue[n - self.popped].2.merge(&delta);
             return true;
@@ -1051,8 +1053,7 @@ impl PendingDeltas {
             return false;
         }
         let n = self.popped + self.queue.len();
-        self.queue
-            .push_back((hash, Bytes::copy_from_slice(key), delta));
+        self.queue.push_back((hash, key, delta));
         self.index.insert_unique(hash, (hash, n), |&(h, _)| h);
         true
     }
