@@ -10,6 +10,8 @@ Vocabulary:
 Every other acknowledged write must be visible in the final state as its rule says.
 """
 
+import json
+
 MAX_ERRORS = 20
 
 
@@ -108,7 +110,7 @@ def check_convergence(states, converged):
     differing = 0
     for key in keys:
         vals = {i: states[i].get(key) for i in good}
-        if len({repr(v) for v in vals.values()}) > 1:
+        if len({json.dumps(v, sort_keys=True) for v in vals.values()}) > 1:
             differing += 1
             if len(r.errors) < MAX_ERRORS:
                 r.error("%s differs after the final heal: %s" % (

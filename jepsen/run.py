@@ -645,7 +645,7 @@ class Run:
                         state[key] = sorted(c.call("SMEMBERS", key))
                     elif w == "hash":
                         r = c.call("HGETALL", key)
-                        state[key] = dict(zip(r[0::2], r[1::2]))
+                        state[key] = dict(sorted(zip(r[0::2], r[1::2])))
                     else:
                         state[key] = c.call("LRANGE", key, 0, -1)
         finally:
