@@ -84,7 +84,8 @@ def check_all(run, states, converged):
     res["set"] = check_sets(run, first, by_key, sure)
     res["register"] = check_registers(run, first, by_key, sure)
     res["list"] = check_lists(run, first, by_key, sure)
-    res["monotonic"] = check_monotonic(ops)
+    if "set" in run.workloads or "list" in run.workloads:
+        res["monotonic"] = check_monotonic(ops)
     res = {k: v for k, v in res.items() if v is not None}
     stats = {"ops": len(ops), "ok": sum(o["type"] == "ok" for o in ops),
              "fail": sum(o["type"] == "fail" for o in ops),
@@ -162,7 +163,7 @@ def check_counter_cell(r, label, final, ops, sure, maybe):
                     label, got, sum(sure(o) for o in writes), acked, len(unsure),
                     "[%d, %d]" % (sum(v for v in unsure if v < 0), sum(v for v in unsure if v > 0))
                     if unsure else "nothing",
-                    "%d of acknowledged increments lost" % -extra if extra < 0 else
+                    "acknowledged increments worth %d are missing" % -extra if extra < 0 else
                     "%d more than was ever added" % extra))
 
 

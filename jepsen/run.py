@@ -603,15 +603,19 @@ class Run:
         elif p == "lose-push" and f == "lpush" and st["done"] < 5 and client.rng.random() < 0.2:
             client.conn.call("LREM", key, 0, v)
             st["done"] += 1
-        elif (p == "stale-register" and f == "get" and key.startswith("register:") and res
-              and st["done"] < 5 and client.rng.random() < 0.2):
-            # A node that brings back a value after newer acknowledged writes replaced it: the
-            # runner remembers a value it read and, later, re-sends it without recording.
-            st.setdefault("old", []).append((key, res))
-            if len(st["old"]) > 20:
-                k, old = st["old"].pop(0)
-                client.conn.call("SET", k, old)
-                st["done"] += 1
+
+    def plant_stale_register(self):
+        """A node that brings back an old value: after the clients stopped, each register is
+        set again, unrecorded, to its first acknowledged value, which later acknowledged
+        writes had replaced."""
+        firsts = {}
+        for rec in self.history.ops:
+            if rec["type"] == "ok" and rec["f"] == "set" and rec["key"] not in firsts:
+                firsts[rec["key"]] = rec["value"]
+        log("  planted stale-register: %d registers set back to their first value" %
+            len(firsts))
+        for key, v in sorted(firsts.items()):
+            call_once(1, "SET", key, v)
 
     def plant_amnesia(self):
         """A node that silently loses its state: node 1 is isolated, killed and restarted
@@ -711,6 +715,8 @@ class Run:
             self.stop_clients.set()
             for c in clients:
                 c.join(timeout=5)
+            if self.plant == "stale-register":
+                self.plant_stale_register()
             t_end = self.history.now()
             states, conv_ms, converged = self.final_states(10 if self.plant == "no-final-heal"
                                                            else 60)
