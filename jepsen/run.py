@@ -834,6 +834,8 @@ def suite(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+    rp = sub.add_parser("report", help="re-render a run directory's index.html and plots")
+    rp.add_argument("dir")
     for name in ("run", "suite"):
         s = sub.add_parser(name)
         s.add_argument("--seed", type=int)
@@ -859,6 +861,12 @@ def main():
             s.add_argument("--planted-bin",
                            default=os.path.join(ROOT, "target/planted/release/lattice-server"))
     args = p.parse_args()
+    if args.cmd == "report":
+        with open(os.path.join(args.dir, "history.jsonl")) as f:
+            ops = [json.loads(line) for line in f]
+        with open(os.path.join(args.dir, "results.json")) as f:
+            report.write_run(args.dir, ops, json.load(f))
+        return 0
     if os.geteuid() != 0:
         raise SystemExit("the fault tests need root (network namespaces, iptables)")
 
