@@ -86,6 +86,7 @@ def check_all(run, states, converged):
     res["list"] = check_lists(run, first, by_key, sure)
     if "set" in run.workloads or "list" in run.workloads:
         res["monotonic"] = check_monotonic(ops)
+    res["heals"] = check_heals(run.convergence)
     res = {k: v for k, v in res.items() if v is not None}
     stats = {"ops": len(ops), "ok": sum(o["type"] == "ok" for o in ops),
              "fail": sum(o["type"] == "fail" for o in ops),
@@ -360,3 +361,16 @@ def check_monotonic(ops):
             prev = (rd, cur)
     r.stats = {"reads": checked}
     return r.out("%d set/list reads: no client saw an element disappear from its node" % checked)
+
+
+def check_heals(conv):
+    """After each heal, every node holds the markers written on every reachable node just
+    before it, within 40 s (the runner's bound)."""
+    r = Result("heals")
+    for c in conv:
+        if c["ms"] is None:
+            r.error("after heal %d (%s) the nodes did not all hold the pre-heal markers within "
+                    "40 s" % (c["step"] + 1, c["nemesis"]))
+    ms = [c["ms"] for c in conv if c["ms"] is not None]
+    return r.out("%d heals, each converged within 40 s (max %s ms)" % (
+        len(conv), max(ms) if ms else "-"))
