@@ -412,7 +412,8 @@ class Run:
 
     def replay_command(self):
         a = self.args
-        cmd = ["python3", "jepsen/run.py", "run", "--nodes", str(self.n), "--nemesis", a.nemesis,
+        py = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else "python3"
+        cmd = [py, "jepsen/run.py", "run", "--nodes", str(self.n), "--nemesis", a.nemesis,
                "--seed", str(self.seed), "--workloads", a.workloads, "--steps", str(a.steps),
                "--fault-s", str(a.fault_s), "--quiet-s", str(a.quiet_s), "--keys", str(a.keys),
                "--bin", os.path.relpath(self.bin, ROOT)]
