@@ -71,6 +71,7 @@ def check_all(run, states, converged):
     killed = {(k["node"], k["inc"]) for k in run.kills}
     for op in ops:
         op["at_risk"] = op["type"] == "ok" and (op["node"], op.get("inc")) in killed
+    rescued = rescue_replicated(ops, {(k["node"], k["inc"]): k["time"] for k in run.kills})
     sure = lambda op: op["type"] == "ok" and not op["at_risk"]  # noqa: E731
     maybe = lambda op: op["type"] == "info" or op["at_risk"]  # noqa: E731
     first = next((s for s in states.values() if "__error__" not in s), {})
@@ -91,8 +92,56 @@ def check_all(run, states, converged):
     stats = {"ops": len(ops), "ok": sum(o["type"] == "ok" for o in ops),
              "fail": sum(o["type"] == "fail" for o in ops),
              "info": sum(o["type"] == "info" for o in ops),
-             "at_risk": sum(o["at_risk"] for o in ops)}
+             "at_risk": sum(o["at_risk"] for o in ops),
+             "at_risk_seen_elsewhere_before_kill": rescued}
     return {"valid": all(r["valid"] for r in res.values()), "checkers": res, "stats": stats}
+
+
+def written_value(op):
+    if op["f"] in ("sadd", "lpush", "set"):
+        return op["value"]
+    if op["f"] == "hset":
+        return op["value"][1]
+    return None
+
+
+def read_values(op):
+    res = op.get("result")
+    if isinstance(res, list):
+        return res
+    if isinstance(res, dict):
+        return list(res.values())
+    if isinstance(res, str):
+        return [res]
+    return []
+
+
+def rescue_replicated(ops, kill_time):
+    """An at-risk write whose unique value was returned, before the kill, by a read on a node
+    incarnation that was never killed had reached a replica that kept it: it is held to the
+    full promise again.
+    Counter deltas carry no identity and stay at risk."""
+    pending = {}
+    for op in ops:
+        v = written_value(op) if op["at_risk"] else None
+        if v is not None:
+            pending[v] = op
+    if not pending:
+        return 0
+    keys = set(pending)
+    n = 0
+    for rd in ops:
+        if rd["type"] != "ok" or rd["f"] not in ("get", "smembers", "lrange", "hgetall"):
+            continue
+        hit = keys.intersection(read_values(rd))
+        for v in hit:
+            w = pending[v]
+            if ((rd["node"], rd.get("inc")) not in kill_time and
+                    rd["complete"] < kill_time[(w["node"], w.get("inc"))] and w["at_risk"]):
+                w["at_risk"] = False
+                n += 1
+        keys -= {v for v in hit if not pending[v]["at_risk"]}
+    return n
 
 
 def short(v, n=80):

@@ -723,6 +723,8 @@ class Run:
                                                            else 60)
             log("final state %s after %.0f ms" % ("agreed" if converged else "DISAGREES",
                                                   conv_ms))
+            with open(os.path.join(self.dir, "final-state.json"), "w") as f:
+                json.dump({str(k): v for k, v in states.items()}, f)
             results = checkers.check_all(self, states, converged)
             results["final_convergence_ms"] = conv_ms
             results["end_time"] = t_end
@@ -744,7 +746,8 @@ class Run:
                 "plant": self.plant, "binary": self.bin, "replay": self.replay_command(),
                 "events": self.events, "kills": self.kills, "convergence": self.convergence,
                 "clock_checks": self.clock_checks, "faketime": self.faketime,
-                "ops": len(self.history.ops), "dir": self.dir}
+                "ops": len(self.history.ops), "dir": self.dir,
+                "workloads": self.workloads}
         results["meta"] = meta
         with open(os.path.join(self.dir, "results.json"), "w") as f:
             json.dump(results, f, indent=1, default=str)
@@ -832,11 +835,35 @@ def suite(args):
     return 0 if ok else 1
 
 
+def recheck(d):
+    """Checks a saved run again (history.jsonl, final-state.json, results.json's meta)."""
+    with open(os.path.join(d, "results.json")) as f:
+        old = json.load(f)
+    meta = old["meta"]
+    with open(os.path.join(d, "history.jsonl")) as f:
+        ops = [json.loads(line) for line in f]
+    with open(os.path.join(d, "final-state.json")) as f:
+        states = {int(k): v for k, v in json.load(f).items()}
+    wl = meta.get("workloads") or WORKLOADS
+    fake = argparse.Namespace(history=argparse.Namespace(ops=ops), kills=meta["kills"],
+                              convergence=meta["convergence"], workloads=wl)
+    vals = [v for v in states.values()]
+    res = checkers.check_all(fake, states, all(v == vals[0] for v in vals))
+    for name, r in res["checkers"].items():
+        print("%-12s %s %s" % (name, "valid" if r["valid"] else "INVALID", r["summary"]))
+        for e in r["errors"][:5]:
+            print("    " + e)
+    print(json.dumps(res["stats"]))
+    return 0 if res["valid"] else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     rp = sub.add_parser("report", help="re-render a run directory's index.html and plots")
     rp.add_argument("dir")
+    cp = sub.add_parser("check", help="re-run the checkers on a run directory's saved history")
+    cp.add_argument("dir")
     for name in ("run", "suite"):
         s = sub.add_parser(name)
         s.add_argument("--seed", type=int)
@@ -868,6 +895,8 @@ def main():
         with open(os.path.join(args.dir, "results.json")) as f:
             report.write_run(args.dir, ops, json.load(f))
         return 0
+    if args.cmd == "check":
+        return recheck(args.dir)
     if os.geteuid() != 0:
         raise SystemExit("the fault tests need root (network namespaces, iptables)")
 
