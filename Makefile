@@ -141,8 +141,11 @@ jepsen-quick: jepsen-deps
 ## The matrix: 3 and 5 nodes x every nemesis alone and three combinations, then the canaries.
 jepsen: jepsen-deps
 	$(CARGO) build --release -p lattice-server
-	$(JEPSEN_PY) jepsen/run.py suite full $(JEPSEN_SEED_ARG)
-	$(MAKE) jepsen-canaries
+	CARGO_TARGET_DIR=target/planted $(CARGO) build --release -p lattice-server --features lattice-node/planted-bug
+	status=0; \
+	$(JEPSEN_PY) jepsen/run.py suite full $(JEPSEN_SEED_ARG) || status=1; \
+	$(JEPSEN_PY) jepsen/run.py suite canaries $(JEPSEN_SEED_ARG) || status=1; \
+	exit $$status
 
 ## Each checker shown to fail: the node's planted-bug build (its own target dir) and the runner's
 ## planted faults. Passes when every canary run is reported invalid.

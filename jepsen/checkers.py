@@ -13,6 +13,7 @@ Every other acknowledged write must be visible in the final state as its rule sa
 import json
 
 MAX_ERRORS = 20
+WHERE = "on every node"  # where the final state the checkers read came from
 
 
 def pair(history):
@@ -74,7 +75,10 @@ def check_all(run, states, converged):
     rescued = rescue_replicated(ops, {(k["node"], k["inc"]): k["time"] for k in run.kills})
     sure = lambda op: op["type"] == "ok" and not op["at_risk"]  # noqa: E731
     maybe = lambda op: op["type"] == "info" or op["at_risk"]  # noqa: E731
-    first = next((s for s in states.values() if "__error__" not in s), {})
+    first_id = next((i for i in sorted(states) if "__error__" not in states[i]), None)
+    first = states[first_id] if first_id is not None else {}
+    global WHERE
+    WHERE = "on every node" if converged else "on node %s (the nodes disagree)" % first_id
     by_key = {}
     for op in ops:
         by_key.setdefault(op["key"], []).append(op)
@@ -208,13 +212,14 @@ def check_counter_cell(r, label, final, ops, sure, maybe):
     else:
         ok = extra in sums
     if not ok:
-        r.error("%s reads %d on every node, but its %d acknowledged increments sum to %d and "
+        r.error("%s reads %d %s, but its %d acknowledged increments sum to %d and "
                 "its %d indeterminate ones can add only %s: %s" % (
-                    label, got, sum(sure(o) for o in writes), acked, len(unsure),
+                    label, got, WHERE, sum(sure(o) for o in writes), acked, len(unsure),
                     "[%d, %d]" % (sum(v for v in unsure if v < 0), sum(v for v in unsure if v > 0))
                     if unsure else "nothing",
                     "acknowledged increments worth %d are missing" % -extra if extra < 0 else
-                    "%d more than was ever added" % extra))
+                    "%d more than they allow (an increment counted twice, or a lost decrement)"
+                    % extra))
 
 
 def check_counters(run, state, by_key, sure, maybe):
@@ -404,7 +409,7 @@ def check_monotonic(ops):
                         if not any(t < rd["complete"] for t in srem_inv.get((key, x), []))]
                 if gone:
                     r.error("client %d on node %d read %s at %.3f s with %d elements, then at "
-                            "%.3f s %d of them were gone (e.g. %r) with no SREM sent" % (
+                            "%.3f s %d of them were gone (e.g. %r) with no removal sent" % (
                                 proc, node, key, prev[0]["complete"], len(prev[1]),
                                 rd["complete"], len(gone), sorted(gone)[0]))
             prev = (rd, cur)

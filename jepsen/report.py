@@ -190,6 +190,22 @@ def write_suite(out, name, rows):
         ", %d did not converge within 40 s" % missing if missing else "")) if conv else \
         "no heals"
     lines.append(stat)
+    by_kind = {}
+    for c in conv:
+        by_kind.setdefault(c["nemesis"], []).append(c["ms"])
+    kind_rows = []
+    for k in sorted(by_kind):
+        xs = [x for x in by_kind[k] if x is not None]
+        line = "  %-40s %3d heals  p50 %8s  p99 %8s  max %8s  not converged %d" % (
+            k, len(by_kind[k]), pct(xs, 50), pct(xs, 99), max(xs) if xs else None,
+            len(by_kind[k]) - len(xs))
+        lines.append(line)
+        kind_rows.append("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td>"
+                         "</tr>" % (html.escape(k), len(by_kind[k]), pct(xs, 50), pct(xs, 99),
+                                    max(xs) if xs else None, len(by_kind[k]) - len(xs)))
+    kinds_html = ("<h2>Convergence by nemesis (ms)</h2><table><tr><th>nemesis</th><th>heals</th>"
+                  "<th>p50</th><th>p99</th><th>max</th><th>not within 40 s</th></tr>%s</table>"
+                  % "".join(kind_rows)) if kind_rows else ""
     if plt is not None and ms:
         fig, ax = plt.subplots(figsize=(8, 3.5))
         ax.hist(ms, bins=30, color="#2a9d8f")
@@ -203,8 +219,8 @@ def write_suite(out, name, rows):
 body{font-family:sans-serif;max-width:1100px;margin:1em auto} td,th{border:1px solid #ccc;
 padding:3px 6px} table{border-collapse:collapse} .ok{color:#2a7} .bad{color:#c22}</style>
 </head><body><h1>suite %s</h1><p>%s</p><table><tr><th>run</th><th>seed</th><th>nodes</th>
-<th>result</th><th>invalid checkers</th><th>wall s</th></tr>%s</table>%s</body></html>""" % (
-        name, name, html.escape(stat), "".join(trs),
+<th>result</th><th>invalid checkers</th><th>wall s</th></tr>%s</table>%s%s</body></html>""" % (
+        name, name, html.escape(stat), "".join(trs), kinds_html,
         "<p><img src=convergence.png></p>" if ms else "")
     with open(os.path.join(out, "index.html"), "w") as f:
         f.write(page)
