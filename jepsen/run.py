@@ -538,13 +538,13 @@ class Run:
         except (OSError, ConnectionError, RespError, ValueError) as e:
             self.clock_checks.append({"node": i, "offset_s": offset, "error": str(e)})
 
-    def probe(self, step):
-        """Writes a marker on every reachable node (before the heal); returns the keys written."""
+    def probe(self, step, when):
+        """Writes a marker on every reachable node; returns the keys written."""
         keys = []
         for i, node in self.nodes.items():
             if not node.alive() or node.paused:
                 continue
-            key = "probe:%d:%d" % (step, i)
+            key = "probe:%d:%s:%d" % (step, when, i)
             try:
                 call_once(i, "SET", key, "1")
                 keys.append(key)
@@ -584,11 +584,17 @@ class Run:
             if self.plant == "amnesia" and n == 0:
                 self.plant_amnesia()
             time.sleep(step["fault_s"])
-            keys = self.probe(n)
+            keys = self.probe(n, "before")
             t_heal = self.history.now()
+            t0 = time.monotonic()
             for f in step["faults"]:
                 self.heal(f)
+            # Writes made right after the heal must spread too: a node whose timers stalled
+            # (e.g. after its clock went back) holds them back even when the backlog arrived.
+            keys += self.probe(n, "after")
             ms = self.wait_markers(keys)
+            if ms is not None:
+                ms = round((time.monotonic() - t0) * 1000, 1)
             self.convergence.append({"step": n, "nemesis": label, "ms": ms})
             self.events.append({"step": n, "nemesis": label, "start": t_start, "heal": t_heal,
                                 "faults": step["faults"], "converged_ms": ms})
