@@ -528,6 +528,7 @@ class Run:
         elif k.startswith("clock"):
             self.check_clock(f["victim"], f["offset_s"])
             self.nodes[f["victim"]].set_clock(0)
+            time.sleep(1.2)  # libfaketime re-reads the offset once a second
 
     def check_clock(self, i, offset):
         """Whether libfaketime moved the node's wall clock: TIME against ours."""
@@ -586,9 +587,9 @@ class Run:
             time.sleep(step["fault_s"])
             keys = self.probe(n, "before")
             t_heal = self.history.now()
-            t0 = time.monotonic()
             for f in step["faults"]:
                 self.heal(f)
+            t0 = time.monotonic()
             # Writes made right after the heal must spread too: a node whose timers stalled
             # (e.g. after its clock went back) holds them back even when the backlog arrived.
             keys += self.probe(n, "after")
