@@ -24,6 +24,11 @@ def shade(ax, events):
         seen.add(e["nemesis"])
         ax.axvspan(e["start"], e["heal"], color=COLORS.get(kind, "#cccccc"), alpha=0.3,
                    label=label)
+        if e.get("converged_ms"):
+            ax.axvspan(e["heal"], e["heal"] + e["converged_ms"] / 1000.0, facecolor="none",
+                       edgecolor="#aaaaaa", hatch="//", linewidth=0, alpha=0.6,
+                       label="heal until converged" if "conv" not in seen else None)
+            seen.add("conv")
         ax.text(e["start"], 1.0, " " + e["nemesis"], transform=ax.get_xaxis_transform(),
                 fontsize=7, va="top", rotation=90)
 
@@ -49,20 +54,24 @@ def plots(d, ops, results):
     files = []
     # Latency over time.
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    for typ, color, marker in (("ok", None, "."), ("fail", "#d62828", "x"),
-                               ("info", "#6a040f", "v")):
-        for kind, c in (("write", "#1d3557"), ("read", "#2a9d8f")):
+    styles = {("write", "ok"): ("#1d4ed8", "."), ("read", "ok"): ("#16a34a", "."),
+              ("write", "fail"): ("#d62828", "x"), ("read", "fail"): ("#7f1d1d", "x"),
+              ("write", "info"): ("#d62828", "v"), ("read", "info"): ("#111111", "^")}
+    for typ in ("ok", "fail", "info"):
+        for kind in ("write", "read"):
+            color, marker = styles[(kind, typ)]
             pts = [(i["time"], (c2["time"] - i["time"]) * 1000) for i, c2 in ps
                    if c2["type"] == typ and ((i["f"] in WRITE_F) == (kind == "write"))]
             if pts:
-                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=3 if typ == "ok" else 12,
-                           marker=marker, color=color or c, alpha=0.5 if typ == "ok" else 0.9,
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=3 if typ == "ok" else 14,
+                           marker=marker, color=color, alpha=0.4 if typ == "ok" else 0.9,
                            label="%s %s (%d)" % (kind, typ, len(pts)))
     shade(ax, events)
     ax.set_yscale("log")
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("latency (ms, log)")
-    ax.set_title("Request latency; shaded: fault windows (start to heal)")
+    ax.set_title("Request latency; shaded: fault windows (start to heal); hatched: heal until "
+                 "converged")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(os.path.join(d, "latency.png"), dpi=110)
@@ -80,7 +89,7 @@ def plots(d, ops, results):
     shade(ax, events)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("completed requests / s")
-    ax.set_title("Throughput by outcome; shaded: fault windows")
+    ax.set_title("Throughput by outcome; shaded: fault windows; hatched: heal until converged")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(os.path.join(d, "throughput.png"), dpi=110)
