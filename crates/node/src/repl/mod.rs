@@ -50,7 +50,7 @@ use lattice_store::Value;
 use hashbrown::HashTable;
 
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Intent, KeyState, Stamper};
+use self::state::{Full, Intent, KeyState, Stamper};
 use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -129,9 +129,9 @@ struct KeyEntry {
 }
 
 impl KeyEntry {
-    fn fresh(frontier: &VersionVector) -> KeyEntry {
+    fn fresh() -> KeyEntry {
         KeyEntry {
-            state: fresh_state(frontier),
+            state: KeyState::default(),
             digest: 0,
             gc_queued: false,
         }
@@ -316,9 +316,7 @@ impl Replicator {
             return; // nothing known, nothing to remove
         }
         let frontier = &self.frontier;
-        let entry = self
-            .keys
-            .get_or_insert_with(h, key, || KeyEntry::fresh(frontier));
+        let entry = self.keys.get_or_insert_with(h, key, KeyEntry::fresh);
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
             node: self.node,
@@ -326,8 +324,10 @@ impl Replicator {
             counter: &mut self.counter,
             issued: &mut self.seen,
         };
-        let delta = entry.state.capture(now_value, intent, overwrote, &mut st);
-        if delta == KeyState::default() {
+        let delta = entry
+            .state
+            .capture(frontier, now_value, intent, overwrote, &mut st);
+        if delta == Full::default() {
             return; // unchanged: no new metadata, nothing to send
         }
         let digest = key_digest(key, &entry.state, &mut self.scratch);
@@ -753,7 +753,7 @@ impl Replicator {
                     self.keys.prefetch(hashes[j], &entries[j].key);
                 }
             }
-            let Ok(st) = state::codec().deserialize::<KeyState>(&b.state) else {
+            let Ok(st) = state::codec().deserialize::<Full>(&b.state) else {
                 self.stats.bad_messages += 1;
                 continue;
             };
@@ -767,22 +767,20 @@ impl Replicator {
             }
             let h = hashes[i];
             let frontier = &self.frontier;
-            let entry = self
-                .keys
-                .get_or_insert_with(h, &b.key, || KeyEntry::fresh(frontier));
+            let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
             if !entry.gc_queued {
                 entry.gc_queued = true;
                 self.gc_queue.push((h, b.key.clone()));
             }
             let before = entry.digest;
-            entry.state.merge(&st);
+            entry.state.merge(frontier, &st);
             let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
             entry.digest = digest;
             if digest != before {
                 self.merkle.update(merkle::leaf_of(h), before, digest);
                 changed.push(b.key.clone());
             }
-            if !deltas && digest == key_digest(&b.key, &st, &mut self.scratch) {
+            if !deltas && Some(digest) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
                 in_sync.push(b.key.clone());
             }
         }
@@ -864,7 +862,8 @@ impl Replicator {
                 if skip.contains(k) {
                     continue;
                 }
-                let blob = encode_state(&e.state, &mut self.scratch);
+                e.state.encode_into(&self.frontier, &mut self.scratch);
+                let blob = Bytes::copy_from_slice(&self.scratch);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
                     key: k.clone(),
@@ -959,25 +958,8 @@ impl Replicator {
     }
 }
 
-/// The state of a key this replica holds nothing for: everything at or below the GC frontier
-/// counts as seen (and, since nothing is held, removed).
-fn fresh_state(frontier: &VersionVector) -> KeyState {
-    let mut s = KeyState::default();
-    if !frontier.is_empty() {
-        s.gc(frontier);
-    }
-    s
-}
-
-/// `scratch` is a reused buffer: serializing into it skips bincode's separate size pass and
-/// the allocation of a buffer per key.
-fn encode_state(st: &KeyState, scratch: &mut Vec<u8>) -> Bytes {
-    encode_state_into(st, scratch);
-    Bytes::copy_from_slice(scratch)
-}
-
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
-fn encode_state_into(st: &KeyState, scratch: &mut Vec<u8>) {
+fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
     state::codec()
         .serialize_into(&mut *scratch, st)
@@ -1010,7 +992,7 @@ pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
 #[derive(Default)]
 struct PendingDeltas {
     /// (key hash, key, delta), oldest first.
-    queue: VecDeque<(u64, Bytes, KeyState)>,
+    queue: VecDeque<(u64, Bytes, Full)>,
     /// Entries taken from the front so far: `queue[i]` is entry number `popped + i`.
     popped: usize,
     /// The entry number of each queued key, hashed by its key hash.
@@ -1034,7 +1016,7 @@ impl PendingDeltas {
 
     /// Queues `delta` for `key`, merging it into a queued delta of the same key. Returns false
     /// (and queues nothing) when a new key would exceed `bound` keys.
-    fn push(&mut self, hash: u64, key: &[u8], delta: KeyState, bound: usize) -> bool {
+    fn push(&mut self, hash: u64, key: &[u8], delta: Full, bound: usize) -> bool {
         let (queue, popped) = (&self.queue, self.popped);
         let found = self
             .index
@@ -1054,7 +1036,7 @@ impl PendingDeltas {
     }
 
     /// The oldest queued delta.
-    fn pop_front(&mut self) -> Option<(Bytes, KeyState)> {
+    fn pop_front(&mut self) -> Option<(Bytes, Full)> {
         let (hash, key, delta) = self.queue.pop_front()?;
         let n = self.popped;
         self.popped += 1;
