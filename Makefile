@@ -133,7 +133,7 @@ jepsen-deps:
 	@[ -x $(JEPSEN_PY) ] && $(JEPSEN_PY) -c 'import matplotlib' 2>/dev/null || \
 	  { python3 -m venv target/jepsen-venv && $(JEPSEN_PY) -m pip install -q -r jepsen/requirements.txt; }
 
-## 3 nodes, every nemesis once (and one combination), every workload: about 90 s.
+## 3 nodes, every nemesis once (and one combination), every workload: about 110 s.
 jepsen-quick: jepsen-deps
 	$(CARGO) build --release -p lattice-server
 	$(JEPSEN_PY) jepsen/run.py suite quick $(JEPSEN_SEED_ARG)
