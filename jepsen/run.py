@@ -924,6 +924,7 @@ def main():
     def on_signal(signum, frame):
         raise KeyboardInterrupt()
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     if args.cmd == "run":
         res = Run(args).execute()
         return 0 if res["valid"] else 1
