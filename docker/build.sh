@@ -15,4 +15,4 @@ strip -o "$ctx/lattice-server" "$bin"
 cp docker/Dockerfile "$ctx/"
 docker build -q -t lattice-server:local "$ctx"
 size=$(docker image inspect lattice-server:local --format '{{.Size}}')
-echo "image lattice-server:local: $size bytes ($((size / 1024 / 1024)) MiB)"
+echo "image lattice-server:local: $size bytes ($((size / 1024)) KiB)"
