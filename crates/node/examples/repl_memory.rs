@@ -3,11 +3,19 @@
 //! live heap divided by the key count. Counts what the allocator was asked for (not its chunk
 //! rounding), so it isolates the node's own structures from malloc's behaviour.
 //!
+//! It also times every call into a node during the replicated load (a batch of 1,000 client
+//! SETs, one peer message, one timer tick) and prints the slowest of each kind: a call is what
+//! a server runs while it holds the node, so a slow one is a stall every client sees.
+//!
 //!   cargo run --release -p lattice-node --example repl_memory [KEYS]
+
+// A probe run by hand, outside the node: it may read the clock the node itself never reads.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, NodeId, Output};
@@ -83,9 +91,14 @@ fn main() {
         .map(|i| node(i, 3, Micros::from_millis(now_ms)))
         .collect();
     let mut wire: VecDeque<(usize, usize, Bytes)> = VecDeque::new();
-    let pump = |nodes: &mut Vec<Node>, wire: &mut VecDeque<(usize, usize, Bytes)>, now_ms: u64| loop {
+    // The slowest call per node and kind: 0 a client batch, 1 a peer message, 2 a timer.
+    let mut slowest = [[Duration::ZERO; 3]; 3];
+    let mut pump = |nodes: &mut Vec<Node>, slowest: &mut [[Duration; 3]; 3], now_ms: u64| loop {
+        let now = Micros::from_millis(now_ms);
         for (i, n) in nodes.iter_mut().enumerate() {
-            n.handle_timeout(Micros::from_millis(now_ms));
+            let t = Instant::now();
+            n.handle_timeout(now);
+            slowest[i][2] = slowest[i][2].max(t.elapsed());
             while let Some(o) = n.poll_output() {
                 if let Output::PeerSend { peer, data } = o {
                     wire.push_back((peer.0 as usize - 1, i, data));
@@ -95,36 +108,36 @@ fn main() {
         let Some((to, from, data)) = wire.pop_front() else {
             break;
         };
-        nodes[to].handle(
-            Micros::from_millis(now_ms),
-            Input::PeerMessage {
-                peer: NodeId(from as u32 + 1),
-                data,
-            },
-        );
+        let t = Instant::now();
+        let peer = NodeId(from as u32 + 1);
+        nodes[to].handle(now, Input::PeerMessage { peer, data });
+        slowest[to][1] = slowest[to][1].max(t.elapsed());
     };
-    for (i, chunk) in (0..keys).collect::<Vec<_>>().chunks(1000).enumerate() {
-        for k in chunk {
-            let args = vec![
-                Bytes::from_static(b"SET"),
-                Bytes::from(format!("key:{k:012}")),
-                value.clone(),
-            ];
-            nodes[0].handle(
-                Micros::from_millis(now_ms),
-                Input::Request {
-                    conn: ConnId(1),
-                    args,
-                },
-            );
+    let load = Instant::now();
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<Vec<Bytes>> = chunk
+            .iter()
+            .map(|k| {
+                vec![
+                    Bytes::from_static(b"SET"),
+                    Bytes::from(format!("key:{k:012}")),
+                    value.clone(),
+                ]
+            })
+            .collect();
+        let t = Instant::now();
+        for args in batch {
+            let conn = ConnId(1);
+            nodes[0].handle(Micros::from_millis(now_ms), Input::Request { conn, args });
         }
+        slowest[0][0] = slowest[0][0].max(t.elapsed());
         now_ms += 3;
-        let _ = i;
-        pump(&mut nodes, &mut wire, now_ms);
+        pump(&mut nodes, &mut slowest, now_ms);
     }
+    let load = load.elapsed();
     for _ in 0..400 {
         now_ms += 10;
-        pump(&mut nodes, &mut wire, now_ms);
+        pump(&mut nodes, &mut slowest, now_ms);
     }
     let digests: Vec<u64> = nodes.iter_mut().map(|n| n.replication_digest()).collect();
     assert!(
@@ -153,24 +166,17 @@ fn main() {
         );
     }
     println!("(all three: {:.1} B/key)", total as f64 / keys as f64);
-}
-#[allow(dead_code)]
-fn sizes() {
-    use lattice_crdt::*;
     println!(
-        "KeyState {}",
-        std::mem::size_of::<lattice_node::repl::state::KeyState>()
+        "replicated load: {:.2} s for all three nodes on one thread",
+        load.as_secs_f64()
     );
-    println!(
-        "OrMap<(),Reg> {}",
-        std::mem::size_of::<OrMap<(), lattice_node::repl::state::Reg>>()
-    );
-    println!(
-        "Reg {}",
-        std::mem::size_of::<lattice_node::repl::state::Reg>()
-    );
-    println!("OrSet {}", std::mem::size_of::<OrSet<Bytes>>());
-    println!("Rga {}", std::mem::size_of::<Rga<Bytes>>());
-    println!("CausalContext {}", std::mem::size_of::<CausalContext>());
-    println!("Lww {}", std::mem::size_of::<LwwRegister<Option<u64>>>());
+    for (i, s) in slowest.iter().enumerate() {
+        println!(
+            "node {}: slowest client batch {:.1} ms, peer message {:.1} ms, timer {:.1} ms",
+            i + 1,
+            s[0].as_secs_f64() * 1e3,
+            s[1].as_secs_f64() * 1e3,
+            s[2].as_secs_f64() * 1e3
+        );
+    }
 }

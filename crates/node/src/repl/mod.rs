@@ -79,6 +79,8 @@ const GC_INTERVAL_MS: u64 = 1_000;
 /// A live peer reports at least every `GC_INTERVAL_MS`; hearing from it after this long means
 /// it was unreachable, so it is caught up at once (see `on_message`).
 const PEER_SILENCE_MS: u64 = 1_500;
+/// Keys one GC step visits at most (see `Replicator::gc_sweep`): about a millisecond of work.
+const GC_KEYS_PER_STEP: usize = 4_096;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
 const MAX_AE_NODES: usize = 4_096;
 
@@ -124,7 +126,8 @@ struct Peer {
 struct KeyEntry {
     state: KeyState,
     digest: u64,
-    /// Listed in `gc_queue` (so a key written many times between GC rounds is listed once).
+    /// Listed in `gc_queue` or `gc_sweep` (so a key written many times between GC rounds is
+    /// listed once).
     gc_queued: bool,
 }
 
@@ -171,6 +174,11 @@ pub struct Replicator {
     /// A list with a flag per entry rather than a set: queueing costs a push, not a search.
     /// May name a key twice (collected, then written again) or a key gone since: both harmless.
     gc_queue: Vec<KeyId>,
+    /// Keys still to visit with the applied frontier: a GC round hands its queue over here and
+    /// [`Replicator::gc_step`] works through it `GC_KEYS_PER_STEP` keys per timer tick, between
+    /// client batches. Visiting a whole round's queue at once (every key written in the last
+    /// second or two, a million under a bulk load) held the node for 300-700 ms.
+    gc_sweep: VecDeque<KeyId>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
     /// In capture order, with an index by key for the coalescing.
     pending: PendingDeltas,
@@ -215,6 +223,7 @@ impl Replicator {
             peers: BTreeMap::new(),
             pending: PendingDeltas::default(),
             gc_queue: Vec::new(),
+            gc_sweep: VecDeque::new(),
             flush_due_ms: None,
             dirty: dirty::DirtyKeys::default(),
             deferred: HashTable::new(),
@@ -476,8 +485,12 @@ impl Replicator {
     }
 
     /// When [`Replicator::tick`] next has work.
-    pub fn next_deadline_ms(&self) -> u64 {
+    pub fn next_deadline_ms(&self, now_ms: u64) -> u64 {
         let mut next = self.next_gc_ms;
+        if !self.gc_sweep.is_empty() {
+            // The next slice of the sweep, after the client batches waiting now.
+            next = next.min(now_ms + 1);
+        }
         if let Some(d) = self.flush_due_ms {
             next = next.min(d);
         }
@@ -558,6 +571,9 @@ impl Replicator {
                 );
             }
         }
+        if !self.gc_sweep.is_empty() {
+            self.gc_step();
+        }
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
             self.gc_round();
@@ -618,29 +634,41 @@ impl Replicator {
         self.gc_prev = Some((min, max));
     }
 
+    /// Raises the applied frontier to `stable` and schedules a visit of every key changed since
+    /// the last round. Raising it first is safe: keys not yet visited keep metadata a visit
+    /// would drop, nothing more (and compact states take the new frontier at once).
     fn apply_gc(&mut self, stable: &VersionVector) {
         self.frontier.merge(stable);
-        let frontier = self.frontier.clone();
-        let mut drop = Vec::new();
-        // Only keys changed since they were last fully compact need a visit: the sweep costs
-        // what was written, not the keyspace.
-        let candidates = std::mem::take(&mut self.gc_queue);
-        let mut requeue = Vec::new();
-        for id in candidates {
+        self.seen.raise_to(&self.frontier.clone());
+        let queued = std::mem::take(&mut self.gc_queue);
+        self.gc_sweep.extend(queued);
+    }
+
+    /// Visits up to `GC_KEYS_PER_STEP` keys of the sweep: drops their metadata below the
+    /// frontier, forgets the ones that hold nothing, and lists again those that keep metadata
+    /// the frontier does not cover yet.
+    fn gc_step(&mut self) {
+        let frontier = &self.frontier;
+        for _ in 0..GC_KEYS_PER_STEP {
+            let Some(id) = self.gc_sweep.pop_front() else {
+                break;
+            };
             let Some(e) = self.keys.get_mut(id.0, &id.1) else {
                 continue;
             };
             if !e.gc_queued {
-                continue; // listed twice; already visited in this round
+                continue; // listed twice; already visited
             }
             e.gc_queued = false;
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
-            e.state.gc(&frontier);
-            if e.state.collectable(&frontier) {
-                drop.push(id.clone());
-            } else if !e.state.is_compact() {
-                requeue.push(id.clone());
+            e.state.gc(frontier);
+            if e.state.collectable(frontier) {
+                let old = e.digest;
+                self.keys.remove(id.0, &id.1);
+                self.merkle.update(merkle::leaf_of(id.0), old, 0);
+                self.stats.keys_collected += 1;
+                continue;
             }
             if had_tombstones {
                 let d = key_digest(&id.1, &e.state, &mut self.scratch);
@@ -649,22 +677,11 @@ impl Replicator {
                     e.digest = d;
                 }
             }
-        }
-        for id in requeue {
-            if let Some(e) = self.keys.get_mut(id.0, &id.1) {
-                if !e.gc_queued {
-                    e.gc_queued = true;
-                    self.gc_queue.push(id);
-                }
+            if !e.state.is_compact() {
+                e.gc_queued = true;
+                self.gc_queue.push(id);
             }
         }
-        for id in drop {
-            if let Some(e) = self.keys.remove(id.0, &id.1) {
-                self.merkle.update(merkle::leaf_of(id.0), e.digest, 0);
-                self.stats.keys_collected += 1;
-            }
-        }
-        self.seen.raise_to(&frontier);
     }
 
     /// Handles one message from `peer`; returns what the node must apply to its store.
@@ -916,7 +933,12 @@ impl Replicator {
             self.stats.keys_collected,
             self.stats.skew_exceeded,
         );
-        let _ = write!(out, "queued_keys:{}\r\n", self.pending.len());
+        let _ = write!(
+            out,
+            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\n",
+            self.pending.len(),
+            self.gc_sweep.len()
+        );
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
                 .last_heard_ms
