@@ -2,6 +2,7 @@
 //! the bitmap commands (in `bits`). Replies and error texts follow Redis 7.0 exactly, including
 //! the order in which arguments, key types and limits are checked.
 
+mod bitfield;
 mod bits;
 pub(crate) mod float;
 mod lcs;
@@ -54,6 +55,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("getbit", 3, RF, (1, 1, 1), BITMAP, "2.2.0", "Returns the bit value at offset in the string value stored at key", bits::getbit),
     spec("bitcount", -2, R, (1, 1, 1), BITMAP, "2.6.0", "Count set bits in a string", bits::bitcount),
     spec("bitpos", -3, R, (1, 1, 1), BITMAP, "2.8.7", "Find first bit set or clear in a string", bits::bitpos),
+    spec("bitop", -4, W, (2, -1, 1), BITMAP, "2.6.0", "Perform bitwise operations between strings", bitfield::bitop),
+    spec("bitfield", -2, W, (1, 1, 1), BITMAP, "3.2.0", "Perform arbitrary bitfield integer operations on strings", bitfield::bitfield),
+    spec("bitfield_ro", -2, RF, (1, 1, 1), BITMAP, "6.0.0", "Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD", bitfield::bitfield_ro),
 ];
 
 const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
