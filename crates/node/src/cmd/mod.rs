@@ -7,6 +7,7 @@ pub mod connection;
 pub mod dump;
 pub mod expire;
 pub mod hash;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod pubsub;
@@ -27,6 +28,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     expire::COMMANDS,
     dump::COMMANDS,
     string::COMMANDS,
+    hll::COMMANDS,
     list::COMMANDS,
     hash::COMMANDS,
     sort::COMMANDS,
