@@ -6,6 +6,7 @@ use crate::command::CommandSpec;
 pub mod connection;
 pub mod dump;
 pub mod expire;
+pub mod geo;
 pub mod hash;
 pub mod hll;
 pub mod keys;
@@ -34,6 +35,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     sort::COMMANDS,
     set::COMMANDS,
     zset::COMMANDS,
+    geo::COMMANDS,
     tx::COMMANDS,
     pubsub::COMMANDS,
     stream::COMMANDS,

@@ -872,6 +872,21 @@ pub fn key_positions(
             Ok(keys)
         }
         "blmpop" | "bzmpop" => numkeys_at(2),
+        "georadius" | "georadiusbymember" => {
+            // The last STORE or STOREDIST from the sixth argument on names a second key.
+            let mut keys = vec![1];
+            let mut stored = None;
+            let mut i = 5;
+            while i < argc {
+                if (is(&args[i], "store") || is(&args[i], "storedist")) && i + 1 < argc {
+                    stored = Some(i + 1);
+                    i += 1;
+                }
+                i += 1;
+            }
+            keys.extend(stored);
+            Ok(keys)
+        }
         "sort" | "sort_ro" => {
             let mut keys = vec![1];
             let mut i = 2;

@@ -126,7 +126,7 @@ fn removed_from(core: &mut Core, key: &[u8], event: &str) {
 
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
 /// cardinality and reports it as `event`, as the *STORE commands do.
-fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], mut result: ZSet, event: &str) {
+pub(crate) fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], mut result: ZSet, event: &str) {
     let now_ms = call.now_ms;
     let n = result.len();
     if n > 0 {
@@ -180,7 +180,7 @@ fn reply_pairs<'a>(
 /// A score or increment argument as Redis's `getDoubleFromObject` reads it: the whole argument
 /// is a number, no surrounding spaces, not NaN, and no overflow to infinity or underflow to
 /// zero (infinity itself may be spelled out).
-fn parse_score(arg: &[u8]) -> Option<f64> {
+pub(crate) fn parse_score(arg: &[u8]) -> Option<f64> {
     let v = parse_f64(arg).or_else(|| parse_hex_float(arg))?;
     if v.is_infinite() && !arg.iter().any(|b| b.eq_ignore_ascii_case(&b'i')) {
         return None;
@@ -364,13 +364,13 @@ fn rank_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
 // ZADD, ZINCRBY
 
 #[derive(Default, Clone, Copy)]
-struct AddFlags {
-    nx: bool,
-    xx: bool,
-    gt: bool,
-    lt: bool,
-    ch: bool,
-    incr: bool,
+pub(crate) struct AddFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+    pub ch: bool,
+    pub incr: bool,
 }
 
 /// What adding one element did.
@@ -474,7 +474,7 @@ fn zincrby(core: &mut Core, call: &mut Call) {
     zadd_generic(core, call, f, &[(by, call.arg(3))]);
 }
 
-fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[u8])]) {
+pub(crate) fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[u8])]) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
     let l = limits(core);
