@@ -49,7 +49,10 @@ fn bitfield_subcommands_overflow_and_errors() {
     assert_eq!(run(&mut h, "BITFIELD_RO k GET u8 0"), "*1\r\n:128\r\n");
     assert_eq!(run(&mut h, "BITFIELD k"), "*0\r\n");
     // `#n` addresses the n-th field of the type's width.
-    assert_eq!(run(&mut h, "BITFIELD s SET u8 #1 66 SET u8 #0 65"), "*2\r\n:0\r\n:0\r\n");
+    assert_eq!(
+        run(&mut h, "BITFIELD s SET u8 #1 66 SET u8 #0 65"),
+        "*2\r\n:0\r\n:0\r\n"
+    );
     assert_eq!(run(&mut h, "GET s"), bulk("AB"));
     // Wrapping and saturating a 64-bit signed field.
     assert_eq!(
@@ -81,7 +84,10 @@ fn bitop_operations() {
     assert_eq!(run(&mut h, "BITOP XOR d a b"), ":3\r\n");
     assert_eq!(run(&mut h, "GET d"), "$3\r\n\0bc\r\n");
     assert_eq!(run(&mut h, "BITOP NOT d b"), ":1\r\n");
-    assert_eq!(run(&mut h, "GET d"), "$1\r\n\u{9e}\r\n".replace('\u{9e}', "\u{fffd}"));
+    assert_eq!(
+        run(&mut h, "GET d"),
+        "$1\r\n\u{9e}\r\n".replace('\u{9e}', "\u{fffd}")
+    );
     // An empty result deletes the destination.
     assert_eq!(run(&mut h, "BITOP XOR d nokey"), ":0\r\n");
     assert_eq!(run(&mut h, "EXISTS d"), ":0\r\n");
@@ -131,7 +137,10 @@ fn hyperloglog_format_and_errors() {
 fn geo_commands() {
     let mut h = node();
     assert_eq!(
-        run(&mut h, "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania"),
+        run(
+            &mut h,
+            "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania"
+        ),
         ":2\r\n"
     );
     assert_eq!(
@@ -140,7 +149,10 @@ fn geo_commands() {
     );
     assert_eq!(run(&mut h, "GEOADD g NX XX 1 1 x"), SYNTAX);
     assert_eq!(run(&mut h, "ZSCORE g Palermo"), bulk("3479099956230698"));
-    assert_eq!(run(&mut h, "GEODIST g Palermo Catania mi"), bulk("103.3182"));
+    assert_eq!(
+        run(&mut h, "GEODIST g Palermo Catania mi"),
+        bulk("103.3182")
+    );
     assert_eq!(run(&mut h, "GEODIST g Palermo nosuch"), "$-1\r\n");
     assert_eq!(
         run(&mut h, "GEOPOS g Palermo nosuch"),
@@ -150,9 +162,15 @@ fn geo_commands() {
             bulk("38.11555639549629859")
         )
     );
-    assert_eq!(run(&mut h, "GEOHASH g Catania"), format!("*1\r\n{}", bulk("sqdtr74hyu0")));
     assert_eq!(
-        run(&mut h, "GEOSEARCH g FROMMEMBER Palermo BYBOX 400 400 km ASC WITHDIST WITHHASH"),
+        run(&mut h, "GEOHASH g Catania"),
+        format!("*1\r\n{}", bulk("sqdtr74hyu0"))
+    );
+    assert_eq!(
+        run(
+            &mut h,
+            "GEOSEARCH g FROMMEMBER Palermo BYBOX 400 400 km ASC WITHDIST WITHHASH"
+        ),
         format!(
             "*2\r\n*3\r\n{}{}:3479099956230698\r\n*3\r\n{}{}:3479447370796909\r\n",
             bulk("Palermo"),
@@ -166,7 +184,10 @@ fn geo_commands() {
         "-ERR could not decode requested zset member\r\n"
     );
     assert_eq!(
-        run(&mut h, "GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 10 km STORE x"),
+        run(
+            &mut h,
+            "GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 10 km STORE x"
+        ),
         SYNTAX
     );
     assert_eq!(
@@ -186,7 +207,10 @@ fn geo_commands() {
         "-ERR unsupported unit provided. please use M, KM, FT, MI\r\n"
     );
     assert_eq!(
-        run(&mut h, "GEOSEARCHSTORE d2 g FROMLONLAT 15 37 BYRADIUS 200 km STOREDIST"),
+        run(
+            &mut h,
+            "GEOSEARCHSTORE d2 g FROMLONLAT 15 37 BYRADIUS 200 km STOREDIST"
+        ),
         ":2\r\n"
     );
     assert_eq!(
@@ -204,10 +228,16 @@ fn geo_commands() {
         "-ERR STORE option in GEORADIUS is not compatible with WITHDIST, WITHHASH and WITHCOORD options\r\n"
     );
     // A missing source deletes the destination of a STORE.
-    assert_eq!(run(&mut h, "GEORADIUS nokey 15 37 200 km STORE d2"), ":0\r\n");
+    assert_eq!(
+        run(&mut h, "GEORADIUS nokey 15 37 200 km STORE d2"),
+        ":0\r\n"
+    );
     assert_eq!(run(&mut h, "EXISTS d2"), ":0\r\n");
     assert_eq!(
-        run(&mut h, "COMMAND GETKEYS GEORADIUS k 1 2 3 km STOREDIST b STORE a"),
+        run(
+            &mut h,
+            "COMMAND GETKEYS GEORADIUS k 1 2 3 km STOREDIST b STORE a"
+        ),
         format!("*3\r\n{}{}{}", bulk("k"), bulk("a"), bulk("b"))
     );
 }

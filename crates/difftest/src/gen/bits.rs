@@ -23,7 +23,10 @@ fn field_type(c: &mut Ctx) -> Vec<u8> {
         0..=8 => format!("i{}", c.range(1, 64)).into_bytes(),
         9..=16 => format!("u{}", c.range(1, 63)).into_bytes(),
         17 => c.pick(&["u64", "i65", "i0", "u0"]).as_bytes().to_vec(),
-        18 => c.pick(&["I8", "x8", "", "i", "u-1", "i8x"]).as_bytes().to_vec(),
+        18 => c
+            .pick(&["I8", "x8", "", "i", "u-1", "i8x"])
+            .as_bytes()
+            .to_vec(),
         _ => b"i64".to_vec(),
     }
 }
@@ -74,14 +77,26 @@ fn bitfield(c: &mut Ctx, name: &str, writes: bool) -> Cmd {
             0..=2 => cmd = cmd.a("GET").a(field_type(c)).a(offset(c, false)),
             3 => {
                 if c.pct(50) {
-                    cmd = cmd.a("OVERFLOW").a(c.pick(&["WRAP", "SAT", "FAIL", "fail", "nope"]));
+                    cmd = cmd
+                        .a("OVERFLOW")
+                        .a(c.pick(&["WRAP", "SAT", "FAIL", "fail", "nope"]));
                 } else {
                     cmd = cmd.a("SET").a(field_type(c)).a(offset(c, true)).a(value(c));
                 }
             }
             4..=5 => cmd = cmd.a("SET").a(field_type(c)).a(offset(c, true)).a(value(c)),
-            6..=7 => cmd = cmd.a("INCRBY").a(field_type(c)).a(offset(c, true)).a(value(c)),
-            _ => cmd = cmd.a("OVERFLOW").a(c.pick(&["WRAP", "SAT", "FAIL", "sat", "bad"])),
+            6..=7 => {
+                cmd = cmd
+                    .a("INCRBY")
+                    .a(field_type(c))
+                    .a(offset(c, true))
+                    .a(value(c))
+            }
+            _ => {
+                cmd = cmd
+                    .a("OVERFLOW")
+                    .a(c.pick(&["WRAP", "SAT", "FAIL", "sat", "bad"]))
+            }
         }
     }
     if c.pct(3) {

@@ -55,15 +55,21 @@ fn gen(c: &mut Ctx) -> Cmd {
         2 => Cmd::new("PFMERGE").a(key(c)).all(c.keys_in(HOME, 0, 3)),
         3 => Cmd::new("GET").a(key(c)),
         4 => {
-            let sub = c.pick(&["GETREG", "ENCODING", "TODENSE", "DECODE", "nope", "encoding"]);
+            let sub = c.pick(&[
+                "GETREG", "ENCODING", "TODENSE", "DECODE", "nope", "encoding",
+            ]);
             Cmd::new("PFDEBUG").a(*sub).a(key(c))
         }
         5 => match c.below(3) {
-            0 => Cmd::new("APPEND").a(key(c)).a(c.pick(&["x", "\u{7f}", "hello"])),
-            1 => Cmd::new("SETRANGE")
+            0 => Cmd::new("APPEND")
                 .a(key(c))
-                .i(c.range(0, 40))
-                .a(c.pick(&["\u{0}", "x", "\u{7f}\u{40}", "0123"])),
+                .a(c.pick(&["x", "\u{7f}", "hello"])),
+            1 => Cmd::new("SETRANGE").a(key(c)).i(c.range(0, 40)).a(c.pick(&[
+                "\u{0}",
+                "x",
+                "\u{7f}\u{40}",
+                "0123",
+            ])),
             _ => Cmd::new("SET").a(key(c)).a(c.value()),
         },
         6 => Cmd::new("CONFIG")

@@ -51,7 +51,9 @@ fn long_lat(call: &mut Call, at: usize) -> Option<(f64, f64)> {
     if !(hash::LONG_MIN..=hash::LONG_MAX).contains(&long)
         || !(hash::LAT_MIN..=hash::LAT_MAX).contains(&lat)
     {
-        call.error(&format!("ERR invalid longitude,latitude pair {long:.6},{lat:.6}"));
+        call.error(&format!(
+            "ERR invalid longitude,latitude pair {long:.6},{lat:.6}"
+        ));
         return None;
     }
     Some((long, lat))
@@ -268,7 +270,11 @@ fn radius_arg(call: &mut Call, at: usize) -> Option<(f64, f64)> {
 /// then visits the search boxes and replies or stores.
 fn search(core: &mut Core, call: &mut Call, variant: Variant, may_store: bool) {
     let now_ms = call.now_ms;
-    let src_idx = if variant == Variant::SearchStore { 2 } else { 1 };
+    let src_idx = if variant == Variant::SearchStore {
+        2
+    } else {
+        1
+    };
     let z: Option<&ZSet> = match typed::read::<ZSet>(core, call.arg(src_idx), now_ms) {
         Err(WrongType) => return call.wrong_type(),
         Ok(z) => z.map(|z| &*z),

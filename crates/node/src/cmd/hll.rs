@@ -209,8 +209,7 @@ pub fn pfdebug(core: &mut Core, call: &mut Call) {
         }
         call.out.array_len(REGISTERS);
         for i in 0..REGISTERS {
-            call.out
-                .integer(i64::from(format::dense_get(&v[HDR..], i)));
+            call.out.integer(i64::from(format::dense_get(&v[HDR..], i)));
         }
         if was_sparse {
             core.modified(key);

@@ -126,7 +126,13 @@ fn removed_from(core: &mut Core, key: &[u8], event: &str) {
 
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
 /// cardinality and reports it as `event`, as the *STORE commands do.
-pub(crate) fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], mut result: ZSet, event: &str) {
+pub(crate) fn store_result(
+    core: &mut Core,
+    call: &mut Call,
+    dst: &[u8],
+    mut result: ZSet,
+    event: &str,
+) {
     let now_ms = call.now_ms;
     let n = result.len();
     if n > 0 {

@@ -241,9 +241,10 @@ impl Shape {
     fn bounding_box(&self) -> [f64; 4] {
         let (height, width) = match self.kind {
             ShapeKind::Radius(r) => (self.conversion * r, self.conversion * r),
-            ShapeKind::Box { width, height } => {
-                (self.conversion * (height / 2.0), self.conversion * (width / 2.0))
-            }
+            ShapeKind::Box { width, height } => (
+                self.conversion * (height / 2.0),
+                self.conversion * (width / 2.0),
+            ),
         };
         let lat_delta = rad_deg(height / EARTH_RADIUS_M);
         let long_delta_top = rad_deg(width / EARTH_RADIUS_M / deg_rad(self.lat + lat_delta).cos());
@@ -348,7 +349,10 @@ pub fn search_boxes(shape: &Shape) -> [Option<Hash>; 9] {
     } * shape.conversion;
     let mut steps = steps_for_radius(radius_m, shape.lat);
     let boxes_at = |steps: u32| {
-        let h = encode_wgs84(shape.long, shape.lat, steps).unwrap_or(Hash { bits: 0, step: steps });
+        let h = encode_wgs84(shape.long, shape.lat, steps).unwrap_or(Hash {
+            bits: 0,
+            step: steps,
+        });
         let mut n = [Hash::ZERO; 9];
         n[0] = h;
         for (i, (dx, dy)) in DIRS.iter().enumerate() {

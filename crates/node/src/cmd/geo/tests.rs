@@ -15,7 +15,10 @@ fn score_round_trip() {
 fn distance_palermo_catania() {
     let a = decode_score(score_of(13.361389, 38.115556) as f64);
     let b = decode_score(score_of(15.087269, 37.502669) as f64);
-    assert_eq!(format!("{:.4}", distance(a.0, a.1, b.0, b.1)), "166274.1516");
+    assert_eq!(
+        format!("{:.4}", distance(a.0, a.1, b.0, b.1)),
+        "166274.1516"
+    );
 }
 
 #[test]

@@ -132,8 +132,14 @@ pub fn dense_raise(regs: &mut [u8], i: usize, val: u8) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Run {
     /// Zero registers; `long` for the two-byte form.
-    Zero { len: usize, long: bool },
-    Val { value: u8, len: usize },
+    Zero {
+        len: usize,
+        long: bool,
+    },
+    Val {
+        value: u8,
+        len: usize,
+    },
 }
 
 impl Run {
@@ -258,7 +264,12 @@ pub fn to_dense(s: &mut Vec<u8>) -> Result<(), Corrupt> {
 /// Raises register `index` of a sparse HLL to `count`, rewriting the opcode that covers it
 /// and merging equal neighbours; turns it dense when the value does not fit a sparse opcode
 /// or the string would outgrow `max_bytes`. Whether the register changed.
-pub fn sparse_set(s: &mut Vec<u8>, index: usize, count: u8, max_bytes: u64) -> Result<bool, Corrupt> {
+pub fn sparse_set(
+    s: &mut Vec<u8>,
+    index: usize,
+    count: u8,
+    max_bytes: u64,
+) -> Result<bool, Corrupt> {
     if count > VAL_MAX_VALUE {
         return promote(s, index, count);
     }
@@ -282,7 +293,11 @@ pub fn sparse_set(s: &mut Vec<u8>, index: usize, count: u8, max_bytes: u64) -> R
     let mut seq: Vec<u8> = Vec::with_capacity(5);
     match run {
         Run::Val { value, .. } if value >= count => return Ok(false),
-        Run::Val { len: 1, .. } | Run::Zero { len: 1, long: false } => {
+        Run::Val { len: 1, .. }
+        | Run::Zero {
+            len: 1,
+            long: false,
+        } => {
             s[p] = val_byte(count, 1);
             merge_values(s, prev.unwrap_or(HDR));
             invalidate_cache(s);

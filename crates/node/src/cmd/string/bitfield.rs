@@ -317,7 +317,8 @@ fn bitfield_generic(core: &mut Core, call: &mut Call, ro_command: bool) {
             if f.signed {
                 call.out.integer(get_signed(&bytes, f.offset, f.bits));
             } else {
-                call.out.integer(get_unsigned(&bytes, f.offset, f.bits) as i64);
+                call.out
+                    .integer(get_unsigned(&bytes, f.offset, f.bits) as i64);
             }
         }
         return;
