@@ -141,10 +141,10 @@ fn gen(c: &mut Ctx) -> Cmd {
     let weights = [
         14, // 0 GEOADD
         4,  // 1 GEODIST
-        3,  // 2 GEOHASH
-        4,  // 3 GEOPOS
-        6,  // 4 GEORADIUS / _RO
-        5,  // 5 GEORADIUSBYMEMBER / _RO
+        3,  // 2 GEOHASH or GEOPOS
+        4,  // 3 GEOHASH or GEOPOS
+        6,  // 4 GEORADIUS[BYMEMBER][_RO]
+        5,  // 5 GEORADIUS[BYMEMBER][_RO]
         10, // 6 GEOSEARCH
         5,  // 7 GEOSEARCHSTORE
         4,  // 8 ZRANGE WITHSCORES
@@ -193,48 +193,30 @@ fn gen(c: &mut Ctx) -> Cmd {
             }
             cmd
         }
-        2 => {
+        2 | 3 => {
             let n = c.range(0, 4);
-            let mut cmd = Cmd::new("GEOHASH").a(key(c));
+            let mut cmd = Cmd::new(*c.pick(&["GEOHASH", "GEOPOS"])).a(key(c));
             for _ in 0..n {
                 cmd = cmd.a(member(c));
             }
             cmd
         }
-        3 => {
-            let n = c.range(0, 4);
-            let mut cmd = Cmd::new("GEOPOS").a(key(c));
-            for _ in 0..n {
-                cmd = cmd.a(member(c));
-            }
-            cmd
-        }
-        4 => {
+        4 | 5 => {
             let ro = c.pct(40);
-            let mut cmd = Cmd::new(if ro { "GEORADIUS_RO" } else { "GEORADIUS" })
-                .a(key(c))
-                .all(center(c))
-                .a(distance(c))
-                .a(unit(c));
-            let store = !ro && c.pct(30) || c.pct(3);
-            let with = !store || c.pct(10);
-            cmd = add_options(cmd, options(c, with));
-            if store {
-                cmd = cmd.a(c.pick(&["STORE", "STOREDIST"])).a(key(c));
-            }
-            cmd
-        }
-        5 => {
-            let ro = c.pct(40);
-            let mut cmd = Cmd::new(if ro {
-                "GEORADIUSBYMEMBER_RO"
+            let by_member = c.pct(45);
+            let name = match (by_member, ro) {
+                (false, false) => "GEORADIUS",
+                (false, true) => "GEORADIUS_RO",
+                (true, false) => "GEORADIUSBYMEMBER",
+                (true, true) => "GEORADIUSBYMEMBER_RO",
+            };
+            let mut cmd = Cmd::new(name).a(key(c));
+            cmd = if by_member {
+                cmd.a(member(c))
             } else {
-                "GEORADIUSBYMEMBER"
-            })
-            .a(key(c))
-            .a(member(c))
-            .a(distance(c))
-            .a(unit(c));
+                cmd.all(center(c))
+            };
+            cmd = cmd.a(distance(c)).a(unit(c));
             let store = !ro && c.pct(30) || c.pct(3);
             let with = !store || c.pct(10);
             cmd = add_options(cmd, options(c, with));

@@ -13,7 +13,7 @@ use lattice_store::ZSet;
 use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER};
 use crate::cmd::set::WrongType;
 use crate::cmd::typed;
-use crate::cmd::zset::{parse_score, store_result, zadd_generic, AddFlags};
+use crate::cmd::zset::{parse_add_flags, parse_score, store_result, zadd_generic};
 use crate::command::{spec, Call, CommandSpec};
 use crate::node::Core;
 use hash::{Shape, ShapeKind};
@@ -107,21 +107,7 @@ fn reply_coord(call: &mut Call, v: f64) {
 /// GEOADD key [NX|XX] [CH] longitude latitude member [...]: ZADD with each point's geohash
 /// as its score (the same replies, errors after the option words, and `zadd` event).
 fn geoadd(core: &mut Core, call: &mut Call) {
-    let mut f = AddFlags::default();
-    let mut idx = 2;
-    while idx < call.argc() {
-        let a = call.arg(idx);
-        if is(a, "nx") {
-            f.nx = true;
-        } else if is(a, "xx") {
-            f.xx = true;
-        } else if is(a, "ch") {
-            f.ch = true;
-        } else {
-            break;
-        }
-        idx += 1;
-    }
+    let (f, idx) = parse_add_flags(call, false);
     let rest = call.argc() - idx;
     if !rest.is_multiple_of(3) || (f.nx && f.xx) || rest == 0 {
         return call.syntax_error();

@@ -105,6 +105,28 @@ pub fn pfadd(core: &mut Core, call: &mut Call) {
     call.out.integer(updated as i64);
 }
 
+/// Raises `max` to the registers of every HLL named from argument 1 on (missing keys are
+/// empty HLLs). Whether any of them was dense; `None` once an error is replied.
+fn merge_keys(core: &mut Core, call: &mut Call, max: &mut [u8]) -> Option<bool> {
+    let now_ms = call.now_ms;
+    let mut any_dense = false;
+    for i in 1..call.argc() {
+        let key = call.arg(i);
+        match check(call, read_str(core, key, now_ms)) {
+            Found::Refused => return None,
+            Found::Missing => continue,
+            Found::Hll => {}
+        }
+        let v = hll_mut(core, key, now_ms);
+        any_dense |= v[4] == DENSE;
+        if format::merge_into(max, v).is_err() {
+            call.error(CORRUPT);
+            return None;
+        }
+    }
+    Some(any_dense)
+}
+
 /// PFCOUNT key [key ...]. One key: its cached cardinality, recomputed and stored back when
 /// stale (a write, though the command is flagged read-only as in Redis 7.0; the changed bytes
 /// replicate like any other change to the string). Several keys: the
@@ -113,17 +135,8 @@ pub fn pfcount(core: &mut Core, call: &mut Call) {
     let now_ms = call.now_ms;
     if call.argc() > 2 {
         let mut max = vec![0u8; REGISTERS];
-        for i in 1..call.argc() {
-            let key = call.arg(i);
-            match check(call, read_str(core, key, now_ms)) {
-                Found::Refused => return,
-                Found::Missing => continue,
-                Found::Hll => {}
-            }
-            let v = hll_mut(core, key, now_ms);
-            if format::merge_into(&mut max, v).is_err() {
-                return call.error(CORRUPT);
-            }
+        if merge_keys(core, call, &mut max).is_none() {
+            return;
         }
         let card = format::estimate(&format::histogram_of_registers(&max));
         return call.out.integer(card as i64);
@@ -152,20 +165,9 @@ pub fn pfcount(core: &mut Core, call: &mut Call) {
 pub fn pfmerge(core: &mut Core, call: &mut Call) {
     let now_ms = call.now_ms;
     let mut max = vec![0u8; REGISTERS];
-    let mut use_dense = false;
-    for i in 1..call.argc() {
-        let key = call.arg(i);
-        match check(call, read_str(core, key, now_ms)) {
-            Found::Refused => return,
-            Found::Missing => continue,
-            Found::Hll => {}
-        }
-        let v = hll_mut(core, key, now_ms);
-        use_dense |= v[4] == DENSE;
-        if format::merge_into(&mut max, v).is_err() {
-            return call.error(CORRUPT);
-        }
-    }
+    let Some(use_dense) = merge_keys(core, call, &mut max) else {
+        return;
+    };
     let key = call.arg(1);
     let created = !core.exists(key, now_ms);
     if created {

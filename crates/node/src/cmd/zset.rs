@@ -424,7 +424,9 @@ fn zset_add(z: &mut ZSet, member: &[u8], score: f64, f: AddFlags) -> Result<Outc
     }
 }
 
-fn zadd(core: &mut Core, call: &mut Call) {
+/// The option words from argument 2 on, as ZADD reads them (GEOADD, with `zadd_words` false,
+/// knows only NX, XX and CH): the flags and the position of the first other argument.
+pub(crate) fn parse_add_flags(call: &Call, zadd_words: bool) -> (AddFlags, usize) {
     let mut f = AddFlags::default();
     let mut idx = 2;
     while idx < call.argc() {
@@ -435,17 +437,22 @@ fn zadd(core: &mut Core, call: &mut Call) {
             f.xx = true;
         } else if is(a, "ch") {
             f.ch = true;
-        } else if is(a, "incr") {
+        } else if zadd_words && is(a, "incr") {
             f.incr = true;
-        } else if is(a, "gt") {
+        } else if zadd_words && is(a, "gt") {
             f.gt = true;
-        } else if is(a, "lt") {
+        } else if zadd_words && is(a, "lt") {
             f.lt = true;
         } else {
             break;
         }
         idx += 1;
     }
+    (f, idx)
+}
+
+fn zadd(core: &mut Core, call: &mut Call) {
+    let (f, idx) = parse_add_flags(call, true);
     let elements = call.argc() - idx;
     if !elements.is_multiple_of(2) || elements == 0 {
         return call.syntax_error();

@@ -284,44 +284,33 @@ fn steps_for_radius(mut range_m: f64, lat: f64) -> u32 {
     step.clamp(1, 26) as u32
 }
 
-fn move_x(h: &mut Hash, d: i8) {
-    if d == 0 {
-        return;
-    }
-    let mut x = h.bits & 0xaaaa_aaaa_aaaa_aaaa;
-    let y = h.bits & 0x5555_5555_5555_5555;
-    let zz = 0x5555_5555_5555_5555u64 >> (64 - h.step * 2);
-    if d > 0 {
-        x = x.wrapping_add(zz + 1);
-    } else {
-        x |= zz;
-        x = x.wrapping_sub(zz + 1);
-    }
-    x &= 0xaaaa_aaaa_aaaa_aaaau64 >> (64 - h.step * 2);
-    h.bits = x | y;
-}
+const ODD: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+const EVEN: u64 = 0x5555_5555_5555_5555;
 
-fn move_y(h: &mut Hash, d: i8) {
+/// Moves a hash one box along the axis whose bits are `own` (ODD: longitude, EVEN: latitude),
+/// east/north for `d` > 0, wrapping around at the edge of the range.
+fn move_axis(h: &mut Hash, d: i8, own: u64) {
     if d == 0 {
         return;
     }
-    let x = h.bits & 0xaaaa_aaaa_aaaa_aaaa;
-    let mut y = h.bits & 0x5555_5555_5555_5555;
-    let zz = 0xaaaa_aaaa_aaaa_aaaau64 >> (64 - h.step * 2);
+    let other = !own;
+    let mut v = h.bits & own;
+    let rest = h.bits & other;
+    let zz = other >> (64 - h.step * 2);
     if d > 0 {
-        y = y.wrapping_add(zz + 1);
+        v = v.wrapping_add(zz + 1);
     } else {
-        y |= zz;
-        y = y.wrapping_sub(zz + 1);
+        v |= zz;
+        v = v.wrapping_sub(zz + 1);
     }
-    y &= 0x5555_5555_5555_5555u64 >> (64 - h.step * 2);
-    h.bits = x | y;
+    v &= own >> (64 - h.step * 2);
+    h.bits = v | rest;
 }
 
 fn moved(h: Hash, dx: i8, dy: i8) -> Hash {
     let mut n = h;
-    move_x(&mut n, dx);
-    move_y(&mut n, dy);
+    move_axis(&mut n, dx, ODD);
+    move_axis(&mut n, dy, EVEN);
     n
 }
 

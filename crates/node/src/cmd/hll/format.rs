@@ -388,28 +388,10 @@ pub fn merge_into(max: &mut [u8], s: &[u8]) -> Result<(), Corrupt> {
         for (i, m) in max.iter_mut().enumerate() {
             *m = (*m).max(dense_get(&s[HDR..], i));
         }
-        return Ok(());
-    }
-    let mut idx = 0usize;
-    for r in runs(s) {
-        match r {
-            Run::Zero { len, .. } => idx += len,
-            Run::Val { value, len } => {
-                if idx + len > REGISTERS {
-                    return Err(Corrupt);
-                }
-                for m in &mut max[idx..idx + len] {
-                    *m = (*m).max(value);
-                }
-                idx += len;
-            }
+    } else {
+        for (m, r) in max.iter_mut().zip(sparse_registers(s)?) {
+            *m = (*m).max(r);
         }
-        if idx > REGISTERS {
-            return Err(Corrupt);
-        }
-    }
-    if idx != REGISTERS {
-        return Err(Corrupt);
     }
     Ok(())
 }
