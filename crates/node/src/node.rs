@@ -897,7 +897,7 @@ impl Node {
             None => cron,
         };
         if let Some(r) = self.core.repl.as_ref() {
-            next = next.min(r.next_deadline_ms());
+            next = next.min(r.next_deadline_ms(self.core.now.as_millis()));
         }
         Some(Micros::from_millis(next))
     }
