@@ -195,7 +195,8 @@ fn gen(c: &mut Ctx) -> Cmd {
         }
         2 | 3 => {
             let n = c.range(0, 4);
-            let mut cmd = Cmd::new(*c.pick(&["GEOHASH", "GEOPOS"])).a(key(c));
+            let name: &&str = c.pick(&["GEOHASH", "GEOPOS"]);
+            let mut cmd = Cmd::new(name).a(key(c));
             for _ in 0..n {
                 cmd = cmd.a(member(c));
             }
