@@ -362,26 +362,20 @@ pub fn search_boxes(shape: &Shape) -> [Option<Hash>; 9] {
     let area = dec(n[0]);
     let mut keep = [true; 9];
     if steps >= 2 {
-        // Indexes: 1 N, 2 S, 3 E, 4 W, 5 NE, 6 NW, 7 SE, 8 SW.
-        if area.lat.min < min_lat {
-            keep[2] = false;
-            keep[8] = false;
-            keep[7] = false;
-        }
-        if area.lat.max > max_lat {
-            keep[1] = false;
-            keep[5] = false;
-            keep[6] = false;
-        }
-        if area.long.min < min_lon {
-            keep[4] = false;
-            keep[8] = false;
-            keep[6] = false;
-        }
-        if area.long.max > max_lon {
-            keep[3] = false;
-            keep[7] = false;
-            keep[5] = false;
+        // When the centre box already reaches past the shape on one side, the three boxes on
+        // that side are useless. Indexes: 1 N, 2 S, 3 E, 4 W, 5 NE, 6 NW, 7 SE, 8 SW.
+        let sides = [
+            (area.lat.min < min_lat, [2, 8, 7]),
+            (area.lat.max > max_lat, [1, 5, 6]),
+            (area.long.min < min_lon, [4, 8, 6]),
+            (area.long.max > max_lon, [3, 7, 5]),
+        ];
+        for (beyond, boxes) in sides {
+            if beyond {
+                for b in boxes {
+                    keep[b] = false;
+                }
+            }
         }
     }
     let mut out = [None; 9];
