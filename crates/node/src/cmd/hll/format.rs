@@ -286,7 +286,8 @@ pub fn sparse_set(
         p += r.bytes();
         first += r.len();
     }
-    let Some(run) = found else {
+    // An opcode cut short by the end of the string cannot be rewritten in place.
+    let Some(run) = found.filter(|r| p + r.bytes() <= s.len()) else {
         return Err(Corrupt);
     };
     let span = run.len();

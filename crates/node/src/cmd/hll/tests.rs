@@ -91,3 +91,49 @@ fn corrupt_sparse_is_detected() {
     assert_eq!(merge_into(&mut max, &t), Err(Corrupt));
     assert_eq!(to_dense(&mut t), Err(Corrupt));
 }
+
+/// Randomly corrupted and truncated HLLs (dense and sparse) never panic: every entry point
+/// either works or reports `Corrupt`, and a dense string of the wrong length is not an HLL.
+#[test]
+fn corrupted_hlls_never_panic() {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..1000u64 {
+        let mut s = empty();
+        let n = next() % 600;
+        for i in 0..n {
+            add(&mut s, &(round * 1000 + i).to_le_bytes(), 3000).unwrap();
+        }
+        if round % 3 == 0 {
+            to_dense(&mut s).unwrap();
+        }
+        for _ in 0..(1 + next() % 4) {
+            let pos = HDR + (next() as usize % (s.len() - HDR));
+            s[pos] = next() as u8;
+        }
+        if round % 5 == 0 {
+            let cut = HDR + (next() as usize % (s.len() - HDR));
+            s.truncate(cut);
+        }
+        if !is_hll(&s) {
+            continue;
+        }
+        let _ = histogram(&s).map(|h| estimate(&h));
+        let mut max = vec![0u8; REGISTERS];
+        let _ = merge_into(&mut max, &s);
+        let mut d = s.clone();
+        let _ = to_dense(&mut d);
+        let mut a = s.clone();
+        for i in 0..20u64 {
+            if add(&mut a, &i.to_le_bytes(), 3000).is_err() {
+                break;
+            }
+        }
+        let _ = decode_text(&s);
+    }
+}
