@@ -76,7 +76,7 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
             kernel: DotKernel {
                 entries: std::collections::BTreeMap::from([(
                     key,
-                    std::collections::BTreeMap::from([(dot, value)]),
+                    crate::DotMap::single(dot, value),
                 )]),
                 cc,
             },
@@ -177,7 +177,7 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
 
     /// Keys with their `(dot, payload)` pairs, borrowed: what a digest covers, without the
     /// causal context.
-    pub fn entries(&self) -> &std::collections::BTreeMap<K, std::collections::BTreeMap<Dot, V>> {
+    pub fn entries(&self) -> &std::collections::BTreeMap<K, crate::DotMap<V>> {
         &self.kernel.entries
     }
 
