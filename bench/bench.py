@@ -247,7 +247,13 @@ class Server:
         d = os.path.join(self.workdir, "%s-%d" % (self.kind, self.starts))
         os.makedirs(d, exist_ok=True)
         if self.kind == "lattice":
-            argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", d]
+            # Persistence off, like the redis-server it is compared with (its cost is measured
+            # by scripts/persist-bench.sh).
+            cfg = os.path.join(d, "lattice.toml")
+            with open(cfg, "w") as f:
+                f.write('appendonly = "no"\n')
+            argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", d,
+                    "--config", cfg]
         else:
             argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", d,
                     "--save", "", "--appendonly", "no", "--daemonize", "no",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: build lattice-server (release), install redis-server, redis-tools and matplotlib
-# when missing, then run bench/bench.py. Arguments are passed on to bench.py, e.g.
+# when missing, then run bench/bench.py and the replication load (scripts/repl-load.sh;
+# REPL_N=0 skips it). Arguments are passed on to bench.py, e.g.
 #   ./bench/run.sh --quick
 #   ./bench/run.sh --commands set,get --skip-memory --skip-zadd
 set -euo pipefail
@@ -56,4 +57,12 @@ else
   fi
 fi
 
-exec "$PY" bench/bench.py "$@"
+"$PY" bench/bench.py "$@"
+
+# Replication at real data sizes: the 1M-key load into a 3-node cluster, side by side with
+# Redis primary + 2 replicas and a standalone node (scripts/repl-load.sh; REPL_N keys, 0 skips).
+if [ "${REPL_N:-1000000}" != 0 ]; then
+  out="bench/results/$(date -u +%Y-%m-%d)-replication.txt"
+  echo "== replication load (REPL_N=${REPL_N:-1000000}), also in $out" >&2
+  N="${REPL_N:-1000000}" CARGO="$CARGO" ./scripts/repl-load.sh | tee "$out"
+fi

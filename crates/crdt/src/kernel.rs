@@ -14,12 +14,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::{CausalContext, Crdt, Dot, VersionVector};
+use crate::{CausalContext, Crdt, Dot, DotMap, VersionVector};
 
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub(crate) struct DotKernel<K: Ord, P> {
-    pub(crate) entries: BTreeMap<K, BTreeMap<Dot, P>>,
+    pub(crate) entries: BTreeMap<K, DotMap<P>>,
     pub(crate) cc: CausalContext,
 }
 
@@ -43,13 +43,13 @@ impl<K: Ord + Clone, P: Crdt> DotKernel<K, P> {
         );
         let old = self
             .entries
-            .insert(key.clone(), BTreeMap::from([(dot, payload.clone())]));
+            .insert(key.clone(), DotMap::single(dot, payload.clone()));
         self.cc.insert(dot);
         let cc = CausalContext::from_dots(
             std::iter::once(dot).chain(old.iter().flat_map(|m| m.keys().copied())),
         );
         DotKernel {
-            entries: BTreeMap::from([(key, BTreeMap::from([(dot, payload)]))]),
+            entries: BTreeMap::from([(key, DotMap::single(dot, payload))]),
             cc,
         }
     }

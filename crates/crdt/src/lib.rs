@@ -28,6 +28,7 @@
 
 pub mod counter;
 pub mod dot;
+pub mod dotmap;
 pub mod hlc;
 mod kernel;
 pub mod lww;
@@ -38,6 +39,7 @@ pub mod vv;
 
 pub use counter::{Counter, CounterError, CounterValue, Number};
 pub use dot::Dot;
+pub use dotmap::DotMap;
 pub use hlc::{Hlc, HlcClock, Skew};
 pub use lww::LwwRegister;
 pub use ormap::OrMap;

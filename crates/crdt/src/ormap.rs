@@ -66,6 +66,23 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
         }
     }
 
+    /// The map holding only `key -> {dot: value}`, with causal context `cc` plus `dot`: the
+    /// expansion of a state kept in a compact form elsewhere (the caller vouches that `cc` is
+    /// what that form stands for). Unlike [`OrMap::put`], `dot` need not be fresh.
+    #[must_use]
+    pub fn singleton(key: K, dot: Dot, value: V, mut cc: CausalContext) -> OrMap<K, V> {
+        cc.insert(dot);
+        OrMap {
+            kernel: DotKernel {
+                entries: std::collections::BTreeMap::from([(
+                    key,
+                    crate::DotMap::single(dot, value),
+                )]),
+                cc,
+            },
+        }
+    }
+
     /// Applies `f` to `key`'s current value (`V::default()` if absent) and writes the result at
     /// the fresh `dot`. If `f` fails nothing changes. Returns `f`'s result and the delta.
     pub fn update<R, E>(
@@ -160,7 +177,7 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
 
     /// Keys with their `(dot, payload)` pairs, borrowed: what a digest covers, without the
     /// causal context.
-    pub fn entries(&self) -> &std::collections::BTreeMap<K, std::collections::BTreeMap<Dot, V>> {
+    pub fn entries(&self) -> &std::collections::BTreeMap<K, crate::DotMap<V>> {
         &self.kernel.entries
     }
 

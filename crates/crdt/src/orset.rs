@@ -104,7 +104,7 @@ impl<E: Ord + Clone> OrSet<E> {
 
     /// Elements with their supporting dots, borrowed: what a digest covers, without the
     /// causal context (contexts differ between replicas with equal contents).
-    pub fn entries(&self) -> &std::collections::BTreeMap<E, std::collections::BTreeMap<Dot, ()>> {
+    pub fn entries(&self) -> &std::collections::BTreeMap<E, crate::DotMap<()>> {
         &self.kernel.entries
     }
 

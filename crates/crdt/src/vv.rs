@@ -211,6 +211,15 @@ impl CausalContext {
         CausalContext::default()
     }
 
+    /// The context of every dot `vv` covers (no cloud).
+    #[must_use]
+    pub fn from_vv(vv: &VersionVector) -> CausalContext {
+        CausalContext {
+            vv: vv.clone(),
+            cloud: DotCloud::new(),
+        }
+    }
+
     /// A context holding exactly `dots`.
     pub fn from_dots<I: IntoIterator<Item = Dot>>(dots: I) -> CausalContext {
         // Dot by dot through `insert`, which keeps the form canonical as it goes: for the one
@@ -346,6 +355,19 @@ impl CausalContext {
     pub fn next_dot(&self, node: NodeId) -> Dot {
         let max = self.vv.get(node).max(self.cloud.max_for(node).unwrap_or(0));
         Dot::new(node, max + 1)
+    }
+
+    /// Whether every dot of this context is at or below `frontier` or is `extra`: the
+    /// context adds nothing to `frontier` but `extra`.
+    #[must_use]
+    pub fn covered_by(&self, frontier: &VersionVector, extra: Option<Dot>) -> bool {
+        let within = |d: Dot| d.counter <= frontier.get(d.node) || Some(d) == extra;
+        self.vv.iter().all(|(node, counter)| {
+            counter <= frontier.get(node)
+                || extra.is_some_and(|e| {
+                    e.node == node && e.counter == counter && counter == frontier.get(node) + 1
+                })
+        }) && self.cloud.iter().all(within)
     }
 
     /// Whether every dot of `other` is in `self`.

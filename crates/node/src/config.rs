@@ -87,6 +87,7 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    ("hll-sparse-max-bytes", "3000", Kind::Memory),
     ("hz", "10", Kind::Int { min: 1, max: 500 }),
     (
         "latency-monitor-threshold",
@@ -266,6 +267,8 @@ pub struct Config {
     /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
     pub busy_reply_threshold_ms: u64,
     pub proto_max_bulk_len: u64,
+    /// Largest sparse HyperLogLog (header included) before PFADD turns it dense.
+    pub hll_sparse_max_bytes: u64,
     /// Close clients idle for this long; 0 never.
     pub timeout_s: u64,
     pub maxmemory_bytes: u64,
@@ -295,6 +298,7 @@ impl Default for Config {
             hz: 0,
             busy_reply_threshold_ms: 0,
             proto_max_bulk_len: 0,
+            hll_sparse_max_bytes: 0,
             timeout_s: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
@@ -425,6 +429,7 @@ impl Config {
         self.hz = int(self, "hz").max(1);
         self.busy_reply_threshold_ms = int(self, "busy-reply-threshold");
         self.proto_max_bulk_len = int(self, "proto-max-bulk-len");
+        self.hll_sparse_max_bytes = int(self, "hll-sparse-max-bytes");
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();

@@ -992,7 +992,7 @@ impl Node {
             None => cron,
         };
         if let Some(r) = self.core.repl.as_ref() {
-            next = next.min(r.next_deadline_ms());
+            next = next.min(r.next_deadline_ms(self.core.now.as_millis()));
         }
         if self.core.snapshot_slicing() {
             // The next snapshot slice, soon (other inputs are served in between).

@@ -450,3 +450,52 @@ fn expire_does_not_make_an_old_value_win() {
         assert_eq!(c.cmd(i, &["GET", "k"]), "$1\r\nw\r\n", "node {i}");
     }
 }
+
+/// HLLs, bitfields and geo sets replicate through the existing rules (docs/SEMANTICS.md):
+/// strings (last writer wins, bytes identical everywhere) and sorted sets (add-wins members).
+#[test]
+fn hll_bitfield_and_geo_values_replicate_as_strings_and_sorted_sets() {
+    let mut c = Cluster::new(3);
+    c.cmd(0, &["PFADD", "h", "a", "b", "c"]);
+    c.cmd(
+        1,
+        &[
+            "BITFIELD", "bf", "SET", "u8", "#1", "66", "INCRBY", "u4", "0", "5",
+        ],
+    );
+    c.settle();
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["PFCOUNT", "h"]), ":3\r\n", "node {i}");
+        assert_eq!(c.cmd(i, &["GET", "bf"]), "$2\r\nPB\r\n", "node {i}");
+    }
+    // PFCOUNT stores the cardinality in the string: a write that replicates too.
+    c.settle();
+    let hll = c.cmd(0, &["GET", "h"]);
+    assert!(hll.contains("HYLL\u{1}\0\0\0\u{3}"), "{hll:?}");
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["GET", "h"]), hll, "node {i}");
+    }
+    // Sequential PFADDs on different nodes (each seen before the next) accumulate.
+    c.cmd(1, &["PFADD", "h", "d"]);
+    c.settle();
+    c.cmd(2, &["PFADD", "h", "e"]);
+    c.settle();
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["PFCOUNT", "h"]), ":5\r\n", "node {i}");
+    }
+    // Concurrent GEOADDs of different members: the union everywhere, same scores.
+    c.partition(2, true);
+    c.cmd(0, &["GEOADD", "g", "13.361389", "38.115556", "Palermo"]);
+    c.cmd(2, &["GEOADD", "g", "15.087269", "37.502669", "Catania"]);
+    c.partition(2, false);
+    c.advance(5_000);
+    for i in 0..3 {
+        assert_eq!(
+            c.cmd(i, &["GEODIST", "g", "Palermo", "Catania", "km"]),
+            "$8\r\n166.2742\r\n",
+            "node {i}"
+        );
+    }
+    let d = c.digests();
+    assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+}

@@ -262,14 +262,14 @@ impl EventLoop {
             }
             self.take_mail();
             if self.accept_paused_until_us != 0
-                && crate::host::wall_clock_us() >= self.accept_paused_until_us
+                && crate::host::clock_us() >= self.accept_paused_until_us
             {
                 self.accept_paused_until_us = 0;
                 self.accept();
             }
             if self.drives_timers
                 && (self.script_running
-                    || crate::host::wall_clock_us()
+                    || crate::host::clock_us()
                         >= self.shared.timer_deadline_us.load(Ordering::Acquire))
             {
                 self.run_timers();
@@ -300,7 +300,7 @@ impl EventLoop {
         }
         let result = result.unwrap_or_else(|| self.poll.poll(events, timeout));
         if self.nap.enabled() {
-            self.nap.begin_turn(crate::host::wall_clock_us());
+            self.nap.begin_turn(crate::host::clock_us());
         }
         result
     }
@@ -319,7 +319,7 @@ impl EventLoop {
         if deadline_us == u64::MAX {
             return None;
         }
-        let now_us = crate::host::wall_clock_us();
+        let now_us = crate::host::clock_us();
         Some(Duration::from_micros(deadline_us.saturating_sub(now_us)))
     }
 
@@ -349,7 +349,7 @@ impl EventLoop {
                     // Out of file descriptors and the like: the connection stays queued, and
                     // edge-triggered readiness will not say so again, so retry after a pause.
                     tracing::warn!("accept failed: {e}");
-                    self.accept_paused_until_us = crate::host::wall_clock_us() + ACCEPT_BACKOFF_US;
+                    self.accept_paused_until_us = crate::host::clock_us() + ACCEPT_BACKOFF_US;
                     return;
                 }
             }
@@ -833,7 +833,7 @@ fn execute(
         }
     }
     // With no command run, `runs` is empty and nothing is charged.
-    let usec = crate::host::wall_clock_us().saturating_sub(started_us);
+    let usec = crate::host::clock_us().saturating_sub(started_us);
     for &(name, n) in runs.iter() {
         let share = (usec * n).checked_div(commands).unwrap_or(0);
         host.node.charge_command_time(name, share);

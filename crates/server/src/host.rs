@@ -85,13 +85,9 @@ impl Host {
         }
     }
 
-    /// The wall clock in µs, never going backwards (the node requires monotonic time; a clock
-    /// stepped back by NTP just holds still until it catches up).
+    /// The node's time: [`clock_us`], and never behind a reading already given.
     pub fn now(&mut self) -> Micros {
-        let wall = wall_clock_us();
-        if wall > self.last_now_us {
-            self.last_now_us = wall;
-        }
+        self.last_now_us = self.last_now_us.max(clock_us());
         Micros(self.last_now_us)
     }
 
@@ -244,10 +240,38 @@ impl Host {
     }
 }
 
+/// The clock the node runs on and every deadline it asks for is read against, in µs: the
+/// monotonic clock plus the largest offset to the wall clock seen so far. So it follows the wall
+/// clock when that is set forward, and keeps running at the real rate when the wall clock is
+/// set back. It used to be the wall clock held still until it caught up: a node whose clock was
+/// set back 30 s fired no timer (delta flushes, retransmissions, anti-entropy) for 30 s, and its
+/// writes stopped reaching its peers (found by the fault tests in jepsen/).
+pub fn clock_us() -> u64 {
+    static OFFSET_US: AtomicU64 = AtomicU64::new(0);
+    let mono = monotonic_us();
+    let wall = wall_clock_us();
+    let seen = wall.saturating_sub(mono);
+    let offset = OFFSET_US.fetch_max(seen, Ordering::Relaxed).max(seen);
+    mono + offset
+}
+
+fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 || ts.tv_sec < 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
 /// The wall clock in µs since the Unix epoch (0 before it). Read with `clock_gettime` directly:
 /// `SystemTime::now().duration_since(..)` cost about 130 instructions per read, and the event
 /// loop reads the clock twice per batch.
-pub fn wall_clock_us() -> u64 {
+fn wall_clock_us() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -16,7 +16,7 @@ use lattice_node::{Buggify, Config, Micros, Node, NodeId};
 
 use crate::cluster::{Auth, ClusterSettings, LinkStats};
 use crate::event_loop::{EventLoop, LoopHandle, LoopSeed};
-use crate::host::{wall_clock_us, Host, Shared};
+use crate::host::{clock_us, Host, Shared};
 
 #[global_allocator]
 static GLOBAL: alloc::CountingAlloc = alloc::CountingAlloc;
@@ -358,14 +358,14 @@ async fn run(s: Settings) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("cannot create an event loop: {e}"))?;
     let loops: Arc<[Arc<LoopHandle>]> = seeds.iter().map(|l| l.handle.clone()).collect();
-    let now = Micros(wall_clock_us());
+    let now = Micros(clock_us());
     // The node's randomness (RANDOMKEY, run id) needs no secrecy; any varying seed will do.
     let seed = now.0 ^ ((std::process::id() as u64) << 32);
     let cluster_size = s.node.cluster_size;
     let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
     // A standalone node recovers its data directory and persists to it. A clustered node
     // keeps today's behaviour, starting empty and catching up from its peers (its per-key
-    // replication metadata is not persisted yet: docs/ARCHITECTURE.md §28).
+    // replication metadata is not persisted yet: docs/ARCHITECTURE.md §33).
     let persister = if s.cluster.is_none() {
         let started = std::time::Instant::now();
         let (p, loaded) =

@@ -17,8 +17,11 @@ use std::collections::VecDeque;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+pub mod bits;
 pub mod expire;
+pub mod geo;
 pub mod hashes;
+pub mod hll;
 pub mod keys;
 pub mod lists;
 pub mod sets;
@@ -261,6 +264,9 @@ pub const ALL: &[Family] = &[
     zsets::FAMILY,
     sort::FAMILY,
     tx::FAMILY,
+    bits::FAMILY,
+    hll::FAMILY,
+    geo::FAMILY,
 ];
 
 pub fn family_names() -> Vec<&'static str> {

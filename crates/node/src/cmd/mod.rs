@@ -6,7 +6,9 @@ use crate::command::CommandSpec;
 pub mod connection;
 pub mod dump;
 pub mod expire;
+pub mod geo;
 pub mod hash;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod pubsub;
@@ -27,11 +29,13 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     expire::COMMANDS,
     dump::COMMANDS,
     string::COMMANDS,
+    hll::COMMANDS,
     list::COMMANDS,
     hash::COMMANDS,
     sort::COMMANDS,
     set::COMMANDS,
     zset::COMMANDS,
+    geo::COMMANDS,
     tx::COMMANDS,
     pubsub::COMMANDS,
     stream::COMMANDS,

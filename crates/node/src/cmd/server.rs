@@ -640,17 +640,26 @@ fn acl_categories(spec: &CommandSpec) -> Vec<String> {
         cats.push("@read".to_string());
     }
     let group = match spec.group {
-        "generic" => "@keyspace",
-        "string" => "@string",
-        "connection" => "@connection",
-        "server" => "@admin",
-        other => return [cats, vec![format!("@{other}")]].concat(),
+        "generic" => "@keyspace".to_string(),
+        "server" => "@admin".to_string(),
+        "sorted-set" => "@sortedset".to_string(),
+        "transactions" => "@transaction".to_string(),
+        other => format!("@{other}"),
     };
-    cats.push(group.to_string());
+    let admin = spec.flags.contains(&"admin");
+    if admin && group != "@admin" {
+        cats.push(group);
+        cats.push("@admin".to_string());
+    } else {
+        cats.push(group);
+    }
     if spec.flags.contains(&"fast") {
         cats.push("@fast".to_string());
     } else {
         cats.push("@slow".to_string());
+    }
+    if admin {
+        cats.push("@dangerous".to_string());
     }
     cats
 }
@@ -966,6 +975,18 @@ pub fn key_positions(
             Ok(keys)
         }
         "blmpop" | "bzmpop" => numkeys_at(2),
+        "georadius" | "georadiusbymember" => {
+            // Redis 7.0's key specs: the first STORE, then the first STOREDIST, each searched
+            // from after the radius unit, names a key.
+            let from = if spec.name == "georadius" { 6 } else { 5 };
+            let mut keys = vec![1];
+            for word in ["store", "storedist"] {
+                if let Some(i) = (from..argc.saturating_sub(1)).find(|&i| is(&args[i], word)) {
+                    keys.push(i + 1);
+                }
+            }
+            Ok(keys)
+        }
         "sort" | "sort_ro" => {
             let mut keys = vec![1];
             let mut i = 2;

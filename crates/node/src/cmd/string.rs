@@ -2,6 +2,7 @@
 //! the bitmap commands (in `bits`). Replies and error texts follow Redis 7.0 exactly, including
 //! the order in which arguments, key types and limits are checked.
 
+mod bitfield;
 mod bits;
 pub(crate) mod float;
 mod lcs;
@@ -54,13 +55,16 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("getbit", 3, RF, (1, 1, 1), BITMAP, "2.2.0", "Returns the bit value at offset in the string value stored at key", bits::getbit),
     spec("bitcount", -2, R, (1, 1, 1), BITMAP, "2.6.0", "Count set bits in a string", bits::bitcount),
     spec("bitpos", -3, R, (1, 1, 1), BITMAP, "2.8.7", "Find first bit set or clear in a string", bits::bitpos),
+    spec("bitop", -4, W, (2, -1, 1), BITMAP, "2.6.0", "Perform bitwise operations between strings", bitfield::bitop),
+    spec("bitfield", -2, W, (1, 1, 1), BITMAP, "3.2.0", "Perform arbitrary bitfield integer operations on strings", bitfield::bitfield),
+    spec("bitfield_ro", -2, RF, (1, 1, 1), BITMAP, "6.0.0", "Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD", bitfield::bitfield_ro),
 ];
 
 const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
 
 /// Reports a change a string command made to `key`, as Redis does: the `new` event when the
 /// key was created, the modification hook (WATCH, blocked clients), then the command's event.
-fn changed(core: &mut Core, key: &[u8], created: bool, event: &str) {
+pub(crate) fn changed(core: &mut Core, key: &[u8], created: bool, event: &str) {
     if created {
         core.notify(EVENT_NEW, "new", key);
     }
@@ -78,7 +82,7 @@ fn store(core: &mut Core, key: &[u8], s: Str, deadline: Option<u64>, now_ms: u64
 }
 
 /// The key holds a value of another type.
-struct WrongType;
+pub(crate) struct WrongType;
 
 /// The string inside `value`, if it is one.
 fn as_str_mut(value: &mut Value) -> Option<&mut Str> {
@@ -90,7 +94,7 @@ fn as_str_mut(value: &mut Value) -> Option<&mut Str> {
 }
 
 /// The string at `key` for reading (counts a keyspace hit or miss).
-fn read_str<'c>(
+pub(crate) fn read_str<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
@@ -102,7 +106,7 @@ fn read_str<'c>(
 }
 
 /// The string at `key` for writing (no hit/miss counting).
-fn write_str<'c>(
+pub(crate) fn write_str<'c>(
     core: &'c mut Core,
     key: &[u8],
     now_ms: u64,
@@ -122,7 +126,7 @@ fn reply_str(out: &mut ReplyWriter, s: &Str) {
 
 /// The argument as C code sees it: up to its first NUL byte (Redis compares option keywords
 /// with C string functions).
-fn cstr(arg: &[u8]) -> &[u8] {
+pub(crate) fn cstr(arg: &[u8]) -> &[u8] {
     match arg.iter().position(|&b| b == 0) {
         Some(n) => &arg[..n],
         None => arg,
@@ -131,7 +135,7 @@ fn cstr(arg: &[u8]) -> &[u8] {
 
 /// True when the option keyword `arg` is `word`, compared as Redis does (case-insensitive,
 /// stopping at a NUL byte).
-fn opt_is(arg: &[u8], word: &str) -> bool {
+pub(crate) fn opt_is(arg: &[u8], word: &str) -> bool {
     is(cstr(arg), word)
 }
 

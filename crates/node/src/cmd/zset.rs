@@ -126,7 +126,13 @@ fn removed_from(core: &mut Core, key: &[u8], event: &str) {
 
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
 /// cardinality and reports it as `event`, as the *STORE commands do.
-fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], mut result: ZSet, event: &str) {
+pub(crate) fn store_result(
+    core: &mut Core,
+    call: &mut Call,
+    dst: &[u8],
+    mut result: ZSet,
+    event: &str,
+) {
     let now_ms = call.now_ms;
     let n = result.len();
     if n > 0 {
@@ -180,7 +186,7 @@ fn reply_pairs<'a>(
 /// A score or increment argument as Redis's `getDoubleFromObject` reads it: the whole argument
 /// is a number, no surrounding spaces, not NaN, and no overflow to infinity or underflow to
 /// zero (infinity itself may be spelled out).
-fn parse_score(arg: &[u8]) -> Option<f64> {
+pub(crate) fn parse_score(arg: &[u8]) -> Option<f64> {
     let v = parse_f64(arg).or_else(|| parse_hex_float(arg))?;
     if v.is_infinite() && !arg.iter().any(|b| b.eq_ignore_ascii_case(&b'i')) {
         return None;
@@ -364,13 +370,13 @@ fn rank_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
 // ZADD, ZINCRBY
 
 #[derive(Default, Clone, Copy)]
-struct AddFlags {
-    nx: bool,
-    xx: bool,
-    gt: bool,
-    lt: bool,
-    ch: bool,
-    incr: bool,
+pub(crate) struct AddFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+    pub ch: bool,
+    pub incr: bool,
 }
 
 /// What adding one element did.
@@ -418,7 +424,9 @@ fn zset_add(z: &mut ZSet, member: &[u8], score: f64, f: AddFlags) -> Result<Outc
     }
 }
 
-fn zadd(core: &mut Core, call: &mut Call) {
+/// The option words from argument 2 on, as ZADD reads them (GEOADD, with `zadd_words` false,
+/// knows only NX, XX and CH): the flags and the position of the first other argument.
+pub(crate) fn parse_add_flags(call: &Call, zadd_words: bool) -> (AddFlags, usize) {
     let mut f = AddFlags::default();
     let mut idx = 2;
     while idx < call.argc() {
@@ -429,17 +437,22 @@ fn zadd(core: &mut Core, call: &mut Call) {
             f.xx = true;
         } else if is(a, "ch") {
             f.ch = true;
-        } else if is(a, "incr") {
+        } else if zadd_words && is(a, "incr") {
             f.incr = true;
-        } else if is(a, "gt") {
+        } else if zadd_words && is(a, "gt") {
             f.gt = true;
-        } else if is(a, "lt") {
+        } else if zadd_words && is(a, "lt") {
             f.lt = true;
         } else {
             break;
         }
         idx += 1;
     }
+    (f, idx)
+}
+
+fn zadd(core: &mut Core, call: &mut Call) {
+    let (f, idx) = parse_add_flags(call, true);
     let elements = call.argc() - idx;
     if !elements.is_multiple_of(2) || elements == 0 {
         return call.syntax_error();
@@ -474,7 +487,7 @@ fn zincrby(core: &mut Core, call: &mut Call) {
     zadd_generic(core, call, f, &[(by, call.arg(3))]);
 }
 
-fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[u8])]) {
+pub(crate) fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs: &[(f64, &[u8])]) {
     let key = call.arg(1);
     let now_ms = call.now_ms;
     let l = limits(core);

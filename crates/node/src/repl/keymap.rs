@@ -23,8 +23,27 @@ pub struct Slot<E> {
     pub entry: E,
 }
 
+/// The table is split by the top `SHARD_BITS` bits of the key hash into this many tables, so
+/// that growing never moves more than one small table: a single table of a million states
+/// doubled in one insert, and that insert (a replica merging a delta) held the node for
+/// hundreds of milliseconds.
+const SHARD_BITS: u32 = 12;
+const SHARDS: usize = 1 << SHARD_BITS;
+
+fn shard_of(hash: u64) -> usize {
+    (hash >> (64 - SHARD_BITS)) as usize
+}
+
+/// The hash a shard's table works with. Within a shard the top bits of the key hash are all
+/// equal, and hashbrown takes its per-bucket tag from the top bits: mixing spreads them again.
+fn table_hash(hash: u64) -> u64 {
+    hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 pub struct KeyMap<E> {
-    table: HashTable<Slot<E>>,
+    /// `SHARDS` tables (allocated on first use), a key in `tables[shard_of(hash)]`.
+    tables: Vec<HashTable<Slot<E>>>,
+    len: usize,
     /// Per Merkle leaf, the hashes of its keys in ascending order (a hash appears once per key,
     /// so twice for two keys that share a 64-bit hash).
     leaves: Vec<Vec<u64>>,
@@ -33,7 +52,8 @@ pub struct KeyMap<E> {
 impl<E> Default for KeyMap<E> {
     fn default() -> Self {
         KeyMap {
-            table: HashTable::new(),
+            tables: Vec::new(),
+            len: 0,
             leaves: Vec::new(),
         }
     }
@@ -41,18 +61,23 @@ impl<E> Default for KeyMap<E> {
 
 impl<E> KeyMap<E> {
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.len
+    }
+
+    fn table(&self, hash: u64) -> Option<&HashTable<Slot<E>>> {
+        self.tables.get(shard_of(hash))
     }
 
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&E> {
-        self.table
-            .find(hash, |s| s.hash == hash && s.key[..] == *key)
+        self.table(hash)?
+            .find(table_hash(hash), |s| s.hash == hash && s.key[..] == *key)
             .map(|s| &s.entry)
     }
 
     pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut E> {
-        self.table
-            .find_mut(hash, |s| s.hash == hash && s.key[..] == *key)
+        self.tables
+            .get_mut(shard_of(hash))?
+            .find_mut(table_hash(hash), |s| s.hash == hash && s.key[..] == *key)
             .map(|s| &mut s.entry)
     }
 
@@ -68,39 +93,58 @@ impl<E> KeyMap<E> {
         key: &[u8],
         fresh: impl FnOnce() -> E,
     ) -> &mut E {
+        self.get_or_insert_keyed(hash, key, fresh).1
+    }
+
+    /// [`KeyMap::get_or_insert_with`], also handing out the map's own copy of the key (a
+    /// reference-counted clone of it costs no allocation).
+    pub fn get_or_insert_keyed(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        fresh: impl FnOnce() -> E,
+    ) -> (&Bytes, &mut E) {
         debug_assert_eq!(hash, lattice_store::key_hash(key));
-        match self
-            .table
-            .entry(hash, |s| s.hash == hash && s.key[..] == *key, |s| s.hash)
-        {
-            hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().entry,
+        if self.tables.is_empty() {
+            // Allocated on first use: a node that never replicates pays nothing.
+            self.tables = (0..SHARDS).map(|_| HashTable::new()).collect();
+            self.leaves = vec![Vec::new(); LEAVES];
+        }
+        match self.tables[shard_of(hash)].entry(
+            table_hash(hash),
+            |s| s.hash == hash && s.key[..] == *key,
+            |s| table_hash(s.hash),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(o) => {
+                let slot = o.into_mut();
+                (&slot.key, &mut slot.entry)
+            }
             hashbrown::hash_table::Entry::Vacant(v) => {
-                if self.leaves.is_empty() {
-                    // Allocated on first use: a node that never replicates pays nothing.
-                    self.leaves = vec![Vec::new(); LEAVES];
-                }
+                self.len += 1;
                 let leaf = &mut self.leaves[leaf_of(hash)];
                 let at = leaf.partition_point(|&h| h < hash);
                 leaf.insert(at, hash);
-                &mut v
+                let slot = v
                     .insert(Slot {
                         hash,
                         key: Bytes::copy_from_slice(key),
                         entry: fresh(),
                     })
-                    .into_mut()
-                    .entry
+                    .into_mut();
+                (&slot.key, &mut slot.entry)
             }
         }
     }
 
     pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<E> {
         let slot = self
-            .table
-            .find_entry(hash, |s| s.hash == hash && s.key[..] == *key)
+            .tables
+            .get_mut(shard_of(hash))?
+            .find_entry(table_hash(hash), |s| s.hash == hash && s.key[..] == *key)
             .ok()?
             .remove()
             .0;
+        self.len -= 1;
         let leaf = &mut self.leaves[leaf_of(hash)];
         let at = leaf.partition_point(|&h| h < hash);
         debug_assert_eq!(leaf.get(at), Some(&hash), "leaf index lost a key");
@@ -110,7 +154,7 @@ impl<E> KeyMap<E> {
 
     /// Every entry, in no particular order (for counts and sums only).
     pub fn values(&self) -> impl Iterator<Item = &E> {
-        self.table.iter().map(|s| &s.entry)
+        self.tables.iter().flat_map(|t| t.iter().map(|s| &s.entry))
     }
 
     /// The keys of `leaf` in (hash, key) order.
@@ -124,7 +168,8 @@ impl<E> KeyMap<E> {
             let h = hashes[i];
             let same = hashes[i..].iter().take_while(|&&x| x == h).count();
             let start = out.len();
-            out.extend(self.table.iter_hash(h).filter(|s| s.hash == h));
+            let table = &self.tables[shard_of(h)];
+            out.extend(table.iter_hash(table_hash(h)).filter(|s| s.hash == h));
             debug_assert_eq!(
                 out.len() - start,
                 same,
@@ -146,7 +191,9 @@ impl<E> KeyMap<E> {
     #[cfg(test)]
     pub fn check_invariants(&self) {
         let indexed: usize = self.leaves.iter().map(Vec::len).sum();
-        assert_eq!(indexed, self.table.len(), "leaf index and table disagree");
+        let held: usize = self.tables.iter().map(HashTable::len).sum();
+        assert_eq!(held, self.len, "key count drifted");
+        assert_eq!(indexed, self.len, "leaf index and table disagree");
         for (l, hashes) in self.leaves.iter().enumerate() {
             assert!(
                 hashes.windows(2).all(|w| w[0] <= w[1]),

@@ -30,8 +30,12 @@ pub fn width(level: u32) -> usize {
 pub struct Merkle {
     /// `levels[l]` holds the digests of level `l`; `levels[DEPTH]` are the leaves.
     levels: Vec<Vec<u64>>,
-    /// Leaves changed since interior nodes were last recomputed.
+    /// Leaves changed since interior nodes were last recomputed, each listed once (a flag per
+    /// leaf says whether it is listed): at most `LEAVES` entries however many keys changed. A
+    /// push per update grew with the writes between two refreshes, and a refresh after a
+    /// million merged keys sorted a million entries while holding the node.
     dirty: Vec<usize>,
+    listed: Vec<bool>,
 }
 
 impl Default for Merkle {
@@ -45,6 +49,7 @@ impl Merkle {
         Merkle {
             levels: (0..=DEPTH).map(|l| vec![0; width(l)]).collect(),
             dirty: Vec::new(),
+            listed: vec![false; LEAVES],
         }
     }
 
@@ -56,7 +61,10 @@ impl Merkle {
         }
         let l = &mut self.levels[DEPTH as usize][leaf];
         *l = l.wrapping_sub(old).wrapping_add(new);
-        self.dirty.push(leaf);
+        if !self.listed[leaf] {
+            self.listed[leaf] = true;
+            self.dirty.push(leaf);
+        }
     }
 
     fn refresh(&mut self) {
@@ -64,6 +72,9 @@ impl Merkle {
             return;
         }
         let mut nodes = std::mem::take(&mut self.dirty);
+        for &leaf in &nodes {
+            self.listed[leaf] = false;
+        }
         for level in (0..DEPTH as usize).rev() {
             for n in &mut nodes {
                 *n /= FANOUT;

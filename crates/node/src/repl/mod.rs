@@ -50,7 +50,7 @@ use lattice_store::Value;
 use hashbrown::HashTable;
 
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Intent, KeyState, Stamper};
+use self::state::{Full, Intent, KeyState, Stamper};
 use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -79,6 +79,8 @@ const GC_INTERVAL_MS: u64 = 1_000;
 /// A live peer reports at least every `GC_INTERVAL_MS`; hearing from it after this long means
 /// it was unreachable, so it is caught up at once (see `on_message`).
 const PEER_SILENCE_MS: u64 = 1_500;
+/// Keys one GC step visits at most (see `Replicator::gc_sweep`): about a millisecond of work.
+const GC_KEYS_PER_STEP: usize = 4_096;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
 const MAX_AE_NODES: usize = 4_096;
 
@@ -124,14 +126,15 @@ struct Peer {
 struct KeyEntry {
     state: KeyState,
     digest: u64,
-    /// Listed in `gc_queue` (so a key written many times between GC rounds is listed once).
+    /// Listed in `gc_queue` or `gc_sweep` (so a key written many times between GC rounds is
+    /// listed once).
     gc_queued: bool,
 }
 
 impl KeyEntry {
-    fn fresh(frontier: &VersionVector) -> KeyEntry {
+    fn fresh() -> KeyEntry {
         KeyEntry {
-            state: fresh_state(frontier),
+            state: KeyState::default(),
             digest: 0,
             gc_queued: false,
         }
@@ -171,6 +174,11 @@ pub struct Replicator {
     /// A list with a flag per entry rather than a set: queueing costs a push, not a search.
     /// May name a key twice (collected, then written again) or a key gone since: both harmless.
     gc_queue: Vec<KeyId>,
+    /// Keys still to visit with the applied frontier: a GC round hands its queue over here and
+    /// [`Replicator::gc_step`] works through it `GC_KEYS_PER_STEP` keys per timer tick, between
+    /// client batches. Visiting a whole round's queue at once (every key written in the last
+    /// second or two, a million under a bulk load) held the node for 300-700 ms.
+    gc_sweep: VecDeque<KeyId>,
     /// Deltas captured since the last flush, coalesced per key, for every live peer.
     /// In capture order, with an index by key for the coalescing.
     pending: PendingDeltas,
@@ -215,6 +223,7 @@ impl Replicator {
             peers: BTreeMap::new(),
             pending: PendingDeltas::default(),
             gc_queue: Vec::new(),
+            gc_sweep: VecDeque::new(),
             flush_due_ms: None,
             dirty: dirty::DirtyKeys::default(),
             deferred: HashTable::new(),
@@ -316,9 +325,7 @@ impl Replicator {
             return; // nothing known, nothing to remove
         }
         let frontier = &self.frontier;
-        let entry = self
-            .keys
-            .get_or_insert_with(h, key, || KeyEntry::fresh(frontier));
+        let (shared_key, entry) = self.keys.get_or_insert_keyed(h, key, KeyEntry::fresh);
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
             node: self.node,
@@ -326,21 +333,25 @@ impl Replicator {
             counter: &mut self.counter,
             issued: &mut self.seen,
         };
-        let delta = entry.state.capture(now_value, intent, overwrote, &mut st);
-        if delta == KeyState::default() {
+        let delta = entry
+            .state
+            .capture(frontier, now_value, intent, overwrote, &mut st);
+        if delta == Full::default() {
             return; // unchanged: no new metadata, nothing to send
         }
         let digest = key_digest(key, &entry.state, &mut self.scratch);
         self.merkle.update(merkle::leaf_of(h), entry.digest, digest);
         entry.digest = digest;
-        if !entry.gc_queued {
+        // A state in compact form holds nothing GC could drop: only the others wait for it.
+        if !entry.gc_queued && !entry.state.is_compact() {
             entry.gc_queued = true;
-            self.gc_queue.push((h, Bytes::copy_from_slice(key)));
+            self.gc_queue.push((h, shared_key.clone()));
         }
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
         }
-        if !self.pending.push(h, key, delta, MAX_QUEUED_KEYS) {
+        let shared_key = shared_key.clone();
+        if !self.pending.push(h, shared_key, delta, MAX_QUEUED_KEYS) {
             self.pending.clear();
             for p in self.peers.values_mut() {
                 p.needs_ae = true;
@@ -476,8 +487,12 @@ impl Replicator {
     }
 
     /// When [`Replicator::tick`] next has work.
-    pub fn next_deadline_ms(&self) -> u64 {
+    pub fn next_deadline_ms(&self, now_ms: u64) -> u64 {
         let mut next = self.next_gc_ms;
+        if !self.gc_sweep.is_empty() {
+            // The next slice of the sweep, after the client batches waiting now.
+            next = next.min(now_ms + 1);
+        }
         if let Some(d) = self.flush_due_ms {
             next = next.min(d);
         }
@@ -558,6 +573,9 @@ impl Replicator {
                 );
             }
         }
+        if !self.gc_sweep.is_empty() {
+            self.gc_step();
+        }
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
             self.gc_round();
@@ -618,29 +636,41 @@ impl Replicator {
         self.gc_prev = Some((min, max));
     }
 
+    /// Raises the applied frontier to `stable` and schedules a visit of every key changed since
+    /// the last round. Raising it first is safe: keys not yet visited keep metadata a visit
+    /// would drop, nothing more (and compact states take the new frontier at once).
     fn apply_gc(&mut self, stable: &VersionVector) {
         self.frontier.merge(stable);
-        let frontier = self.frontier.clone();
-        let mut drop = Vec::new();
-        // Only keys changed since they were last fully compact need a visit: the sweep costs
-        // what was written, not the keyspace.
-        let candidates = std::mem::take(&mut self.gc_queue);
-        let mut requeue = Vec::new();
-        for id in candidates {
+        self.seen.raise_to(&self.frontier.clone());
+        let queued = std::mem::take(&mut self.gc_queue);
+        self.gc_sweep.extend(queued);
+    }
+
+    /// Visits up to `GC_KEYS_PER_STEP` keys of the sweep: drops their metadata below the
+    /// frontier, forgets the ones that hold nothing, and lists again those that keep metadata
+    /// the frontier does not cover yet.
+    fn gc_step(&mut self) {
+        let frontier = &self.frontier;
+        for _ in 0..GC_KEYS_PER_STEP {
+            let Some(id) = self.gc_sweep.pop_front() else {
+                break;
+            };
             let Some(e) = self.keys.get_mut(id.0, &id.1) else {
                 continue;
             };
             if !e.gc_queued {
-                continue; // listed twice; already visited in this round
+                continue; // listed twice; already visited
             }
             e.gc_queued = false;
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
-            e.state.gc(&frontier);
-            if e.state.collectable(&frontier) {
-                drop.push(id.clone());
-            } else if !e.state.is_compact() {
-                requeue.push(id.clone());
+            e.state.gc(frontier);
+            if e.state.collectable(frontier) {
+                let old = e.digest;
+                self.keys.remove(id.0, &id.1);
+                self.merkle.update(merkle::leaf_of(id.0), old, 0);
+                self.stats.keys_collected += 1;
+                continue;
             }
             if had_tombstones {
                 let d = key_digest(&id.1, &e.state, &mut self.scratch);
@@ -649,22 +679,11 @@ impl Replicator {
                     e.digest = d;
                 }
             }
-        }
-        for id in requeue {
-            if let Some(e) = self.keys.get_mut(id.0, &id.1) {
-                if !e.gc_queued {
-                    e.gc_queued = true;
-                    self.gc_queue.push(id);
-                }
+            if !e.state.is_compact() {
+                e.gc_queued = true;
+                self.gc_queue.push(id);
             }
         }
-        for id in drop {
-            if let Some(e) = self.keys.remove(id.0, &id.1) {
-                self.merkle.update(merkle::leaf_of(id.0), e.digest, 0);
-                self.stats.keys_collected += 1;
-            }
-        }
-        self.seen.raise_to(&frontier);
     }
 
     /// Handles one message from `peer`; returns what the node must apply to its store.
@@ -753,7 +772,7 @@ impl Replicator {
                     self.keys.prefetch(hashes[j], &entries[j].key);
                 }
             }
-            let Ok(st) = state::codec().deserialize::<KeyState>(&b.state) else {
+            let Ok(st) = state::codec().deserialize::<Full>(&b.state) else {
                 self.stats.bad_messages += 1;
                 continue;
             };
@@ -767,22 +786,20 @@ impl Replicator {
             }
             let h = hashes[i];
             let frontier = &self.frontier;
-            let entry = self
-                .keys
-                .get_or_insert_with(h, &b.key, || KeyEntry::fresh(frontier));
-            if !entry.gc_queued {
+            let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
+            let before = entry.digest;
+            entry.state.merge(frontier, &st);
+            if !entry.gc_queued && !entry.state.is_compact() {
                 entry.gc_queued = true;
                 self.gc_queue.push((h, b.key.clone()));
             }
-            let before = entry.digest;
-            entry.state.merge(&st);
             let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
             entry.digest = digest;
             if digest != before {
                 self.merkle.update(merkle::leaf_of(h), before, digest);
                 changed.push(b.key.clone());
             }
-            if !deltas && digest == key_digest(&b.key, &st, &mut self.scratch) {
+            if !deltas && Some(digest) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
                 in_sync.push(b.key.clone());
             }
         }
@@ -864,7 +881,8 @@ impl Replicator {
                 if skip.contains(k) {
                     continue;
                 }
-                let blob = encode_state(&e.state, &mut self.scratch);
+                e.state.encode_into(&self.frontier, &mut self.scratch);
+                let blob = Bytes::copy_from_slice(&self.scratch);
                 bytes += blob.len() + k.len();
                 entries.push(KeyBlob {
                     key: k.clone(),
@@ -917,7 +935,12 @@ impl Replicator {
             self.stats.keys_collected,
             self.stats.skew_exceeded,
         );
-        let _ = write!(out, "queued_keys:{}\r\n", self.pending.len());
+        let _ = write!(
+            out,
+            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\n",
+            self.pending.len(),
+            self.gc_sweep.len()
+        );
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
                 .last_heard_ms
@@ -959,25 +982,8 @@ impl Replicator {
     }
 }
 
-/// The state of a key this replica holds nothing for: everything at or below the GC frontier
-/// counts as seen (and, since nothing is held, removed).
-fn fresh_state(frontier: &VersionVector) -> KeyState {
-    let mut s = KeyState::default();
-    if !frontier.is_empty() {
-        s.gc(frontier);
-    }
-    s
-}
-
-/// `scratch` is a reused buffer: serializing into it skips bincode's separate size pass and
-/// the allocation of a buffer per key.
-fn encode_state(st: &KeyState, scratch: &mut Vec<u8>) -> Bytes {
-    encode_state_into(st, scratch);
-    Bytes::copy_from_slice(scratch)
-}
-
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
-fn encode_state_into(st: &KeyState, scratch: &mut Vec<u8>) {
+fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
     state::codec()
         .serialize_into(&mut *scratch, st)
@@ -1010,7 +1016,7 @@ pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
 #[derive(Default)]
 struct PendingDeltas {
     /// (key hash, key, delta), oldest first.
-    queue: VecDeque<(u64, Bytes, KeyState)>,
+    queue: VecDeque<(u64, Bytes, Full)>,
     /// Entries taken from the front so far: `queue[i]` is entry number `popped + i`.
     popped: usize,
     /// The entry number of each queued key, hashed by its key hash.
@@ -1034,11 +1040,11 @@ impl PendingDeltas {
 
     /// Queues `delta` for `key`, merging it into a queued delta of the same key. Returns false
     /// (and queues nothing) when a new key would exceed `bound` keys.
-    fn push(&mut self, hash: u64, key: &[u8], delta: KeyState, bound: usize) -> bool {
+    fn push(&mut self, hash: u64, key: Bytes, delta: Full, bound: usize) -> bool {
         let (queue, popped) = (&self.queue, self.popped);
         let found = self
             .index
-            .find(hash, |&(h, n)| h == hash && queue[n - popped].1[..] == *key);
+            .find(hash, |&(h, n)| h == hash && queue[n - popped].1 == key);
         if let Some(&(_, n)) = found {
             self.queue[n - self.popped].2.merge(&delta);
             return true;
@@ -1047,14 +1053,13 @@ impl PendingDeltas {
             return false;
         }
         let n = self.popped + self.queue.len();
-        self.queue
-            .push_back((hash, Bytes::copy_from_slice(key), delta));
+        self.queue.push_back((hash, key, delta));
         self.index.insert_unique(hash, (hash, n), |&(h, _)| h);
         true
     }
 
     /// The oldest queued delta.
-    fn pop_front(&mut self) -> Option<(Bytes, KeyState)> {
+    fn pop_front(&mut self) -> Option<(Bytes, Full)> {
         let (hash, key, delta) = self.queue.pop_front()?;
         let n = self.popped;
         self.popped += 1;

@@ -1,6 +1,6 @@
 //! One key's replicated state, and the two bridges between it and the store:
-//! [`KeyState::capture`] turns a local command's effect into a delta, and
-//! [`KeyState::materialize`] turns a merged state back into the value clients read.
+//! [`Full::capture`] turns a local command's effect into a delta, and
+//! [`Full::materialize`] turns a merged state back into the value clients read.
 //!
 //! # Shape
 //! A key's state is the product of one CRDT per Redis type plus an expiry register:
@@ -26,6 +26,7 @@
 //! The cost is proportional to the value's size, which is fine for the values Lattice replicates
 //! today; per-element hints for very large collections are left for later (docs/ARCHITECTURE.md).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use bincode::Options as _;
@@ -177,12 +178,13 @@ impl Crdt for Reg {
     }
 }
 
-/// Everything one replica knows about one key.
+/// Everything one replica knows about one key, in the general form: deltas, states on the
+/// wire, and the stored state of any key that does not fit [`KeyState`]'s compact forms.
 ///
 /// Serialized (for peer messages) as a presence mask followed by the components that differ
 /// from their default, see the impls below.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct KeyState {
+pub struct Full {
     string: OrMap<(), Reg>,
     hash: OrMap<Bytes, Reg>,
     set: OrSet<Bytes>,
@@ -198,7 +200,7 @@ pub struct KeyState {
     removals: CausalContext,
 }
 
-/// Calls `$m!(field, bit)` for every field of [`KeyState`] in its serialized order: the one
+/// Calls `$m!(field, bit)` for every field of [`Full`] in its serialized order: the one
 /// list the encoding and the decoding below share, so they cannot disagree on it.
 macro_rules! key_state_fields {
     ($m:ident) => {
@@ -218,10 +220,10 @@ macro_rules! key_state_fields {
 // and of the varints a replica decodes per replicated write. Now a presence mask (bit `b` for
 // the field listed with `b`) says which fields follow; absent ones are their defaults. A
 // tuple, so bincode writes no lengths for it.
-impl Serialize for KeyState {
+impl Serialize for Full {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeTuple as _;
-        let none = KeyState::default();
+        let none = Full::default();
         let mut mask = 0u8;
         macro_rules! mark {
             ($field:ident, $bit:expr) => {
@@ -245,24 +247,21 @@ impl Serialize for KeyState {
     }
 }
 
-impl<'de> Deserialize<'de> for KeyState {
+impl<'de> Deserialize<'de> for Full {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = KeyState;
+            type Value = Full;
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a presence mask and the key state fields it names")
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<KeyState, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Full, A::Error> {
                 let mask: u8 = seq
                     .next_element()?
                     .ok_or_else(|| serde::de::Error::invalid_length(0, &Fields))?;
-                let mut st = KeyState::default();
+                let mut st = Full::default();
                 macro_rules! take {
                     ($field:ident, $bit:expr) => {
                         if mask & (1 << $bit) != 0 {
@@ -298,7 +297,7 @@ impl Stamper<'_> {
     }
 }
 
-impl KeyState {
+impl Full {
     fn is_empty_kind(&self, k: Kind) -> bool {
         match k {
             Kind::Str => self.string.is_empty(),
@@ -386,48 +385,66 @@ impl KeyState {
         Some(xxhash_rust::xxh3::xxh3_64(scratch))
     }
 
-    /// What `digest` covers of a state with no collection component: the key, the string
-    /// entries with their dots, the deadline register and the type stamps.
+    /// What `digest` covers of a state with no collection component (see
+    /// [`string_digest_bytes`]).
     fn string_digest_bytes(&self, key: &[u8], out: &mut Vec<u8>) {
-        fn put_u64(out: &mut Vec<u8>, v: u64) {
-            out.extend_from_slice(&v.to_le_bytes());
+        let groups = self.string.entries().values();
+        string_digest_bytes(
+            key,
+            groups.map(|dots| dots.iter()),
+            &self.expiry,
+            self.stamps,
+            out,
+        );
+    }
+
+    /// A key with nothing here: every context is `frontier` (everything at or below it counts
+    /// as seen and, since nothing is held, removed).
+    fn fresh(frontier: &VersionVector) -> Full {
+        let mut f = Full::default();
+        if !frontier.is_empty() {
+            f.gc(frontier);
         }
-        fn put_hlc(out: &mut Vec<u8>, h: Hlc) {
-            put_u64(out, h.wall_ms);
-            out.extend_from_slice(&h.logical.to_le_bytes());
-            out.extend_from_slice(&h.node.0.to_le_bytes());
+        f
+    }
+
+    /// The compact form this state is exactly (given `frontier`, see [`KeyState`]): `Some(None)`
+    /// for nothing, `Some(Some(..))` for a plain string, `None` when it fits neither.
+    fn compact_shape(&self, frontier: &VersionVector) -> Option<Option<CompactStr>> {
+        let others_bare = self.hash.is_empty()
+            && self.set.is_empty()
+            && self.zset.is_empty()
+            && self.list.is_empty()
+            && self.list.max_id().is_none()
+            && self.expiry == LwwRegister::default()
+            && self.stamps[1..].iter().all(|h| *h == Hlc::ZERO)
+            && self.removals.covered_by(frontier, None)
+            && self.hash.context().covered_by(frontier, None)
+            && self.set.context().covered_by(frontier, None)
+            && self.zset.context().covered_by(frontier, None)
+            && self.list.context().covered_by(frontier, None);
+        if !others_bare {
+            return None;
         }
-        put_u64(out, key.len() as u64);
-        out.extend_from_slice(key);
-        for dots in self.string.entries().values() {
-            put_u64(out, dots.len() as u64);
-            for (dot, reg) in dots {
-                out.extend_from_slice(&dot.node.0.to_le_bytes());
-                put_u64(out, dot.counter);
-                put_hlc(out, reg.base_ts);
-                put_u64(out, reg.base.len() as u64);
-                out.extend_from_slice(&reg.base);
-                put_u64(out, reg.parts.len() as u64);
-                for (node, p) in &reg.parts {
-                    out.extend_from_slice(&node.0.to_le_bytes());
-                    put_u64(out, p.seq);
-                    out.extend_from_slice(&p.int.to_le_bytes());
-                    put_u64(out, p.float.to_bits());
-                    out.push(u8::from(p.has_float));
-                }
-            }
+        let entries = self.string.entries();
+        if entries.is_empty() {
+            let bare =
+                self.stamps[0] == Hlc::ZERO && self.string.context().covered_by(frontier, None);
+            return bare.then_some(None);
         }
-        match self.expiry.value() {
-            Some(d) => {
-                out.push(1);
-                put_u64(out, *d);
-            }
-            None => out.push(0),
-        }
-        put_hlc(out, self.expiry.ts());
-        for h in self.stamps {
-            put_hlc(out, h);
-        }
+        let mut dots = entries.values().next()?.iter();
+        let (dot, reg) = dots.next()?;
+        let single = dots.next().is_none()
+            && reg.parts.is_empty()
+            && reg.base_ts == self.stamps[0]
+            && self.string.context().covered_by(frontier, Some(*dot));
+        single.then(|| {
+            Some(CompactStr {
+                dot: *dot,
+                ts: reg.base_ts,
+                value: reg.base.to_vec().into_boxed_slice(),
+            })
+        })
     }
 
     /// Drops causal metadata below the stable frontier (see `lattice_crdt::Crdt::gc`).
@@ -518,8 +535,8 @@ impl KeyState {
         intent: Intent,
         overwrote: bool,
         st: &mut Stamper<'_>,
-    ) -> KeyState {
-        let mut delta = KeyState::default();
+    ) -> Full {
+        let mut delta = Full::default();
         let ts = st.ts;
         // Streams are not replicated yet: a key holding a stream is captured as absent.
         let now = now.filter(|(v, _)| !matches!(v, Value::Stream(_)));
@@ -655,7 +672,7 @@ impl KeyState {
 
     /// Lists: keep the common prefix and suffix, remove the old middle, insert the new middle
     /// after the prefix. Pushes and pops at either end touch only the ends.
-    fn capture_list(&mut self, new: &List, delta: &mut KeyState, st: &mut Stamper<'_>) -> bool {
+    fn capture_list(&mut self, new: &List, delta: &mut Full, st: &mut Stamper<'_>) -> bool {
         let old: Vec<(Hlc, Bytes)> = self
             .list
             .iter_visible()
@@ -728,7 +745,7 @@ impl KeyState {
 
     /// Gives a removal its own dot, so that "every replica has seen dot d" implies it has
     /// merged the removal (GC forgets whole tombstoned keys on that basis). Returns the dot.
-    fn record_removal(&mut self, delta: &mut KeyState, st: &mut Stamper<'_>) -> Dot {
+    fn record_removal(&mut self, delta: &mut Full, st: &mut Stamper<'_>) -> Dot {
         let d = st.dot();
         self.removals.insert(d);
         delta.removals.insert(d);
@@ -736,7 +753,7 @@ impl KeyState {
     }
 
     /// Observed-remove of every component except `keep`.
-    fn clear_all(&mut self, delta: &mut KeyState, keep: Option<Kind>, st: &mut Stamper<'_>) {
+    fn clear_all(&mut self, delta: &mut Full, keep: Option<Kind>, st: &mut Stamper<'_>) {
         let mut removed = false;
         if keep != Some(Kind::Str) && !self.string.is_empty() {
             delta.string.absorb(self.string.clear());
@@ -771,7 +788,7 @@ impl KeyState {
     }
 }
 
-impl Crdt for KeyState {
+impl Crdt for Full {
     fn merge(&mut self, other: &Self) {
         self.string.merge(&other.string);
         self.hash.merge(&other.hash);
@@ -786,7 +803,275 @@ impl Crdt for KeyState {
     }
 
     fn gc(&mut self, stable: &VersionVector) {
-        KeyState::gc(self, stable);
+        Full::gc(self, stable);
+    }
+}
+
+/// One key's stored state: the general [`Full`] form, or a compact form for the two states a
+/// replica holds for almost every key.
+///
+/// # Why compact forms
+/// A `Full` is a product of five CRDTs and three contexts: about 520 bytes inline, plus a
+/// B-tree node (about 1 KiB, sized for eleven entries) for a string's single dot. With 100,000
+/// replicated 64-byte strings that was 2,880 heap bytes per key against 142 for the store alone
+/// (`cargo run --release -p lattice-node --example repl_memory`). Yet the state of a key that
+/// was written once, by a plain assignment, says only: "this value, written at stamp `ts` with
+/// dot `dot`; nothing else was ever seen here beyond what every replica has seen".
+///
+/// # What a compact form stands for
+/// `Str { dot, ts, value }` is the `Full` whose string component holds `{dot: value assigned at
+/// ts}`, whose type stamp for strings is `ts`, whose other components and deadline are their
+/// defaults, and every one of whose causal contexts is the replicator's applied GC frontier
+/// (plus `dot` for the string). `Empty` is the state of a key with nothing here: every context
+/// is the frontier (what `fresh_state` used to build). The frontier is passed in wherever the
+/// full form is needed ([`KeyState::expand`]), so a compact state's contexts grow with the
+/// frontier: exactly what a GC pass would do to the full form, and sound for the same reason
+/// (every replica has merged every dot at or below it).
+///
+/// A state is compacted after every change when its full form is exactly that shape
+/// ([`KeyState::compacted`]); a string overwritten while its previous dot is still above the
+/// frontier stays full until the GC round that passes it (the overwritten dot must stay in the
+/// context until then, or a late copy of the old write would come back).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeyState {
+    repr: Repr,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+enum Repr {
+    #[default]
+    Empty,
+    Str(CompactStr),
+    Full(Box<Full>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct CompactStr {
+    dot: Dot,
+    ts: Hlc,
+    value: Box<[u8]>,
+}
+
+impl CompactStr {
+    fn reg(&self) -> Reg {
+        Reg::assigned(Bytes::copy_from_slice(&self.value), self.ts)
+    }
+}
+
+impl KeyState {
+    /// The general form of this state, given the replicator's applied GC frontier.
+    pub fn expand(&self, frontier: &VersionVector) -> Cow<'_, Full> {
+        match &self.repr {
+            Repr::Full(f) => Cow::Borrowed(f),
+            Repr::Empty => Cow::Owned(Full::fresh(frontier)),
+            Repr::Str(c) => {
+                let mut f = Full::fresh(frontier);
+                f.string = OrMap::singleton((), c.dot, c.reg(), CausalContext::from_vv(frontier));
+                f.stamps[Kind::Str as usize] = c.ts;
+                Cow::Owned(f)
+            }
+        }
+    }
+
+    /// The state holding `full`, in a compact form when it fits one (see the type's doc).
+    pub fn compacted(full: Full, frontier: &VersionVector) -> KeyState {
+        let repr = match full.compact_shape(frontier) {
+            Some(None) => Repr::Empty,
+            Some(Some(c)) => Repr::Str(c),
+            None => Repr::Full(Box::new(full)),
+        };
+        KeyState { repr }
+    }
+
+    /// Mutable access to the full form, expanding a compact state first. The caller compacts
+    /// again when done ([`KeyState::recompact`]).
+    fn full_mut(&mut self, frontier: &VersionVector) -> &mut Full {
+        if !matches!(self.repr, Repr::Full(_)) {
+            let full = self.expand(frontier).into_owned();
+            self.repr = Repr::Full(Box::new(full));
+        }
+        match &mut self.repr {
+            Repr::Full(f) => f,
+            _ => unreachable!("expanded above"),
+        }
+    }
+
+    fn recompact(&mut self, frontier: &VersionVector) {
+        if let Repr::Full(f) = &mut self.repr {
+            let full = std::mem::take(&mut **f);
+            *self = KeyState::compacted(full, frontier);
+        }
+    }
+
+    /// Whether the state is held in a compact form (for INFO and tests).
+    pub fn is_compact_form(&self) -> bool {
+        !matches!(self.repr, Repr::Full(_))
+    }
+
+    /// Records what a local command did to this key (see [`Full::capture`]); returns the delta.
+    pub fn capture(
+        &mut self,
+        frontier: &VersionVector,
+        now: Option<(&Value, Option<u64>)>,
+        intent: Intent,
+        overwrote: bool,
+        st: &mut Stamper<'_>,
+    ) -> Full {
+        // The common write, a plain assignment of a persistent string over nothing or over a
+        // compact string, is built directly: the same state and delta as the general path
+        // below, without expanding into a `Full` and compacting back.
+        if let (Some((Value::Str(s), None)), Intent::Assign) = (now, intent) {
+            let old = match &self.repr {
+                Repr::Empty => Some(None),
+                Repr::Str(c) => Some(Some(c)),
+                Repr::Full(_) => None,
+            };
+            if let Some(old) = old {
+                let new = s.as_bytes();
+                if let Some(c) = old {
+                    if !overwrote && c.value[..] == new[..] {
+                        return Full::default();
+                    }
+                }
+                let dot = st.dot();
+                let ts = st.ts;
+                let mut delta = Full::default();
+                let reg = Reg::assigned(Bytes::copy_from_slice(&new), ts);
+                let mut delta_cc = CausalContext::new();
+                // The overwritten dot leaves the context only once the frontier covers it.
+                let old_dot = old.map(|c| c.dot);
+                if let Some(d) = old_dot {
+                    delta_cc.insert(d);
+                }
+                delta.string = OrMap::singleton((), dot, reg, delta_cc);
+                delta.stamps[Kind::Str as usize] = ts;
+                let still_needed = old_dot.is_some_and(|d| d.counter > frontier.get(d.node));
+                if still_needed {
+                    let full = self.full_mut(frontier);
+                    full.string.merge(&delta.string);
+                    let stamp = &mut full.stamps[Kind::Str as usize];
+                    *stamp = (*stamp).max(ts);
+                } else {
+                    self.repr = Repr::Str(CompactStr {
+                        dot,
+                        ts,
+                        value: new.to_vec().into_boxed_slice(),
+                    });
+                }
+                return delta;
+            }
+        }
+        let delta = self.full_mut(frontier).capture(now, intent, overwrote, st);
+        self.recompact(frontier);
+        delta
+    }
+
+    /// Joins `other` (a delta or a peer's state) into this state.
+    pub fn merge(&mut self, frontier: &VersionVector, other: &Full) {
+        self.full_mut(frontier).merge(other);
+        self.recompact(frontier);
+    }
+
+    /// Drops causal metadata below `stable` (the new applied frontier) and compacts.
+    pub fn gc(&mut self, stable: &VersionVector) {
+        if let Repr::Full(f) = &mut self.repr {
+            f.gc(stable);
+            self.recompact(stable);
+        }
+    }
+
+    /// The wire encoding of this state (its full form) into `out`, replacing its contents.
+    pub fn encode_into(&self, frontier: &VersionVector, out: &mut Vec<u8>) {
+        out.clear();
+        codec()
+            .serialize_into(&mut *out, &*self.expand(frontier))
+            .expect("in-memory states always encode");
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match &self.repr {
+            Repr::Empty => true,
+            Repr::Str(_) => false,
+            Repr::Full(f) => f.is_empty(),
+        }
+    }
+
+    pub fn deadline_ms(&self) -> Option<u64> {
+        match &self.repr {
+            Repr::Full(f) => f.deadline_ms(),
+            _ => None,
+        }
+    }
+
+    pub fn visible_kind(&self) -> Option<Kind> {
+        match &self.repr {
+            Repr::Empty => None,
+            Repr::Str(_) => Some(Kind::Str),
+            Repr::Full(f) => f.visible_kind(),
+        }
+    }
+
+    pub fn string_stamp(&self) -> Option<Hlc> {
+        match &self.repr {
+            Repr::Empty => None,
+            Repr::Str(c) => Some(c.ts),
+            Repr::Full(f) => f.string_stamp(),
+        }
+    }
+
+    /// See [`Full::digest`]; a compact state digests exactly as its full form does.
+    pub fn digest(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<u64> {
+        match &self.repr {
+            Repr::Empty => None,
+            Repr::Str(c) => {
+                scratch.clear();
+                let reg = c.reg();
+                let mut stamps = [Hlc::ZERO; 5];
+                stamps[Kind::Str as usize] = c.ts;
+                string_digest_bytes(
+                    key,
+                    std::iter::once(std::iter::once((&c.dot, &reg))),
+                    &LwwRegister::default(),
+                    stamps,
+                    scratch,
+                );
+                Some(xxhash_rust::xxh3::xxh3_64(scratch))
+            }
+            Repr::Full(f) => f.digest(key, scratch),
+        }
+    }
+
+    /// See [`Full::collectable`].
+    pub fn collectable(&self, stable: &VersionVector) -> bool {
+        match &self.repr {
+            Repr::Empty => true,
+            Repr::Str(_) => false,
+            Repr::Full(f) => f.collectable(stable),
+        }
+    }
+
+    /// See [`Full::is_compact`]: nothing left for GC to do.
+    pub fn is_compact(&self) -> bool {
+        match &self.repr {
+            Repr::Empty => false,
+            Repr::Str(_) => true,
+            Repr::Full(f) => f.is_compact(),
+        }
+    }
+
+    pub fn tombstones(&self) -> usize {
+        match &self.repr {
+            Repr::Full(f) => f.tombstones(),
+            _ => 0,
+        }
+    }
+
+    pub fn materialize(&self, limits: &Limits) -> Option<Value> {
+        match &self.repr {
+            Repr::Empty => None,
+            Repr::Str(c) => Some(Value::Str(Str::from_bytes(&c.value))),
+            Repr::Full(f) => f.materialize(limits),
+        }
     }
 }
 
@@ -830,6 +1115,61 @@ fn format_float(f: f64) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// What a digest covers of a state with no collection component: the key, the string
+/// entries with their dots (one group per entry key: there is at most one, `()`), the deadline
+/// register and the type stamps. Shared by the full and the compact forms, which must digest
+/// alike.
+fn string_digest_bytes<'a, G, D>(
+    key: &[u8],
+    groups: G,
+    expiry: &LwwRegister<Option<u64>>,
+    stamps: [Hlc; 5],
+    out: &mut Vec<u8>,
+) where
+    G: Iterator<Item = D>,
+    D: ExactSizeIterator<Item = (&'a Dot, &'a Reg)>,
+{
+    fn put_u64(out: &mut Vec<u8>, v: u64) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    fn put_hlc(out: &mut Vec<u8>, h: Hlc) {
+        put_u64(out, h.wall_ms);
+        out.extend_from_slice(&h.logical.to_le_bytes());
+        out.extend_from_slice(&h.node.0.to_le_bytes());
+    }
+    put_u64(out, key.len() as u64);
+    out.extend_from_slice(key);
+    for dots in groups {
+        put_u64(out, dots.len() as u64);
+        for (dot, reg) in dots {
+            out.extend_from_slice(&dot.node.0.to_le_bytes());
+            put_u64(out, dot.counter);
+            put_hlc(out, reg.base_ts);
+            put_u64(out, reg.base.len() as u64);
+            out.extend_from_slice(&reg.base);
+            put_u64(out, reg.parts.len() as u64);
+            for (node, p) in &reg.parts {
+                out.extend_from_slice(&node.0.to_le_bytes());
+                put_u64(out, p.seq);
+                out.extend_from_slice(&p.int.to_le_bytes());
+                put_u64(out, p.float.to_bits());
+                out.push(u8::from(p.has_float));
+            }
+        }
+    }
+    match expiry.value() {
+        Some(d) => {
+            out.push(1);
+            put_u64(out, *d);
+        }
+        None => out.push(0),
+    }
+    put_hlc(out, expiry.ts());
+    for h in stamps {
+        put_hlc(out, h);
+    }
+}
+
 /// Records `old -> new` as an increment by this node: exact for integers, a float part
 /// otherwise. If neither parses (cannot happen after a successful INCR family command), falls
 /// back to an assignment.
@@ -871,7 +1211,7 @@ mod tests {
         wall: u64,
         counter: VersionVector,
         issued: CausalContext,
-        state: KeyState,
+        state: Full,
     }
 
     impl Replica {
@@ -881,11 +1221,11 @@ mod tests {
                 wall: 0,
                 counter: VersionVector::new(),
                 issued: CausalContext::new(),
-                state: KeyState::default(),
+                state: Full::default(),
             }
         }
 
-        fn write(&mut self, value: Option<Value>, intent: Intent) -> KeyState {
+        fn write(&mut self, value: Option<Value>, intent: Intent) -> Full {
             self.wall += 1;
             let mut st = stamper_for(self.node, self.wall, &mut self.counter, &mut self.issued);
             self.state
@@ -1022,7 +1362,7 @@ mod tests {
         (0..3usize, 0..8u8, 0..4u8)
     }
 
-    fn apply(r: &mut Replica, kind: u8, arg: u8) -> KeyState {
+    fn apply(r: &mut Replica, kind: u8, arg: u8) -> Full {
         let m = format!("m{arg}");
         match kind {
             0 => r.write(Some(s(&format!("v{arg}"))), Intent::Assign),
@@ -1121,16 +1461,83 @@ mod tests {
             // is exact: nothing left over, nothing missing.
             for st in deltas.iter().chain([&ab_c, a, b, c]) {
                 let bytes = codec().serialize(st).unwrap();
-                prop_assert_eq!(&codec().deserialize::<KeyState>(&bytes).unwrap(), st);
-                prop_assert!(codec().deserialize::<KeyState>(&bytes[..bytes.len() - 1]).is_err());
+                prop_assert_eq!(&codec().deserialize::<Full>(&bytes).unwrap(), st);
+                prop_assert!(codec().deserialize::<Full>(&bytes[..bytes.len() - 1]).is_err());
+            }
+        }
+    }
+
+    proptest! {
+        /// The compact forms are representations, not approximations: the same random
+        /// history applied to a `KeyState` and to a `Full` gives states whose full forms are
+        /// equal (with an empty frontier, nothing is raised), that digest and materialize
+        /// alike, and that stay equal after a GC to any frontier below what was issued.
+        #[test]
+        fn compact_forms_are_exact(ops in proptest::collection::vec((op(), 0..3usize), 1..30),
+                                   cut in 0..4u64) {
+            let none = VersionVector::new();
+            let mut rs = [Replica::new(1), Replica::new(2), Replica::new(3)];
+            let mut ks: [KeyState; 3] = Default::default();
+            let mut scratch = Vec::new();
+            for ((who, kind, arg), sync_from) in ops {
+                let (counter, issued) = (rs[who].counter.clone(), rs[who].issued.clone());
+                let d = apply(&mut rs[who], kind, arg);
+                // The same command, with the same dots, on the compact side.
+                let value = rs[who].value();
+                let intent = if kind == 1 { Intent::Increment } else { Intent::Assign };
+                let (mut counter, mut issued) = (counter, issued);
+                let mut st = stamper_for(rs[who].node, rs[who].wall, &mut counter, &mut issued);
+                let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent, true,
+                                         &mut st);
+                prop_assert_eq!(&dk, &d);
+                if sync_from != who {
+                    let other = rs[sync_from].state.clone();
+                    rs[who].state.merge(&other);
+                    let other = ks[sync_from].expand(&none).into_owned();
+                    ks[who].merge(&none, &other);
+                }
+                prop_assert_eq!(&*ks[who].expand(&none), &rs[who].state);
+            }
+            // A frontier every replica has passed: each node's counter, cut back a little.
+            let mut frontier = VersionVector::new();
+            for r in &rs {
+                let c = r.counter.get(NodeId(r.node));
+                frontier.raise(NodeId(r.node), c.saturating_sub(cut));
+            }
+            for (r, k) in rs.iter_mut().zip(ks.iter_mut()) {
+                prop_assert_eq!(k.digest(b"k", &mut scratch), r.state.digest(b"k", &mut scratch));
+                prop_assert_eq!(k.materialize(&Limits::default()), r.value());
+                r.state.gc(&frontier);
+                k.gc(&frontier);
+                prop_assert_eq!(&*k.expand(&frontier), &r.state);
+                prop_assert_eq!(k.digest(b"k", &mut scratch), r.state.digest(b"k", &mut scratch));
             }
         }
     }
 
     #[test]
+    fn a_plain_string_is_held_compact() {
+        let none = VersionVector::new();
+        let (mut counter, mut issued) = (VersionVector::new(), CausalContext::new());
+        let mut k = KeyState::default();
+        let mut st = stamper_for(1, 10, &mut counter, &mut issued);
+        let d = k.capture(&none, Some((&s("v"), None)), Intent::Assign, true, &mut st);
+        assert!(k.is_compact_form(), "{k:?}");
+        assert_eq!(*k.expand(&none), d);
+        // Overwritten while the old dot is above the frontier: full until GC passes it.
+        let mut st = stamper_for(1, 11, &mut counter, &mut issued);
+        k.capture(&none, Some((&s("w"), None)), Intent::Assign, true, &mut st);
+        assert!(!k.is_compact_form());
+        let frontier: VersionVector = [(NodeId(1), 1)].into_iter().collect();
+        k.gc(&frontier);
+        assert!(k.is_compact_form(), "{k:?}");
+        assert_eq!(k.materialize(&Limits::default()), Some(s("w")));
+    }
+
+    #[test]
     fn an_empty_state_encodes_as_its_mask_alone() {
-        assert_eq!(codec().serialize(&KeyState::default()).unwrap(), vec![0]);
+        assert_eq!(codec().serialize(&Full::default()).unwrap(), vec![0]);
         // A mask naming a field that is not there is an error, not a default.
-        assert!(codec().deserialize::<KeyState>(&[1]).is_err());
+        assert!(codec().deserialize::<Full>(&[1]).is_err());
     }
 }

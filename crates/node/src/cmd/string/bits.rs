@@ -8,7 +8,7 @@ use crate::args::{parse_i64, NOT_INTEGER};
 use crate::command::Call;
 use crate::node::Core;
 
-const BAD_OFFSET: &str = "ERR bit offset is not an integer or out of range";
+pub(super) const BAD_OFFSET: &str = "ERR bit offset is not an integer or out of range";
 const BAD_BIT: &str = "ERR bit is not an integer or out of range";
 
 /// A bit offset argument: a non-negative integer whose byte lies within `proto-max-bulk-len`.

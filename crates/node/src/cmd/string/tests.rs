@@ -628,7 +628,9 @@ fn command_table_entries() {
     assert_eq!(find("lcs").keys, (1, 2, 1));
     assert_eq!(find("setbit").group, "bitmap");
     assert_eq!(find("incrbyfloat").since, "2.6.0");
-    assert_eq!(super::COMMANDS.len(), 26);
+    assert_eq!(find("bitop").keys, (2, -1, 1));
+    assert_eq!(find("bitfield_ro").flags, &["readonly", "fast"][..]);
+    assert_eq!(super::COMMANDS.len(), 29);
 }
 
 #[test]

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The 1M-key replicated load of issue "replication at real data sizes", side by side:
+#   a 3-node Lattice cluster (every node a replica of every key),
+#   Redis 7 primary + 2 replicas (--replicaof), and a standalone Lattice node,
+# each loaded through its first node with
+#   redis-benchmark -t set -n $N -r 100000000 -d 64 -P 32 -c 50
+# Prints per system: throughput, p50/p99/max latency, the longest wait for a reply seen by a
+# probe client pinging node 1 during the load (scripts/gap-probe.py), RSS per key on every node,
+# CPU seconds per node (all threads, /proc/<pid>/stat), and the time after the load until every
+# replica holds as many keys as the writer. Only 127.0.0.1 is used; everything started is
+# stopped on exit.
+#
+#   scripts/repl-load.sh             (N=1000000)
+#   N=200000 scripts/repl-load.sh    a shorter run
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=scripts/cluster-common.sh
+. "$ROOT/scripts/cluster-common.sh"
+CARGO=${CARGO:-cargo}
+N=${N:-1000000}
+need_redis_tools
+$CARGO build --release -p lattice-server >/dev/null 2>&1 || $CARGO build --release -p lattice-server
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/lattice-server"
+REDIS=$(command -v redis-server)
+
+rss_kb() { awk '/VmRSS/ { print $2 }' "/proc/$1/status"; }
+# CPU seconds of process $1, all threads (utime + stime from /proc/<pid>/stat).
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+
+# load NAME: runs the load through the first of the servers in PIDS (ports in LPORTS, same
+# order), then waits for the others to hold as many keys.
+load() {
+  local name=$1
+  local ports=("${LPORTS[@]}") pids=("${PIDS[@]}") p
+  local cpu0=()
+  for p in "${pids[@]}"; do cpu0+=("$(cpu_s "$p")"); done
+  python3 "$ROOT/scripts/gap-probe.py" "${ports[0]}" 600 >"$WORK/$name.gap" &
+  local probe=$!
+  redis-benchmark -h 127.0.0.1 -p "${ports[0]}" -t set -n "$N" -r 100000000 -d 64 -P 32 -c 50 --csv \
+    2>/dev/null | tail -1 >"$WORK/$name.csv"
+  kill -TERM "$probe" 2>/dev/null || true
+  wait "$probe" 2>/dev/null || true
+  local start_ms caught=no sizes=()
+  start_ms=$(date +%s%3N)
+  while [ $(( $(date +%s%3N) - start_ms )) -lt 120000 ]; do
+    sizes=()
+    for p in "${ports[@]}"; do sizes+=("$(timeout 2 redis-cli -p "$p" dbsize 2>/dev/null || echo busy)"); done
+    local same=yes
+    for s in "${sizes[@]}"; do [ "$s" = "${sizes[0]}" ] || same=no; done
+    if [ "$same" = yes ]; then caught=yes; break; fi
+    sleep 0.05
+  done
+  local conv_ms=$(( $(date +%s%3N) - start_ms ))
+  [ "$caught" = yes ] || conv_ms="not within ${conv_ms}"
+  sleep 1 # let background work (GC, last acks) finish before reading memory
+  local keys=${sizes[0]}
+  local rss="" cpu="" i=0
+  for p in "${pids[@]}"; do
+    rss="$rss $(awk -v r="$(rss_kb "$p")" -v k="$keys" 'BEGIN { printf "%.0f", r * 1024 / k }')"
+    cpu="$cpu $(awk -v a="${cpu0[$i]}" -v b="$(cpu_s "$p")" 'BEGIN { printf "%.1f", b - a }')"
+    i=$((i + 1))
+  done
+  IFS=, read -r _ rps _ _ p50 _ p99 max <"$WORK/$name.csv"
+  printf '%-28s %10s req/s  p50 %6s ms  p99 %7s ms  max %8s ms  %s  keys %s  RSS B/key:%s  CPU s:%s  replicas equal after: %s ms\n' \
+    "$name" "${rps//\"/}" "${p50//\"/}" "${p99//\"/}" "${max//\"/}" "$(cat "$WORK/$name.gap")" "$keys" "$rss" "$cpu" "$conv_ms"
+}
+
+echo "== $N SETs of 64-byte values on random keys (-r 100000000), P=32, 50 clients"
+# Lattice, 3 nodes.
+export LATTICE_CLUSTER_SECRET="load-secret-$RANDOM$RANDOM"
+PORTS=(); CPORTS=(); SEEDS=""
+for i in 1 2 3; do
+  PORTS+=("$(free_port)"); CPORTS+=("$(free_port)")
+  SEEDS="$SEEDS${SEEDS:+,}127.0.0.1:${CPORTS[$((i-1))]}"
+done
+for i in 1 2 3; do
+  "$BIN" --bind 127.0.0.1 --port "${PORTS[$((i-1))]}" --node-id "$i" --cluster-port "${CPORTS[$((i-1))]}" \
+    --seeds "$SEEDS" --dir "$WORK/lattice$i" 2>"$WORK/lattice$i.log" &
+  PIDS+=($!)
+done
+for i in 1 2 3; do wait_port "${PORTS[$((i-1))]}"; wait_links "$WORK/lattice$i.log" 2; done
+LPORTS=("${PORTS[@]}")
+load "lattice 3-node cluster"
+redis-cli -p "${PORTS[0]}" info replication | grep -E '^(peer|gc_sweep|queued)' | sed 's/^/  lattice node 1 /' || true
+for p in "${PIDS[@]}"; do stop_pid "$p"; done
+PIDS=()
+
+# Redis, primary + 2 replicas, no persistence (as the Lattice nodes).
+RP=(); for i in 1 2 3; do RP+=("$(free_port)"); done
+"$REDIS" --port "${RP[0]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" --dbfilename p.rdb \
+  >"$WORK/redis1.log" 2>&1 &
+PIDS+=($!)
+wait_port "${RP[0]}"
+for i in 2 3; do
+  "$REDIS" --port "${RP[$((i-1))]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
+    --dbfilename "r$i.rdb" --replicaof 127.0.0.1 "${RP[0]}" >"$WORK/redis$i.log" 2>&1 &
+  PIDS+=($!)
+done
+for i in 2 3; do
+  wait_port "${RP[$((i-1))]}"
+  for _ in $(seq 100); do
+    redis-cli -p "${RP[$((i-1))]}" info replication | grep -q 'master_link_status:up' && break
+    sleep 0.1
+  done
+done
+LPORTS=("${RP[@]}")
+load "redis primary + 2 replicas"
+for p in "${PIDS[@]}"; do stop_pid "$p"; done
+PIDS=()
+
+# Lattice standalone (the memory baseline).
+SP=$(free_port)
+"$BIN" --bind 127.0.0.1 --port "$SP" --dir "$WORK/standalone" 2>"$WORK/standalone.log" &
+PIDS+=($!)
+wait_port "$SP"
+LPORTS=("$SP")
+load "lattice standalone"
