@@ -53,10 +53,13 @@ fn value(c: &mut Ctx) -> Vec<u8> {
         0..=9 => c.range(-300, 300).to_string().into_bytes(),
         10..=14 => {
             let bits = c.range(1, 63);
+            // 1 << 63 is i64::MIN: wrap, so every width's edge (either sign) is drawn.
             let v = 1i64 << bits;
-            (v + c.range(-2, 1)).to_string().into_bytes()
+            v.wrapping_add(c.range(-2, 1)).to_string().into_bytes()
         }
-        15 => (-(1i64 << c.range(1, 63)) + c.range(-1, 1))
+        15 => (1i64 << c.range(1, 63))
+            .wrapping_neg()
+            .wrapping_add(c.range(-1, 1))
             .to_string()
             .into_bytes(),
         16 => c
