@@ -53,6 +53,7 @@ fn value(c: &mut Ctx) -> Vec<u8> {
         0..=9 => c.range(-300, 300).to_string().into_bytes(),
         10..=14 => {
             let bits = c.range(1, 63);
+            // 1 << 63 is i64::MIN: wrap, so every width's edge (either sign) is drawn.
             let v = 1i64 << bits;
             v.wrapping_add(c.range(-2, 1)).to_string().into_bytes()
         }

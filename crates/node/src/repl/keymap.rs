@@ -41,8 +41,10 @@ fn table_hash(hash: u64) -> u64 {
 }
 
 pub struct KeyMap<E> {
-    /// `SHARDS` tables (allocated on first use), a key in `tables[shard_of(hash)]`.
-    tables: Vec<HashTable<Slot<E>>>,
+    /// `SHARDS` tables (allocated on first use), a key in `tables[shard_of(hash)]`. The tables
+    /// hold pointers: a table keeps up to half its buckets empty after it grows, and an empty
+    /// bucket then costs 9 bytes instead of a whole slot (about 110).
+    tables: Vec<HashTable<Box<Slot<E>>>>,
     len: usize,
     /// Per Merkle leaf, the hashes of its keys in ascending order (a hash appears once per key,
     /// so twice for two keys that share a 64-bit hash).
@@ -64,7 +66,7 @@ impl<E> KeyMap<E> {
         self.len
     }
 
-    fn table(&self, hash: u64) -> Option<&HashTable<Slot<E>>> {
+    fn table(&self, hash: u64) -> Option<&HashTable<Box<Slot<E>>>> {
         self.tables.get(shard_of(hash))
     }
 
@@ -125,11 +127,11 @@ impl<E> KeyMap<E> {
                 let at = leaf.partition_point(|&h| h < hash);
                 leaf.insert(at, hash);
                 let slot = v
-                    .insert(Slot {
+                    .insert(Box::new(Slot {
                         hash,
                         key: Bytes::copy_from_slice(key),
                         entry: fresh(),
-                    })
+                    }))
                     .into_mut();
                 (&slot.key, &mut slot.entry)
             }
@@ -169,7 +171,12 @@ impl<E> KeyMap<E> {
             let same = hashes[i..].iter().take_while(|&&x| x == h).count();
             let start = out.len();
             let table = &self.tables[shard_of(h)];
-            out.extend(table.iter_hash(table_hash(h)).filter(|s| s.hash == h));
+            out.extend(
+                table
+                    .iter_hash(table_hash(h))
+                    .filter(|s| s.hash == h)
+                    .map(|s| &**s),
+            );
             debug_assert_eq!(
                 out.len() - start,
                 same,
