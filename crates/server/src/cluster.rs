@@ -915,9 +915,7 @@ async fn write_loop(socket: TcpStream, queue: &PeerQueue, stats: &LinkStats) -> 
                     if last_heard.elapsed() > LINK_SILENCE_LIMIT {
                         return silent();
                     }
-                    // Half the interval: the tick comes a little less than an interval after
-                    // the previous heartbeat was written, which must not skip this one.
-                    if last_sent.elapsed() < HEARTBEAT_INTERVAL / 2 {
+                    if last_sent.elapsed() < HEARTBEAT_INTERVAL {
                         continue;
                     }
                     frames.push(Bytes::new());
