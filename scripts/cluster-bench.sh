@@ -52,21 +52,7 @@ awk -v a="$C0" -v b="$C1" -v c="$C2" -v n="$N" 'BEGIN {
 
 echo "== 3-node cluster"
 export LATTICE_CLUSTER_SECRET="bench-secret-$RANDOM$RANDOM"
-PORTS=(); CPORTS=(); SEEDS=""
-for i in 1 2 3; do
-  PORTS+=("$(free_port)"); CPORTS+=("$(free_port)")
-  SEEDS="$SEEDS${SEEDS:+,}127.0.0.1:${CPORTS[$((i-1))]}"
-done
-for i in 1 2 3; do
-  NO_COLOR=1 "$BIN" --bind 127.0.0.1 --port "${PORTS[$((i-1))]}" --node-id "$i" \
-    --cluster-port "${CPORTS[$((i-1))]}" --seeds "$SEEDS" --dir "$WORK/node$i" \
-    2>"$WORK/node$i.log" &
-  PIDS+=($!)
-done
-for i in 1 2 3; do
-  wait_port "${PORTS[$((i-1))]}"
-  wait_links "$WORK/node$i.log" 2
-done
+start_cluster "$BIN" 3 node
 cluster_cpu() { for p in "${PIDS[@]}"; do cpu_ns "$p"; done | paste -sd' '; }
 K0=$(cluster_cpu)
 CLUSTER=$(bench "${PORTS[0]}")

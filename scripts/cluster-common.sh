@@ -100,3 +100,26 @@ need_redis_tools() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-tools
 }
+
+# start_cluster BIN N NAME [server args...]: starts N lattice-server replicas of one cluster on
+# free ports (client ports in PORTS, cluster ports in CPORTS, pids appended to PIDS), with data
+# directories and logs $WORK/NAME<i>[.log], and waits until every node has its links up.
+start_cluster() {
+  local bin=$1 n=$2 name=$3 i seeds=""
+  shift 3
+  PORTS=(); CPORTS=()
+  for i in $(seq "$n"); do
+    PORTS+=("$(free_port)"); CPORTS+=("$(free_port)")
+    seeds="$seeds${seeds:+,}127.0.0.1:${CPORTS[$((i-1))]}"
+  done
+  for i in $(seq "$n"); do
+    NO_COLOR=1 "$bin" --bind 127.0.0.1 --port "${PORTS[$((i-1))]}" --node-id "$i" \
+      --cluster-port "${CPORTS[$((i-1))]}" --seeds "$seeds" --dir "$WORK/$name$i" "$@" \
+      2>"$WORK/$name$i.log" &
+    PIDS+=($!)
+  done
+  for i in $(seq "$n"); do
+    wait_port "${PORTS[$((i-1))]}"
+    wait_links "$WORK/$name$i.log" $((n - 1))
+  done
+}

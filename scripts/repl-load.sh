@@ -69,17 +69,7 @@ load() {
 echo "== $N SETs of 64-byte values on random keys (-r 100000000), P=32, 50 clients"
 # Lattice, 3 nodes.
 export LATTICE_CLUSTER_SECRET="load-secret-$RANDOM$RANDOM"
-PORTS=(); CPORTS=(); SEEDS=""
-for i in 1 2 3; do
-  PORTS+=("$(free_port)"); CPORTS+=("$(free_port)")
-  SEEDS="$SEEDS${SEEDS:+,}127.0.0.1:${CPORTS[$((i-1))]}"
-done
-for i in 1 2 3; do
-  "$BIN" --bind 127.0.0.1 --port "${PORTS[$((i-1))]}" --node-id "$i" --cluster-port "${CPORTS[$((i-1))]}" \
-    --seeds "$SEEDS" --dir "$WORK/lattice$i" 2>"$WORK/lattice$i.log" &
-  PIDS+=($!)
-done
-for i in 1 2 3; do wait_port "${PORTS[$((i-1))]}"; wait_links "$WORK/lattice$i.log" 2; done
+start_cluster "$BIN" 3 lattice
 LPORTS=("${PORTS[@]}")
 load "lattice 3-node cluster"
 redis-cli -p "${PORTS[0]}" info replication | grep -E '^(peer|gc_sweep|queued)' | sed 's/^/  lattice node 1 /' || true
@@ -111,7 +101,10 @@ PIDS=()
 
 # Lattice standalone (the memory baseline).
 SP=$(free_port)
-"$BIN" --bind 127.0.0.1 --port "$SP" --dir "$WORK/standalone" 2>"$WORK/standalone.log" &
+# Without persistence, as the cluster nodes (which do not persist yet) and the Redis servers.
+printf 'appendonly = "no"\n' >"$WORK/standalone.toml"
+"$BIN" --bind 127.0.0.1 --port "$SP" --dir "$WORK/standalone" --config "$WORK/standalone.toml" \
+  2>"$WORK/standalone.log" &
 PIDS+=($!)
 wait_port "$SP"
 LPORTS=("$SP")
