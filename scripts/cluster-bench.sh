@@ -36,7 +36,10 @@ cpu_ns() {
 
 echo "== standalone node"
 P0=$(free_port)
-"$BIN" --bind 127.0.0.1 --port "$P0" --dir "$WORK/standalone" 2>"$WORK/standalone.log" &
+# Without persistence, as the cluster nodes (which do not persist yet).
+printf 'appendonly = "no"\n' >"$WORK/standalone.toml"
+"$BIN" --bind 127.0.0.1 --port "$P0" --dir "$WORK/standalone" --config "$WORK/standalone.toml" \
+  2>"$WORK/standalone.log" &
 PIDS+=($!)
 wait_port "$P0"
 C0=$(cpu_ns "${PIDS[0]}")
