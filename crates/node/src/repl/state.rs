@@ -823,7 +823,7 @@ impl Crdt for Full {
 /// ts}`, whose type stamp for strings is `ts`, whose other components and deadline are their
 /// defaults, and every one of whose causal contexts is the replicator's applied GC frontier
 /// (plus `dot` for the string). `Empty` is the state of a key with nothing here: every context
-/// is the frontier (what `fresh_state` used to build). The frontier is passed in wherever the
+/// is the frontier (`Full::fresh`). The frontier is passed in wherever the
 /// full form is needed ([`KeyState::expand`]), so a compact state's contexts grow with the
 /// frontier: exactly what a GC pass would do to the full form, and sound for the same reason
 /// (every replica has merged every dot at or below it).
