@@ -387,8 +387,7 @@ async fn run(s: Settings) -> Result<(), String> {
         None
     };
     let link_stats = Arc::new(LinkStats::default());
-    let mut host = Host::new(node, now, link_stats, loops.clone());
-    host.persist = persister;
+    let host = Host::new(node, persister, now, link_stats, loops.clone());
     let shared = Arc::new(Shared::new(host, s.port));
     if let Some(c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));
