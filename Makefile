@@ -78,8 +78,8 @@ sim:
 	./target/release/lattice-sim --seeds 0..200 --strict
 	./target/release/lattice-sim --seeds 0..200 --durability
 	$(CARGO) test -q -p lattice-sim --features planted-durability-bug durability
-	$(CARGO) test --release -q -p lattice-sim router_plant
-	$(CARGO) test --release -q -p lattice-sim --features planted-router-bug router_plant
+	$(CARGO) test -q -p lattice-sim router_plant
+	$(CARGO) test -q -p lattice-sim --features planted-router-bug router_plant
 
 ## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,
 ## counter, set, register and list checkers over the history of every request.

@@ -31,6 +31,8 @@ pub enum Mail {
 pub struct Mailboxes {
     queues: Vec<Vec<Mail>>,
     to_wake: Vec<usize>,
+    /// Mail in all queues, so that the common case (none) is one comparison.
+    queued: usize,
 }
 
 impl Mailboxes {
@@ -39,6 +41,7 @@ impl Mailboxes {
         Mailboxes {
             queues: (0..loops.max(1)).map(|_| Vec::new()).collect(),
             to_wake: Vec::new(),
+            queued: 0,
         }
     }
 
@@ -52,6 +55,17 @@ impl Mailboxes {
             self.to_wake.push(loop_index);
         }
         queue.push(mail);
+        self.queued += 1;
+    }
+
+    /// No loop has mail.
+    pub fn all_empty(&self) -> bool {
+        self.queued == 0
+    }
+
+    /// Some loop got mail since the last [`Mailboxes::take_to_wake`].
+    pub fn wake_pending(&self) -> bool {
+        !self.to_wake.is_empty()
     }
 
     pub fn is_empty(&self, loop_index: usize) -> bool {
@@ -61,6 +75,7 @@ impl Mailboxes {
     /// Moves `loop_index`'s mail, in order, to the end of `into`.
     pub fn take(&mut self, loop_index: usize, into: &mut Vec<Mail>) {
         let queue = &mut self.queues[loop_index];
+        self.queued -= queue.len();
         if into.is_empty() {
             std::mem::swap(queue, into);
         } else {
@@ -76,6 +91,11 @@ impl Mailboxes {
     /// Every loop with mail is listed in `to_wake` or has not been asked for since it got it;
     /// no loop is listed twice.
     pub fn check_invariants(&self) {
+        assert_eq!(
+            self.queued,
+            self.queues.iter().map(Vec::len).sum::<usize>(),
+            "mailbox: mail count off"
+        );
         for (i, l) in self.to_wake.iter().enumerate() {
             assert!(*l < self.queues.len(), "mailbox: loop {l} out of range");
             assert!(

@@ -184,7 +184,6 @@ impl<D: Dir> Router<D> {
     /// must be closed after its output.
     pub fn drain(&mut self, now: Micros, own: Option<ConnId>, own_out: &mut Vec<Bytes>) -> bool {
         let now = self.now(now.0);
-        let own = own.and_then(|c| self.routes.get(&c).map(|r| (c, *r)));
         let mut close_own = false;
         loop {
             let mut any = false;
@@ -210,23 +209,28 @@ impl<D: Dir> Router<D> {
         close_own
     }
 
+    /// True when output for `own` may go straight to its buffer: its loop has no mail that
+    /// must be delivered first.
+    fn direct(&self, own: ConnId) -> bool {
+        self.mail.all_empty()
+            || self
+                .routes
+                .get(&own)
+                .is_some_and(|r| self.mail.is_empty(r.loop_index))
+    }
+
     /// Carries out one output that is not the persister's.
-    fn carry_out(
-        &mut self,
-        out: Output,
-        own: Option<(ConnId, Route)>,
-        own_out: &mut Vec<Bytes>,
-    ) -> bool {
+    fn carry_out(&mut self, out: Output, own: Option<ConnId>, own_out: &mut Vec<Bytes>) -> bool {
         match out {
             Output::Write { conn, data } => match own {
-                Some((c, r)) if c == conn && self.mail.is_empty(r.loop_index) => own_out.push(data),
+                Some(c) if c == conn && self.direct(c) => own_out.push(data),
                 _ => {
                     let Some(&route) = self.routes.get(&conn) else {
                         return false;
                     };
                     #[cfg(feature = "planted-bug")]
-                    if let Some((_, r)) = own.filter(|(_, r)| r.loop_index == route.loop_index) {
-                        if self.mail.is_empty(r.loop_index) {
+                    if let Some(r) = own.and_then(|c| self.routes.get(&c)) {
+                        if r.loop_index == route.loop_index && self.mail.is_empty(r.loop_index) {
                             own_out.push(data);
                             return false;
                         }
@@ -237,7 +241,7 @@ impl<D: Dir> Router<D> {
                 }
             },
             Output::Close { conn } => match own {
-                Some((c, r)) if c == conn && self.mail.is_empty(r.loop_index) => return true,
+                Some(c) if c == conn && self.direct(c) => return true,
                 _ => {
                     if let Some(&route) = self.routes.get(&conn) {
                         let slot = route.slot;
@@ -350,6 +354,12 @@ impl<D: Dir> Router<D> {
         }
     }
 
+    /// Something for the driver beyond the caller's own output: loops to wake, peer messages,
+    /// a stop. False on the path of a request that touched no other connection.
+    pub fn has_effects(&self) -> bool {
+        self.mail.wake_pending() || !self.peer_sends.is_empty() || self.shutdown_requested
+    }
+
     /// The node's invariants and the router's own: every loop with mail is known.
     pub fn check_invariants(&self) {
         self.node.check_invariants();
@@ -362,5 +372,163 @@ impl<D: Dir> Router<D> {
                 self.mail.loops()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use lattice_node::{Buggify, Config};
+
+    use super::*;
+
+    /// A directory that refuses everything: the routers under test have no persister.
+    struct NoDisk;
+
+    impl Dir for NoDisk {
+        fn list(&mut self) -> io::Result<Vec<String>> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn read(&mut self, _: &str) -> io::Result<Vec<u8>> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn append(&mut self, _: &str, _: &[u8]) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn sync(&mut self, _: &str) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn truncate(&mut self, _: &str, _: u64) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn rename(&mut self, _: &str, _: &str) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn remove(&mut self, _: &str) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    const NOW: Micros = Micros(1_700_000_000_000_000);
+
+    /// A router over two loops with connection `c` on loop `loops[c - 1]`, slot `10 * c`.
+    fn router(loops: &[usize]) -> Router<NoDisk> {
+        let node = Node::new(Config::default(), 7, Buggify::disabled(), NOW);
+        let mut r = Router::new(node, None, 2, NOW);
+        for (i, &loop_index) in loops.iter().enumerate() {
+            let conn = ConnId(i as u64 + 1);
+            r.register(
+                conn,
+                Route {
+                    loop_index,
+                    slot: 10 * (i + 1),
+                },
+            );
+            r.handle(
+                NOW,
+                Input::Connected {
+                    conn,
+                    peer_addr: format!("10.0.0.9:{}", 4000 + i),
+                    local_addr: "10.0.0.1:6379".into(),
+                },
+            );
+        }
+        r
+    }
+
+    /// Runs one request of `conn` as a batch; returns its own output, joined.
+    fn run(r: &mut Router<NoDisk>, conn: u64, args: &[&str]) -> Vec<u8> {
+        let mut batch = vec![args.iter().map(|a| Bytes::from(a.to_string())).collect()];
+        let mut out = Vec::new();
+        assert!(!r.execute(NOW, ConnId(conn), &mut batch, None, &mut out, || NOW.0));
+        r.check_invariants();
+        out.concat()
+    }
+
+    fn writes(mail: &[Mail]) -> Vec<(usize, u64, Vec<u8>)> {
+        mail.iter()
+            .map(|m| match m {
+                Mail::Write { slot, conn, data } => (*slot, conn.0, data.to_vec()),
+                Mail::Close { slot, conn } => (*slot, conn.0, b"<close>".to_vec()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn own_replies_go_to_the_caller_and_others_become_mail_for_their_loop() {
+        let mut r = router(&[0, 1]);
+        run(&mut r, 2, &["SUBSCRIBE", "ch"]);
+        let mut mail = Vec::new();
+        r.take_mail(1, &mut mail);
+        let mut wake = Vec::new();
+        r.take_loops_to_wake(&mut wake);
+        mail.clear();
+        wake.clear();
+        assert_eq!(run(&mut r, 1, &["PUBLISH", "ch", "hi"]), b":1\r\n");
+        r.take_loops_to_wake(&mut wake);
+        assert_eq!(wake, vec![1]);
+        assert!(!r.has_mail(0));
+        r.take_mail(1, &mut mail);
+        assert_eq!(
+            writes(&mail),
+            vec![(
+                20,
+                2,
+                b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n".to_vec()
+            )]
+        );
+    }
+
+    #[test]
+    fn own_output_waits_behind_mail_its_loop_has_not_taken() {
+        let mut r = router(&[0, 0]);
+        run(&mut r, 1, &["SUBSCRIBE", "ch"]);
+        let mut mail = Vec::new();
+        r.take_mail(0, &mut mail);
+        mail.clear();
+        // The message for connection 1 is mail for loop 0; from then on, until the loop takes
+        // it, output for any of its connections queues behind it, the publisher's reply and
+        // connection 1's PING reply included.
+        assert_eq!(run(&mut r, 2, &["PUBLISH", "ch", "hi"]), b"");
+        assert_eq!(run(&mut r, 1, &["PING"]), b"");
+        r.take_mail(0, &mut mail);
+        let got = writes(&mail);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[0].2.starts_with(b"*3\r\n$7\r\nmessage"), "{got:?}");
+        assert_eq!(got[1], (20, 2, b":1\r\n".to_vec()));
+        assert_eq!(got[2], (10, 1, b"*2\r\n$4\r\npong\r\n$0\r\n\r\n".to_vec()));
+        // Taken: replies go straight to the caller again.
+        assert_eq!(run(&mut r, 1, &["PING"]), b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn output_for_an_unregistered_connection_is_dropped() {
+        let mut r = router(&[0, 1]);
+        run(&mut r, 2, &["SUBSCRIBE", "ch"]);
+        let mut mail = Vec::new();
+        r.take_mail(1, &mut mail);
+        r.unregister(ConnId(2));
+        assert_eq!(run(&mut r, 1, &["PUBLISH", "ch", "hi"]), b":1\r\n");
+        assert!(!r.has_mail(0) && !r.has_mail(1));
+        assert!(!r.has_effects());
+    }
+
+    #[test]
+    fn the_timer_plan_moves_only_earlier_until_timers_run() {
+        let mut r = router(&[0]);
+        let wanted = r
+            .node()
+            .poll_timeout()
+            .expect("a node always has a timer")
+            .0;
+        assert_eq!(r.earlier_timer(), Some(wanted));
+        assert_eq!(r.earlier_timer(), None, "already planned");
+        r.plan_timers(wanted - 1);
+        assert_eq!(r.earlier_timer(), None, "planned earlier than needed");
+        let next = r.run_timers(Micros(wanted)).expect("a next deadline");
+        r.plan_timers(next.0);
+        assert_eq!(r.planned_timers_us(), next.0);
+        assert!(next.0 >= wanted);
     }
 }

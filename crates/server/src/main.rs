@@ -325,8 +325,8 @@ fn main() {
     // connections run in the order their input arrived, Redis's own behaviour, which its test
     // suite relies on). The tokio runtime runs the replica links and waits for signals: one
     // thread standalone, `--threads` workers in a cluster, where a node catching up decodes
-    // its peers' streams in parallel (`make cluster-pause`, a node paused 3 s under writes:
-    // 1.24-2.05 s to converge after resuming with one runtime thread, 0.96-1.19 s with two).
+    // its peers' streams in parallel and so converges sooner after a pause (`make
+    // cluster-pause`; figures in bench/results/server-loop-figures.md).
     let runtime = if settings.cluster.is_some() && settings.threads > 1 {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(settings.threads)
