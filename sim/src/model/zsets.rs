@@ -549,7 +549,7 @@ fn rank_span(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
     let (first, last) = (from_end(start), from_end(end));
     let mut picked = (0..len).filter(|&r| (first..=last).contains(&(r as i64)));
     let lo = picked.next()?;
-    Some((lo, picked.last().unwrap_or(lo)))
+    Some((lo, picked.next_back().unwrap_or(lo)))
 }
 
 /// The members a range selects, in reply order (`rev`: from the highest), after LIMIT.
