@@ -705,7 +705,8 @@ fn queue_flush(to_flush: &mut Vec<Slot>, slot: Slot, conn: &mut Conn) {
 
 // The socket calls go straight to the kernel rather than through the C library's wrappers:
 // with more than one thread in the process those wrappers are cancellation points, and their
-// bookkeeping is a visible share of a small request's cost.
+// bookkeeping is a visible share of a small request's cost (bench/results/
+// architecture-measurements.md, §25).
 
 /// `recv(2)` into `len` bytes at `buf`.
 ///

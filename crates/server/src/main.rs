@@ -326,7 +326,7 @@ fn main() {
     // suite relies on). The tokio runtime runs the replica links and waits for signals: one
     // thread standalone, `--threads` workers in a cluster, where a node catching up decodes
     // its peers' streams in parallel and so converges sooner after a pause (`make
-    // cluster-pause`; figures in bench/results/server-loop-figures.md).
+    // cluster-pause`; figures in bench/results/architecture-measurements.md, §25).
     let runtime = if settings.cluster.is_some() && settings.threads > 1 {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(settings.threads)

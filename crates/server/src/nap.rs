@@ -4,7 +4,7 @@
 //! kernel pays for that wake-up inside its `send`: it finds a sleeping waiter, wakes the thread
 //! and interrupts the core it sleeps on. The faster the server, the more often it runs out of
 //! work and the more wake-ups it costs, so under many concurrent clients a faster server can
-//! make a saturated client slower (figures: bench/results/server-loop-figures.md).
+//! make a saturated client slower (figures: bench/results/architecture-measurements.md, §26).
 //!
 //! Under concurrent load the loop therefore naps for a few microseconds on a timer before it
 //! blocks: requests that arrive meanwhile queue up without waking anyone, and one turn serves
