@@ -115,8 +115,9 @@ struct Conn {
     parser: RequestParser,
     limits: Limits,
     rbuf: BytesMut,
-    /// Replies not yet written, bounded for writes from other connections while the socket
-    /// is full.
+    /// Replies not yet written. While the socket is full, reading pauses (so a client that
+    /// does not read its replies cannot make this server buffer without bound) and writes
+    /// from other connections are bounded.
     out: OutputQueue,
     /// Close once `out` is written (QUIT, a kill, a protocol error).
     closing: bool,
