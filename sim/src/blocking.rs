@@ -110,6 +110,7 @@ impl Bench {
     pub(crate) fn run(&mut self, until_ms: u64) {
         let until = until_ms * 1000;
         loop {
+            self.host.follow_node_timer();
             let timer = self.host.timer_due(self.now);
             let request = self.script.keys().next().copied();
             let next = match (timer, request) {

@@ -103,6 +103,15 @@ impl Host {
         })
     }
 
+    /// For a driver that runs the node's timers itself, without the router (the scripted
+    /// benches of blocking.rs and busy.rs): the planned deadline is the node's own.
+    pub fn follow_node_timer(&mut self) {
+        if let Some(r) = self.router.as_mut() {
+            let next_us = r.node().poll_timeout().map_or(u64::MAX, |t| t.0);
+            r.plan_timers(next_us);
+        }
+    }
+
     /// The replica id of incarnation `incarnation` (1 for the first start) of host `host`.
     ///
     /// A restarted replica comes back with a new id: the node has no persistence yet, so it
