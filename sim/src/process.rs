@@ -105,6 +105,7 @@ impl Host {
 
     /// For a driver that runs the node's timers itself, without the router (the scripted
     /// benches of blocking.rs and busy.rs): the planned deadline is the node's own.
+    #[cfg(test)]
     pub fn follow_node_timer(&mut self) {
         if let Some(r) = self.router.as_mut() {
             let next_us = r.node().poll_timeout().map_or(u64::MAX, |t| t.0);
