@@ -139,7 +139,7 @@ impl Host {
     /// Drops the node and everything volatile. Returns the connections it had.
     pub fn crash(&mut self) -> Vec<u64> {
         if let Some(n) = self.node.take() {
-            self.buggify_fired_before += n.core().buggify.fired();
+            self.buggify_fired_before += n.buggify_fired();
         }
         self.paused = false;
         self.timer_at = None;
@@ -159,6 +159,6 @@ impl Host {
     }
 
     pub fn buggify_fired(&self) -> u64 {
-        self.buggify_fired_before + self.node.as_ref().map_or(0, |n| n.core().buggify.fired())
+        self.buggify_fired_before + self.node.as_ref().map_or(0, |n| n.buggify_fired())
     }
 }

@@ -4,8 +4,8 @@
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::cmd::pubsub::EVENT_GENERIC;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const GENERIC: &str = "generic";
 

@@ -15,8 +15,8 @@ use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
 use crate::cmd::string::float::{long_double_add, FloatError};
 use crate::cmd::typed::{self, Typed};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const HASH: &str = "hash";
 

@@ -3,8 +3,8 @@
 
 use crate::args::{is, parse_i64, NO_SUCH_KEY, SYNTAX};
 use crate::cmd::pubsub::EVENT_GENERIC;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{flag_bits, spec, Call};
+use crate::ctx::{CommandSpec, Core};
 use lattice_store::{glob_match, SLOT_COUNT};
 
 const GENERIC: &str = "generic";
@@ -25,6 +25,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "object",
         arity: -2,
         flags: &[],
+        bits: flag_bits(&[]),
         keys: (0, 0, 0),
         group: GENERIC,
         summary: "A container for object introspection commands.",

@@ -16,8 +16,8 @@ use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY};
 use crate::blocking::{parse_timeout, TimeoutReply};
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_LIST, EVENT_NEW};
 use crate::cmd::typed;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const LIST: &str = "list";
 

@@ -1,7 +1,7 @@
 //! Command implementations, one module per Redis command group. Each module exports its table
 //! as `COMMANDS`; [`FAMILIES`] is the list the node builds its lookup table from.
 
-use crate::command::CommandSpec;
+use crate::ctx::CommandSpec;
 
 pub mod connection;
 pub mod dump;

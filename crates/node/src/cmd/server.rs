@@ -3,8 +3,9 @@
 use std::fmt::Write as _;
 
 use crate::args::is;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{flag_bits, spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
+use crate::dispatch::NOT_IN_MULTI;
 
 const SERVER: &str = "server";
 
@@ -68,6 +69,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "command",
         arity: -1,
         flags: &["loading", "stale"],
+        bits: flag_bits(&["loading", "stale"]),
         keys: (0, 0, 0),
         group: SERVER,
         summary: "Returns detailed information about all commands.",
@@ -140,6 +142,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "memory",
         arity: -2,
         flags: &[],
+        bits: flag_bits(&[]),
         keys: (0, 0, 0),
         group: SERVER,
         summary: "A container for memory diagnostics commands.",
@@ -172,6 +175,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "function",
         arity: -2,
         flags: &[],
+        bits: flag_bits(&[]),
         keys: (0, 0, 0),
         group: "scripting",
         summary: "A container for function commands.",
@@ -216,6 +220,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "config",
         arity: -2,
         flags: &[],
+        bits: flag_bits(&[]),
         keys: (0, 0, 0),
         group: SERVER,
         summary: "A container for server configuration commands.",
@@ -322,10 +327,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         lastsave,
     ),
 ];
-
-/// Redis's reply to a `no-multi` command (SAVE, SHUTDOWN, ...) inside MULTI. The dispatcher
-/// rejects such commands while queueing; the handlers check again in case one reaches EXEC.
-pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
 
 /// Without a data directory (a clustered node, or a driver with no disk) there is nothing
 /// to save to: answering OK would claim data is on disk when it is not.
@@ -636,7 +637,7 @@ fn acl_categories(spec: &CommandSpec) -> Vec<String> {
     let mut cats = Vec::new();
     if spec.is_write() {
         cats.push("@write".to_string());
-    } else if spec.flags.contains(&"readonly") {
+    } else if spec.has(Flag::ReadOnly) {
         cats.push("@read".to_string());
     }
     let group = match spec.group {
@@ -646,14 +647,14 @@ fn acl_categories(spec: &CommandSpec) -> Vec<String> {
         "transactions" => "@transaction".to_string(),
         other => format!("@{other}"),
     };
-    let admin = spec.flags.contains(&"admin");
+    let admin = spec.has(Flag::Admin);
     if admin && group != "@admin" {
         cats.push(group);
         cats.push("@admin".to_string());
     } else {
         cats.push(group);
     }
-    if spec.flags.contains(&"fast") {
+    if spec.has(Flag::Fast) {
         cats.push("@fast".to_string());
     } else {
         cats.push("@slow".to_string());

@@ -19,8 +19,8 @@ use crate::args::{is, parse_i64, NOT_INTEGER, SYNTAX};
 use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_SET};
 use crate::cmd::typed;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const SET: &str = "set";
 

@@ -18,8 +18,8 @@ use lattice_store::{Stream, StreamId, Value};
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY, SYNTAX};
 use crate::blocking::{BlockRequest, TimeoutReply};
 use crate::cmd::pubsub::{EVENT_NEW, EVENT_STREAM};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{flag_bits, spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const STREAM: &str = "stream";
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
@@ -50,6 +50,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "xgroup",
         arity: -2,
         flags: &[],
+        bits: flag_bits(&[]),
         keys: (0, 0, 0),
         group: STREAM,
         summary: "A container for consumer groups commands",
@@ -68,6 +69,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "xinfo",
         arity: -2,
         flags: &[],
+        bits: flag_bits(&[]),
         keys: (0, 0, 0),
         group: STREAM,
         summary: "A container for stream introspection commands",

@@ -3,7 +3,7 @@
 
 use lattice_store::{Db, Hash, List, Set, Value, ZSet};
 
-use crate::node::Core;
+use crate::ctx::Core;
 
 /// The key holds a value of another type (the caller replies WRONGTYPE).
 pub(crate) struct WrongType;

@@ -26,8 +26,8 @@ use crate::cmd::set::{
     distinct_picks, draw, empty_scan, parse_scan_opts, random_index, WrongType, MUST_BE_POSITIVE,
 };
 use crate::cmd::typed::{self, Typed};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const ZSETS: &str = "sorted-set";
 

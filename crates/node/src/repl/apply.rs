@@ -5,7 +5,7 @@ use bytes::Bytes;
 use lattice_store::Value;
 
 use super::state::Intent;
-use crate::node::Core;
+use crate::ctx::Core;
 
 impl Core {
     /// Captures every key the finished command changed (see `Core::modified`). A key left
