@@ -12,7 +12,7 @@ use lattice_store::{glob_match, Value};
 
 use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER, OVERFLOW, SYNTAX};
 use crate::cmd::keys::parse_cursor;
-use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
+use crate::cmd::pubsub::{EVENT_HASH, EVENT_NEW};
 use crate::cmd::string::float::{long_double_add, FloatError};
 use crate::cmd::typed::{self, Typed};
 use crate::command::{spec, Call};
@@ -186,16 +186,8 @@ fn hdel(core: &mut Core, call: &mut Call) {
             break;
         }
     }
-    let emptied = h.is_empty();
     if deleted > 0 {
-        if emptied {
-            core.db.remove(key);
-        }
-        core.modified(key);
-        core.notify(EVENT_HASH, "hdel", key);
-        if emptied {
-            core.notify(EVENT_GENERIC, "del", key);
-        }
+        typed::removed_from::<Hash>(core, key, "hdel");
     }
     call.out.integer(deleted);
 }

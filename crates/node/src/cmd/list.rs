@@ -14,7 +14,7 @@ use lattice_store::Value;
 
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY};
 use crate::blocking::{parse_timeout, TimeoutReply};
-use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_LIST, EVENT_NEW};
+use crate::cmd::pubsub::{EVENT_LIST, EVENT_NEW};
 use crate::cmd::typed;
 use crate::command::{spec, Call};
 use crate::ctx::{CommandSpec, Core};
@@ -89,21 +89,6 @@ fn is_retry(core: &Core, call: &Call) -> bool {
             .clients
             .get(&call.conn)
             .is_some_and(|c| c.blocked.is_some())
-}
-
-/// Reports elements removed from the list at `key` by `event`; deletes the key when the list
-/// is now empty (with Redis's `del` event).
-fn removed_from(core: &mut Core, key: &[u8], event: &str, now_ms: u64) {
-    let empty = matches!(
-        core.db.get_live(key, now_ms, |_| {}).map(|e| &e.value),
-        Some(Value::List(l)) if l.is_empty()
-    );
-    core.notify(EVENT_LIST, event, key);
-    if empty {
-        core.db.remove(key);
-        core.notify(EVENT_GENERIC, "del", key);
-    }
-    core.modified(key);
 }
 
 /// Pushes `values` at `end` of the list at `key`, creating it when `create`. Returns the new
@@ -202,12 +187,12 @@ fn pop_generic(core: &mut Core, call: &mut Call, end: End) {
             for v in &popped {
                 call.out.bulk(v);
             }
-            removed_from(core, key, end_name(end, false), now_ms);
+            typed::removed_from::<List>(core, key, end_name(end, false));
         }
         None => {
             let v = list.pop(end).expect("stored lists are never empty");
             call.out.bulk(&v);
-            removed_from(core, key, end_name(end, false), now_ms);
+            typed::removed_from::<List>(core, key, end_name(end, false));
         }
     }
 }
@@ -341,7 +326,7 @@ fn lrem(core: &mut Core, call: &mut Call) {
     let removed = l.remove_matching(call.arg(3), limit, from);
     call.out.integer(removed as i64);
     if removed > 0 {
-        removed_from(core, key, "lrem", now_ms);
+        typed::removed_from::<List>(core, key, "lrem");
     }
 }
 
@@ -359,7 +344,7 @@ fn ltrim(core: &mut Core, call: &mut Call) {
     let keep = clamp_range(start, end, l.len());
     l.retain_range(keep);
     call.ok();
-    removed_from(core, key, "ltrim", now_ms);
+    typed::removed_from::<List>(core, key, "ltrim");
 }
 
 fn lpos(core: &mut Core, call: &mut Call) {
@@ -472,7 +457,7 @@ fn move_element(core: &mut Core, call: &mut Call, src: &[u8], dst: &[u8], from: 
     push_into(core, dst, to, &[Bytes::from(value.clone())], true, now_ms)
         .unwrap_or_else(|_| unreachable!("destination type checked above"));
     call.out.bulk(&value);
-    removed_from(core, src, end_name(from, false), now_ms);
+    typed::removed_from::<List>(core, src, end_name(from, false));
 }
 
 fn lmove_generic(core: &mut Core, call: &mut Call, from: End, to: End) {
@@ -575,7 +560,7 @@ fn pop_first(
                 }
             }
         }
-        removed_from(core, key, end_name(end, false), now_ms);
+        typed::removed_from::<List>(core, key, end_name(end, false));
         return Popped::Done;
     }
     Popped::Nothing

@@ -62,18 +62,6 @@ pub(crate) fn max_intset_entries(core: &Core) -> usize {
     core.config.encoding.set_max_intset_entries
 }
 
-/// Reports members removed from the set at `key` by `event`; deletes the key if it is now
-/// empty (with Redis's `del` event).
-fn removed_from(core: &mut Core, key: &[u8], event: &str) {
-    let empty = typed::peek::<Set>(&core.db, key).is_some_and(|s| s.is_empty());
-    core.modified(key);
-    core.notify(EVENT_SET, event, key);
-    if empty {
-        core.db.remove(key);
-        core.notify(EVENT_GENERIC, "del", key);
-    }
-}
-
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
 /// cardinality and reports it as `event`, as the *STORE commands do.
 fn store_result(core: &mut Core, call: &mut Call, dst: &[u8], result: Set, event: &str) {
@@ -145,7 +133,7 @@ fn srem(core: &mut Core, call: &mut Call) {
         }
     };
     if removed > 0 {
-        removed_from(core, key, "srem");
+        typed::removed_from::<Set>(core, key, "srem");
     }
     call.out.integer(removed);
 }
@@ -218,7 +206,7 @@ fn spop(core: &mut Core, call: &mut Call) {
     };
     let m = s.remove_at(i).expect("index in range");
     call.out.bulk(&m);
-    removed_from(core, key, "spop");
+    typed::removed_from::<Set>(core, key, "spop");
 }
 
 fn spop_count(core: &mut Core, call: &mut Call) {
@@ -263,7 +251,7 @@ fn spop_count(core: &mut Core, call: &mut Call) {
     for m in &popped {
         call.out.bulk(m);
     }
-    removed_from(core, key, "spop");
+    typed::removed_from::<Set>(core, key, "spop");
 }
 
 fn srandmember(core: &mut Core, call: &mut Call) {
@@ -374,7 +362,7 @@ fn smove(core: &mut Core, call: &mut Call) {
     if !s.remove(member) {
         return call.out.integer(0);
     }
-    removed_from(core, src, "srem");
+    typed::removed_from::<Set>(core, src, "srem");
     let max = max_intset_entries(core);
     let (added, created) = match typed::write::<Set>(core, dst, now_ms) {
         Ok(Some(d)) => (d.insert(member, max), false),

@@ -110,20 +110,6 @@ fn peek_zset_mut<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut 
         .and_then(|e| zset_in(&mut e.value))
 }
 
-/// Reports members removed from the sorted set at `key` by `event`; deletes the key if it is
-/// now empty (with Redis's `del` event).
-fn removed_from(core: &mut Core, key: &[u8], event: &str) {
-    let empty = typed::peek::<ZSet>(&core.db, key).is_some_and(|z| z.is_empty());
-    if empty {
-        core.db.remove(key);
-    }
-    core.modified(key);
-    core.notify(EVENT_ZSET, event, key);
-    if empty {
-        core.notify(EVENT_GENERIC, "del", key);
-    }
-}
-
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
 /// cardinality and reports it as `event`, as the *STORE commands do.
 pub(crate) fn store_result(
@@ -585,7 +571,7 @@ fn zrem(core: &mut Core, call: &mut Call) {
         }
     };
     if removed > 0 {
-        removed_from(core, key, "zrem");
+        typed::removed_from::<ZSet>(core, key, "zrem");
     }
     call.out.integer(removed);
 }
@@ -911,7 +897,7 @@ fn zremrange_generic(core: &mut Core, call: &mut Call, rangetype: RangeType) {
             RangeType::Lex => "zremrangebylex",
             _ => "zremrangebyrank",
         };
-        removed_from(core, key, event);
+        typed::removed_from::<ZSet>(core, key, event);
     }
     call.out.integer(removed as i64);
 }
@@ -985,7 +971,7 @@ fn pop_and_reply(
         call.out.bulk(&m);
         call.out.double(s);
     }
-    removed_from(
+    typed::removed_from::<ZSet>(
         core,
         key,
         if end == End::Min {
