@@ -6,6 +6,7 @@
 //! is only the sans-IO shell around this state. The dispatch policy (`crate::dispatch`) and
 //! the persistence and replication hooks work on the same `Core`.
 
+mod invariants;
 mod keys;
 mod notify;
 mod output;
