@@ -95,6 +95,17 @@ pub enum Flag {
     MayReplicate = 1 << 11,
     NoMulti = 1 << 12,
     AllowBusy = 1 << 13,
+    /// Its effect on a large value is logged as the command itself rather than the value's
+    /// new state (`crate::persist`): it changes only its first key, the same way whenever it
+    /// runs on the same value (no time, no randomness, no other key).
+    LoggedAsCommand = 1 << 26,
+    /// Its numeric change is an increment, merged by adding (replication's `Intent`).
+    Increments = 1 << 27,
+    /// An increment when given the INCR option (ZADD).
+    IncrementsWithIncrOption = 1 << 28,
+    /// Changes only a key's deadline, never its value (EXPIRE, PERSIST, GETEX): no new
+    /// last-writer-wins stamp for the value.
+    KeepsValue = 1 << 29,
     /// Runs at once inside MULTI instead of being queued (EXEC, DISCARD, MULTI, WATCH, QUIT,
     /// RESET).
     RunsInsideMulti = 1 << 30,

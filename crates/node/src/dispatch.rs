@@ -16,6 +16,7 @@ use lattice_resp::{Protocol, ReplyWriter};
 use crate::client::ConnId;
 use crate::command::{find_subcommand, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
+use crate::repl::state::Intent;
 
 /// Redis's reply to other clients while a script runs past busy-reply-threshold.
 pub const BUSY: &str =
@@ -150,10 +151,7 @@ impl Core {
             }
         }
         let errors_before = call.error_code.is_some();
-        let intent = self
-            .repl
-            .as_ref()
-            .map(|_| crate::repl::intent_of(spec.name, call.args));
+        let intent = self.repl.as_ref().map(|_| intent_of(spec, call.args));
         // Deferred captures are coalesced per intent: settle them before this command changes
         // any of their keys in another way.
         if let Some(i) = intent {
@@ -163,11 +161,11 @@ impl Core {
         }
         handler(self, call);
         if self.persist.active {
-            self.persist_after_command(spec.name, call.args);
+            self.persist_after_command(spec.has(Flag::LoggedAsCommand), call.args);
         }
         if let Some(intent) = intent {
             if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
-                self.capture_dirty(intent, crate::repl::overwrites_value(spec.name));
+                self.capture_dirty(intent, !spec.has(Flag::KeepsValue));
             }
         }
         self.stats.total_commands_processed += 1;
@@ -176,6 +174,18 @@ impl Core {
         if call.failed() && !errors_before {
             s.failed_calls += 1;
         }
+    }
+}
+
+/// The intent of a command's numeric changes for replication (see [`Intent`]).
+fn intent_of(spec: &CommandSpec, args: &[Bytes]) -> Intent {
+    let increments = spec.has(Flag::Increments)
+        || (spec.has(Flag::IncrementsWithIncrOption)
+            && args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")));
+    if increments {
+        Intent::Increment
+    } else {
+        Intent::Assign
     }
 }
 

@@ -40,41 +40,10 @@ const FRAME_BYTES: u64 = 18;
 const OP_CLEAR: u8 = 0;
 const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
-/// `3 varint-count (varint-len arg)*`: a command to run again (see [`LOGGED_AS_COMMANDS`]).
+/// `3 varint-count (varint-len arg)*`: a command to run again (see `Flag::LoggedAsCommand`).
 const OP_CMD: u8 = 3;
 
-/// Commands whose effect on a large value is logged as the command itself instead of the
-/// value's whole new state (an LPUSH onto a 100,000-element list would otherwise log the list
-/// each time). Each changes only its first key, the same way whenever it runs on the same
-/// value: no time, no randomness, no other key.
-const LOGGED_AS_COMMANDS: &[&str] = &[
-    "append",
-    "setrange",
-    "lpush",
-    "rpush",
-    "lpushx",
-    "rpushx",
-    "lpop",
-    "rpop",
-    "lset",
-    "ltrim",
-    "linsert",
-    "lrem",
-    "hset",
-    "hmset",
-    "hsetnx",
-    "hdel",
-    "hincrby",
-    "hincrbyfloat",
-    "sadd",
-    "srem",
-    "zadd",
-    "zrem",
-    "zincrby",
-    "zremrangebyscore",
-    "zremrangebyrank",
-];
-/// A value is large, for [`LOGGED_AS_COMMANDS`], past this many elements (or string bytes / 8).
+/// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
 
 pub use crate::config::Fsync;
@@ -146,10 +115,10 @@ impl Core {
         self.persist.active && (self.config.appendonly || self.persist.snapshot.is_some())
     }
 
-    /// After a command ran: when it is one of [`LOGGED_AS_COMMANDS`], changed only its key,
+    /// After a command ran: when it is `logged_as_command` (its table flag), changed only its key,
     /// and that key holds a large value with no deadline, the command is logged instead of the
     /// value's new state.
-    pub(crate) fn persist_after_command(&mut self, name: &str, args: &[Bytes]) {
+    pub(crate) fn persist_after_command(&mut self, logged_as_command: bool, args: &[Bytes]) {
         let p = &self.persist;
         // Not while a snapshot is being taken: it may capture the key before or after this
         // command, and unlike a state a command applied twice is wrong.
@@ -157,7 +126,7 @@ impl Core {
         {
             return;
         }
-        if !LOGGED_AS_COMMANDS.contains(&name) {
+        if !logged_as_command {
             return;
         }
         let Some(e) = self.db.get_raw(&args[1]) else {

@@ -16,7 +16,7 @@ use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY};
 use crate::blocking::{parse_timeout, TimeoutReply};
 use crate::cmd::pubsub::{EVENT_LIST, EVENT_NEW};
 use crate::cmd::typed;
-use crate::command::{spec, Call};
+use crate::command::{spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 
 const LIST: &str = "list";
@@ -32,19 +32,19 @@ const RF: &[&str] = &["readonly", "fast"];
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("lpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Prepend one or multiple elements to a list", lpush),
-    spec("rpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Append one or multiple elements to a list", rpush),
-    spec("lpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Prepend an element to a list, only if the list exists", lpushx),
-    spec("rpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Append an element to a list, only if the list exists", rpushx),
-    spec("lpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the first elements in a list", lpop),
-    spec("rpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the last elements in a list", rpop),
+    spec("lpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Prepend one or multiple elements to a list", lpush).with(Flag::LoggedAsCommand),
+    spec("rpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Append one or multiple elements to a list", rpush).with(Flag::LoggedAsCommand),
+    spec("lpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Prepend an element to a list, only if the list exists", lpushx).with(Flag::LoggedAsCommand),
+    spec("rpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Append an element to a list, only if the list exists", rpushx).with(Flag::LoggedAsCommand),
+    spec("lpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the first elements in a list", lpop).with(Flag::LoggedAsCommand),
+    spec("rpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the last elements in a list", rpop).with(Flag::LoggedAsCommand),
     spec("llen", 2, RF, (1, 1, 1), LIST, "1.0.0", "Get the length of a list", llen),
     spec("lrange", 4, R, (1, 1, 1), LIST, "1.0.0", "Get a range of elements from a list", lrange),
     spec("lindex", 3, R, (1, 1, 1), LIST, "1.0.0", "Get an element from a list by its index", lindex),
-    spec("lset", 4, W, (1, 1, 1), LIST, "1.0.0", "Set the value of an element in a list by its index", lset),
-    spec("linsert", 5, W, (1, 1, 1), LIST, "2.2.0", "Insert an element before or after another element in a list", linsert),
-    spec("lrem", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Remove elements from a list", lrem),
-    spec("ltrim", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Trim a list to the specified range", ltrim),
+    spec("lset", 4, W, (1, 1, 1), LIST, "1.0.0", "Set the value of an element in a list by its index", lset).with(Flag::LoggedAsCommand),
+    spec("linsert", 5, W, (1, 1, 1), LIST, "2.2.0", "Insert an element before or after another element in a list", linsert).with(Flag::LoggedAsCommand),
+    spec("lrem", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Remove elements from a list", lrem).with(Flag::LoggedAsCommand),
+    spec("ltrim", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Trim a list to the specified range", ltrim).with(Flag::LoggedAsCommand),
     spec("lpos", -3, R, (1, 1, 1), LIST, "6.0.6", "Return the index of matching elements on a list", lpos),
     spec("rpoplpush", 3, W, (1, 2, 1), LIST, "1.2.0", "Remove the last element in a list, prepend it to another list and return it", rpoplpush),
     spec("lmove", 5, W, (1, 2, 1), LIST, "6.2.0", "Pop an element from a list, push it to another list and return it", lmove),

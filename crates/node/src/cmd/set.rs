@@ -19,7 +19,7 @@ use crate::args::{is, parse_i64, NOT_INTEGER, SYNTAX};
 use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_SET};
 use crate::cmd::typed;
-use crate::command::{spec, Call};
+use crate::command::{spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 
 const SET: &str = "set";
@@ -33,8 +33,8 @@ const RF: &[&str] = &["readonly", "fast"];
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("sadd", -3, WDF, (1, 1, 1), SET, "1.0.0", "Add one or more members to a set", sadd),
-    spec("srem", -3, WF, (1, 1, 1), SET, "1.0.0", "Remove one or more members from a set", srem),
+    spec("sadd", -3, WDF, (1, 1, 1), SET, "1.0.0", "Add one or more members to a set", sadd).with(Flag::LoggedAsCommand),
+    spec("srem", -3, WF, (1, 1, 1), SET, "1.0.0", "Remove one or more members from a set", srem).with(Flag::LoggedAsCommand),
     spec("smembers", 2, R, (1, 1, 1), SET, "1.0.0", "Get all the members in a set", smembers),
     spec("sismember", 3, RF, (1, 1, 1), SET, "1.0.0", "Determine if a given value is a member of a set", sismember),
     spec("smismember", -3, RF, (1, 1, 1), SET, "6.2.0", "Returns the membership associated with the given elements for a set", smismember),

@@ -16,7 +16,7 @@ use lattice_store::Str;
 use crate::args::{parse_i64, NOT_INTEGER, OVERFLOW};
 use crate::cmd::expire::{invalid_expire, to_deadline_ms, Unit};
 use crate::cmd::pubsub::EVENT_GENERIC;
-use crate::command::{spec, Call};
+use crate::command::{spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use value::{changed, opt_is, read_str, store, write_str, WrongType};
 
@@ -39,19 +39,19 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("mget", -2, RF, (1, -1, 1), STRING, "1.0.0", "Get the values of all the given keys", mget),
     spec("mset", -3, W, (1, -1, 2), STRING, "1.0.1", "Set multiple keys to multiple values", mset),
     spec("msetnx", -3, W, (1, -1, 2), STRING, "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist", msetnx),
-    spec("append", 3, WF, (1, 1, 1), STRING, "2.0.0", "Append a value to a key", append),
+    spec("append", 3, WF, (1, 1, 1), STRING, "2.0.0", "Append a value to a key", append).with(Flag::LoggedAsCommand),
     spec("strlen", 2, RF, (1, 1, 1), STRING, "2.2.0", "Get the length of the value stored in a key", strlen),
     spec("getrange", 4, R, (1, 1, 1), STRING, "2.4.0", "Get a substring of the string stored at a key", getrange),
     spec("substr", 4, R, (1, 1, 1), STRING, "1.0.0", "Get a substring of the string stored at a key", getrange),
-    spec("setrange", 4, W, (1, 1, 1), STRING, "2.2.0", "Overwrite part of a string at key starting at the specified offset", setrange),
+    spec("setrange", 4, W, (1, 1, 1), STRING, "2.2.0", "Overwrite part of a string at key starting at the specified offset", setrange).with(Flag::LoggedAsCommand),
     spec("getset", 3, WF, (1, 1, 1), STRING, "1.0.0", "Set the string value of a key and return its old value", getset),
     spec("getdel", 2, &["write", "fast"], (1, 1, 1), STRING, "6.2.0", "Get the value of a key and delete the key", getdel),
-    spec("getex", -2, &["write", "fast"], (1, 1, 1), STRING, "6.2.0", "Get the value of a key and optionally set its expiration", getex),
-    spec("incr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by one", incr),
-    spec("decr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by one", decr),
-    spec("incrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by the given amount", incrby),
-    spec("decrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by the given number", decrby),
-    spec("incrbyfloat", 3, WF, (1, 1, 1), STRING, "2.6.0", "Increment the float value of a key by the given amount", incrbyfloat),
+    spec("getex", -2, &["write", "fast"], (1, 1, 1), STRING, "6.2.0", "Get the value of a key and optionally set its expiration", getex).with(Flag::KeepsValue),
+    spec("incr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by one", incr).with(Flag::Increments),
+    spec("decr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by one", decr).with(Flag::Increments),
+    spec("incrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by the given amount", incrby).with(Flag::Increments),
+    spec("decrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by the given number", decrby).with(Flag::Increments),
+    spec("incrbyfloat", 3, WF, (1, 1, 1), STRING, "2.6.0", "Increment the float value of a key by the given amount", incrbyfloat).with(Flag::Increments),
     spec("lcs", -3, R, (1, 2, 1), STRING, "7.0.0", "Find longest common substring", lcs::lcs),
     spec("setbit", 4, W, (1, 1, 1), BITMAP, "2.2.0", "Sets or clears the bit at offset in the string value stored at key", bits::setbit),
     spec("getbit", 3, RF, (1, 1, 1), BITMAP, "2.2.0", "Returns the bit value at offset in the string value stored at key", bits::getbit),
