@@ -52,7 +52,7 @@ pub enum Input {
     /// bytes), or failed.
     SnapshotDone { result: Result<u64, String> },
     /// Recovery finished: the last record applied and what was found (for INFO). Record
-    /// payloads themselves go in through [`Node::load`] before this.
+    /// payloads themselves go in through [`crate::Node::load`] before this.
     Loaded {
         last_seq: u64,
         log_bytes: u64,

@@ -40,7 +40,7 @@ impl Node {
     }
 
     /// Makes this node persist: it captures changes and emits persistence outputs from now
-    /// on (the driver has a disk). Called once, after recovery's [`Input::Loaded`].
+    /// on (the driver has a disk). Called once, after recovery's [`crate::Input::Loaded`].
     pub fn enable_persistence(&mut self) {
         self.core.enable_persistence();
     }

@@ -29,7 +29,7 @@ pub(crate) struct Snapshot {
     pub(crate) changes_at_begin: u64,
 }
 
-/// The node's persistence state (in [`Core::persist`]).
+/// The node's persistence state (in `Core::persist`).
 #[derive(Default)]
 pub struct Persist {
     /// The driver writes to a disk (set by [`crate::Node::enable_persistence`]); otherwise
