@@ -190,6 +190,30 @@ pub const fn spec<C>(
     }
 }
 
+/// A container command (CONFIG, CLIENT, XGROUP, ...): no flags, no keys, no handler of its
+/// own; a request names one of its `subcommands`.
+pub const fn container<C>(
+    name: &'static str,
+    arity: i32,
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    subcommands: &'static [CommandSpec<C>],
+) -> CommandSpec<C> {
+    CommandSpec {
+        name,
+        arity,
+        flags: &[],
+        bits: 0,
+        keys: (0, 0, 0),
+        group,
+        summary,
+        since,
+        handler: None,
+        subcommands,
+    }
+}
+
 /// One command being executed.
 pub struct Call<'a> {
     pub conn: ConnId,

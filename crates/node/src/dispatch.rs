@@ -53,8 +53,8 @@ impl Core {
         let mut call = Call::new(conn, args, self.now, ReplyWriter::new(out, proto));
         let admission = match resolve(self, args) {
             Ok(spec) => self.admission(conn, spec),
-            Err(message) => Admission::Reject(Rejection {
-                message,
+            Err(unresolved) => Admission::Reject(Rejection {
+                message: unresolved.message(args),
                 spec: None,
             }),
         };
@@ -189,36 +189,49 @@ fn intent_of(spec: &CommandSpec, args: &[Bytes]) -> Intent {
     }
 }
 
-/// Finds the runnable command for `args`, or the exact Redis error.
-pub(crate) fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, Vec<u8>> {
-    let Some(spec) = core.table.find(&args[0]) else {
-        return Err(unknown_command(args));
-    };
+/// Why a request names no runnable command.
+pub(crate) enum Unresolved {
+    /// No such command.
+    Command,
+    /// The container exists, the subcommand does not.
+    Subcommand(&'static CommandSpec),
+    /// The command (or container without its subcommand) got a wrong number of arguments.
+    Arity(&'static CommandSpec),
+}
+
+impl Unresolved {
+    /// The exact Redis error for a client's request `args`.
+    pub(crate) fn message(&self, args: &[Bytes]) -> Vec<u8> {
+        match self {
+            Unresolved::Command => unknown_command(args),
+            Unresolved::Subcommand(container) => format!(
+                "ERR unknown subcommand '{}'. Try {} HELP.",
+                truncate_lossy(&args[1], 128),
+                container.name.to_ascii_uppercase()
+            )
+            .into_bytes(),
+            Unresolved::Arity(spec) => {
+                format!("ERR wrong number of arguments for '{}' command", spec.name).into_bytes()
+            }
+        }
+    }
+}
+
+/// Finds the runnable command for `args` (the command, or its subcommand for a container,
+/// with an acceptable number of arguments). Clients, EXEC and scripts all resolve through it.
+pub(crate) fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, Unresolved> {
+    let spec = core.table.find(&args[0]).ok_or(Unresolved::Command)?;
     // A container dispatches on its subcommand; COMMAND also runs alone (no subcommand).
     let spec = if !spec.subcommands.is_empty() && (spec.handler.is_none() || args.len() >= 2) {
         if args.len() < 2 {
-            return Err(
-                format!("ERR wrong number of arguments for '{}' command", spec.name).into_bytes(),
-            );
+            return Err(Unresolved::Arity(spec));
         }
-        match find_subcommand(spec, &args[1]) {
-            Some(sub) => sub,
-            None => {
-                return Err(format!(
-                    "ERR unknown subcommand '{}'. Try {} HELP.",
-                    truncate_lossy(&args[1], 128),
-                    spec.name.to_ascii_uppercase()
-                )
-                .into_bytes())
-            }
-        }
+        find_subcommand(spec, &args[1]).ok_or(Unresolved::Subcommand(spec))?
     } else {
         spec
     };
     if !spec.arity_ok(args.len()) {
-        return Err(
-            format!("ERR wrong number of arguments for '{}' command", spec.name).into_bytes(),
-        );
+        return Err(Unresolved::Arity(spec));
     }
     Ok(spec)
 }

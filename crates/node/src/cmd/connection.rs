@@ -5,7 +5,7 @@ use lattice_resp::Protocol;
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::client::{ConnId, ReplyMode};
-use crate::command::{flag_bits, spec, Call, Flag};
+use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 
 const CONN: &str = "connection";
@@ -86,17 +86,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Changes the selected database.",
         select,
     ),
-    CommandSpec {
-        name: "client",
-        arity: -2,
-        flags: &[],
-        bits: flag_bits(&[]),
-        keys: (0, 0, 0),
-        group: CONN,
-        summary: "A container for client connection commands.",
-        since: "2.4.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "client",
+        -2,
+        CONN,
+        "2.4.0",
+        "A container for client connection commands.",
+        &[
             spec(
                 "client|id",
                 2,
@@ -198,7 +194,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 client_help,
             ),
         ],
-    },
+    ),
 ];
 
 fn ping(core: &mut Core, call: &mut Call) {

@@ -9,7 +9,7 @@ use lattice_resp::ReplyWriter;
 use lattice_store::glob_match;
 
 use crate::client::ConnId;
-use crate::command::{flag_bits, spec, Call, Flag};
+use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 
 const PUBSUB: &str = "pubsub";
@@ -69,17 +69,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Posts a message to a channel.",
         publish_cmd,
     ),
-    CommandSpec {
-        name: "pubsub",
-        arity: -2,
-        flags: &[],
-        bits: flag_bits(&[]),
-        keys: (0, 0, 0),
-        group: PUBSUB,
-        summary: "A container for Pub/Sub commands.",
-        since: "2.8.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "pubsub",
+        -2,
+        PUBSUB,
+        "2.8.0",
+        "A container for Pub/Sub commands.",
+        &[
             spec(
                 "pubsub|channels",
                 -2,
@@ -121,7 +117,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 pubsub_help,
             ),
         ],
-    },
+    ),
 ];
 
 pub use crate::events::*;

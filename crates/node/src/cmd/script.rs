@@ -47,8 +47,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::client::{ConnId, ReplyMode};
-use crate::command::{find_subcommand, flag_bits, spec, Call, Flag};
+use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
+use crate::dispatch::Unresolved;
 use crate::time::Micros;
 use engine::{error_table, internal_error, unwrap_call_error, Running, HOOK_STEP};
 pub use engine::{
@@ -72,17 +73,13 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("evalsha", -3, &["noscript", "skip-monitor", "may-replicate", "no-mandatory-keys", "stale", "movablekeys"], (0, 0, 0), SCRIPTING, "2.6.0", "Execute a Lua script server side", evalsha),
     spec("eval_ro", -3, &["noscript", "skip-monitor", "no-mandatory-keys", "stale", "readonly", "movablekeys"], (0, 0, 0), SCRIPTING, "7.0.0", "Execute a read-only Lua script server side", eval_ro),
     spec("evalsha_ro", -3, &["noscript", "skip-monitor", "no-mandatory-keys", "stale", "readonly", "movablekeys"], (0, 0, 0), SCRIPTING, "7.0.0", "Execute a read-only Lua script server side", evalsha_ro),
-    CommandSpec {
-        name: "script",
-        arity: -2,
-        flags: &[],
-        bits: flag_bits(&[]),
-        keys: (0, 0, 0),
-        group: SCRIPTING,
-        summary: "A container for Lua scripts management commands",
-        since: "2.6.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "script",
+        -2,
+        SCRIPTING,
+        "2.6.0",
+        "A container for Lua scripts management commands",
+        &[
             spec("script|load", 3, &["noscript", "stale"], (0, 0, 0), SCRIPTING, "2.6.0", "Load the specified Lua script into the script cache.", script_load),
             spec("script|exists", -3, &["noscript"], (0, 0, 0), SCRIPTING, "2.6.0", "Check existence of scripts in the script cache.", script_exists),
             spec("script|flush", -2, &["noscript"], (0, 0, 0), SCRIPTING, "2.6.0", "Remove all the scripts from the script cache.", script_flush),
@@ -90,7 +87,7 @@ pub const COMMANDS: &[CommandSpec] = &[
             spec("script|debug", 3, &["noscript"], (0, 0, 0), SCRIPTING, "3.2.0", "Set the debug mode for executed scripts.", script_debug),
             spec("script|help", 2, &["loading", "stale"], (0, 0, 0), SCRIPTING, "5.0.0", "Show helpful text about the different subcommands", script_help),
         ],
-    },
+    ),
 ];
 
 fn eval(core: &mut Core, call: &mut Call) {
@@ -300,20 +297,11 @@ fn execute(
 ) -> Result<Frame, String> {
     const UNKNOWN: &str = "ERR Unknown Redis command called from script";
     const ARITY: &str = "ERR Wrong number of args calling Redis command from script";
-    let Some(spec) = core.table.find(&args[0]) else {
-        return Err(UNKNOWN.into());
+    let spec = match crate::dispatch::resolve(core, args) {
+        Ok(spec) => spec,
+        Err(Unresolved::Arity(_)) => return Err(ARITY.into()),
+        Err(Unresolved::Command | Unresolved::Subcommand(_)) => return Err(UNKNOWN.into()),
     };
-    let spec = if !spec.subcommands.is_empty() && (spec.handler.is_none() || args.len() >= 2) {
-        if args.len() < 2 {
-            return Err(ARITY.into());
-        }
-        find_subcommand(spec, &args[1]).ok_or(UNKNOWN)?
-    } else {
-        spec
-    };
-    if !spec.arity_ok(args.len()) {
-        return Err(ARITY.into());
-    }
     if spec.has(Flag::NoScript) {
         return Err("ERR This Redis command is not allowed from script".into());
     }

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::args::is;
-use crate::command::{flag_bits, spec, Call, Flag};
+use crate::command::{container, flag_bits, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use crate::dispatch::NOT_IN_MULTI;
 
@@ -138,17 +138,13 @@ pub const COMMANDS: &[CommandSpec] = &[
             ),
         ],
     },
-    CommandSpec {
-        name: "memory",
-        arity: -2,
-        flags: &[],
-        bits: flag_bits(&[]),
-        keys: (0, 0, 0),
-        group: SERVER,
-        summary: "A container for memory diagnostics commands.",
-        since: "4.0.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "memory",
+        -2,
+        SERVER,
+        "4.0.0",
+        "A container for memory diagnostics commands.",
+        &[
             spec(
                 "memory|usage",
                 -3,
@@ -170,20 +166,16 @@ pub const COMMANDS: &[CommandSpec] = &[
                 memory_help,
             ),
         ],
-    },
-    CommandSpec {
-        name: "function",
-        arity: -2,
-        flags: &[],
-        bits: flag_bits(&[]),
-        keys: (0, 0, 0),
-        group: "scripting",
-        summary: "A container for function commands.",
-        since: "7.0.0",
-        handler: None,
-        // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
-        // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
-        subcommands: &[
+    ),
+    // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
+    // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
+    container(
+        "function",
+        -2,
+        "scripting",
+        "7.0.0",
+        "A container for function commands.",
+        &[
             spec(
                 "function|flush",
                 -2,
@@ -215,18 +207,14 @@ pub const COMMANDS: &[CommandSpec] = &[
                 function_help,
             ),
         ],
-    },
-    CommandSpec {
-        name: "config",
-        arity: -2,
-        flags: &[],
-        bits: flag_bits(&[]),
-        keys: (0, 0, 0),
-        group: SERVER,
-        summary: "A container for server configuration commands.",
-        since: "2.0.0",
-        handler: None,
-        subcommands: &[
+    ),
+    container(
+        "config",
+        -2,
+        SERVER,
+        "2.0.0",
+        "A container for server configuration commands.",
+        &[
             spec(
                 "config|get",
                 -3,
@@ -268,7 +256,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 config_help,
             ),
         ],
-    },
+    ),
     spec(
         "save",
         1,

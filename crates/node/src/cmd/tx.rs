@@ -120,7 +120,7 @@ fn exec(core: &mut Core, call: &mut Call) {
         // Resolved when queued, so this finds the same command again.
         match crate::dispatch::resolve(core, args) {
             Ok(spec) => core.run_handler(spec, &mut sub),
-            Err(message) => sub.error_bytes(&message),
+            Err(unresolved) => sub.error_bytes(&unresolved.message(args)),
         }
         if let Some(code) = sub.error_code.take() {
             core.stats.total_error_replies += 1;
