@@ -23,6 +23,7 @@ pub use crate::time::Micros;
 
 /// Keys removed by one active-expiry pass at most; bounds the work of a single timer tick.
 const EXPIRE_KEYS_PER_TICK: usize = 200;
+
 /// A Lattice node.
 pub struct Node {
     core: Core,
