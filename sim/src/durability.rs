@@ -334,8 +334,7 @@ impl Run {
                 };
                 // Only writes the node runs count as executed; a refused one changes nothing
                 // (and the list's next element keeps its number).
-                let refused =
-                    self.node.persist_failing() && self.policy == Policy::Always;
+                let refused = self.node.persist_failing() && self.policy == Policy::Always;
                 let v = self.versions[key] + 1;
                 if !refused {
                     self.versions[key] = v;

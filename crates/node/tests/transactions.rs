@@ -499,5 +499,8 @@ fn every_refusal_dooms_the_transaction_and_aborts_exec() {
         h.cmd(3, &["EXEC"]),
         "-EXECABORT Transaction discarded because of: NOAUTH Authentication required.\r\n"
     );
-    assert_eq!(h.cmd(3, &["GET", "k"]), "-NOAUTH Authentication required.\r\n");
+    assert_eq!(
+        h.cmd(3, &["GET", "k"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
 }
