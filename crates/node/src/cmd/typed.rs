@@ -1,10 +1,11 @@
-//! Typed access to keys: the one place where "the value at a key" becomes "the list (hash, set,
-//! sorted set) at that key, or WRONGTYPE", shared by every collection command family.
+//! Typed access to keys: the one place where "the value at a key" becomes "the string (list,
+//! hash, set, sorted set) at that key, or WRONGTYPE", shared by the string and collection
+//! command families.
 
-use lattice_store::{Db, Hash, List, Set, Value, ZSet};
+use lattice_store::{Db, Hash, List, Set, Str, Value, ZSet};
 
 use crate::ctx::Core;
-use crate::events::{EVENT_GENERIC, EVENT_HASH, EVENT_LIST, EVENT_SET, EVENT_ZSET};
+use crate::events::{EVENT_GENERIC, EVENT_HASH, EVENT_LIST, EVENT_SET, EVENT_STRING, EVENT_ZSET};
 
 /// The key holds a value of another type (the caller replies WRONGTYPE).
 pub(crate) struct WrongType;
@@ -45,6 +46,7 @@ macro_rules! typed {
     };
 }
 
+typed!(Str, Str, EVENT_STRING);
 typed!(List, List, EVENT_LIST);
 typed!(Hash, Hash, EVENT_HASH);
 typed!(Set, Set, EVENT_SET);

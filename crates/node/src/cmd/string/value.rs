@@ -4,6 +4,7 @@
 use lattice_store::{Str, Value};
 
 use crate::args::is;
+use crate::cmd::typed::{self, Typed};
 use crate::ctx::Core;
 use crate::events::{EVENT_NEW, EVENT_STRING};
 
@@ -33,16 +34,11 @@ pub(crate) fn store(
     changed(core, key, created, event);
 }
 
-/// The key holds a value of another type.
-pub(crate) struct WrongType;
+pub(crate) use crate::cmd::typed::WrongType;
 
 /// The string inside `value`, if it is one.
 pub(crate) fn as_str_mut(value: &mut Value) -> Option<&mut Str> {
-    match value {
-        Value::Str(s) => Some(s),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
+    Str::of_mut(value)
 }
 
 /// The string at `key` for reading (counts a keyspace hit or miss).
@@ -51,10 +47,7 @@ pub(crate) fn read_str<'c>(
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut Str>, WrongType> {
-    match core.lookup_read(key, now_ms) {
-        None => Ok(None),
-        Some(e) => as_str_mut(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::read::<Str>(core, key, now_ms)
 }
 
 /// The string at `key` for writing (no hit/miss counting).
@@ -63,10 +56,7 @@ pub(crate) fn write_str<'c>(
     key: &[u8],
     now_ms: u64,
 ) -> Result<Option<&'c mut Str>, WrongType> {
-    match core.lookup_write(key, now_ms) {
-        None => Ok(None),
-        Some(e) => as_str_mut(&mut e.value).map(Some).ok_or(WrongType),
-    }
+    typed::write::<Str>(core, key, now_ms)
 }
 
 /// The argument as C code sees it: up to its first NUL byte (Redis compares option keywords
