@@ -4,7 +4,8 @@
 A module (one file: `lib.rs`, `a.rs`, `a/mod.rs`, `a/b.rs`) depends on another when its
 non-test code names it: `use crate::a::b::X`, `crate::a::f()`, `super::g`, `self::c::h`, or a
 `use` of a child module by its bare name. Each path is resolved to the longest module prefix
-that exists; naming oneself is no edge, declaring a child (`mod c;`) is none either. Test code
+that exists; naming oneself is no edge, declaring a child (`mod c;`) is none either, and a
+private child module (below the crate root) counts as part of its parent (`module_graph`). Test code
 is left out: `#[cfg(test)]` items (inline blocks and the files they declare). Comments and
 string literals are stripped first, so a doc link is no dependency.
 
@@ -22,6 +23,7 @@ import tempfile
 
 PATH_RE = re.compile(r"\b(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)+)")
 MOD_DECL_RE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;")
+PRIVATE_MOD_RE = re.compile(r"^\s*mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;")
 CFG_TEST_RE = re.compile(r"#\[cfg\(test\)\]")
 
 
@@ -186,8 +188,13 @@ def resolve(abs_path, mods):
 
 
 def module_graph(src):
+    """The dependency graph between modules, with every private child module (`mod c;`
+    without `pub`) folded into its parent: only the parent's subtree can name it, so it is a
+    part of the parent (typically more `impl` blocks of the parent's types), and a path into
+    it is a path into the parent."""
     mods = module_files(src)
     test_mods = set()
+    private = set()
     graph = {}
     codes = {}
     for path, file in mods.items():
@@ -196,13 +203,27 @@ def module_graph(src):
         code, test_children = drop_test_items(code)
         for c in test_children:
             test_mods.add(path + (c,))
+        for line in code.split("\n"):
+            m = PRIVATE_MOD_RE.match(line)
+            if m:
+                private.add(path + (m.group(1),))
         codes[path] = code
     # A module below a test-only module is test-only too.
     live = {p: f for p, f in mods.items() if not any(p[:len(t)] == t for t in test_mods)}
+
+    def owner(path):
+        # The crate root is only the crate's table of contents: its private modules stay
+        # modules of their own.
+        while path in private and len(path) > 1:
+            path = path[:-1]
+        return path
+
+    for path in live:
+        graph.setdefault(owner(path), set())
     for path in live:
         code = codes[path]
         children = {m.group(1) for line in code.split("\n") for m in [MOD_DECL_RE.match(line)] if m}
-        edges = set()
+        edges = graph[owner(path)]
         uses = re.findall(r"\buse\s+([^;]+);", code)
         seg_lists = []
         for u in uses:
@@ -217,10 +238,9 @@ def module_graph(src):
             if a is None:
                 continue
             target = resolve(a, live)
-            if target is not None and target != path:
-                edges.add(target)
-        graph[path] = edges
-    return graph, live
+            if target is not None and owner(target) != owner(path):
+                edges.add(owner(target))
+    return graph, {p: f for p, f in live.items() if p in graph}
 
 
 def strongly_connected(graph):
@@ -344,6 +364,13 @@ def self_test():
     child_path["lib.rs"] = base["lib.rs"] + "pub fn g() {}\n"
     found = graph_cycles(tree(child_path))
     assert found == [[(), ("a",)]], found
+    # A private child adding methods to its parent's type is part of the parent: a path from
+    # it to a module that uses the parent is a cycle.
+    split_impl = dict(base)
+    split_impl["a.rs"] = "mod more;\npub struct T;\npub fn f() {}\n"
+    split_impl["a/more.rs"] = "impl super::T { pub fn g(&self) { crate::c::g() } }\n"
+    found = graph_cycles(tree(split_impl))
+    assert found == [[("a",), ("c",)]], found
     print("import-cycles self-test: ok (clean tree passes, planted cycles found)")
     return 0
 

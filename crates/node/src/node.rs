@@ -299,6 +299,7 @@ impl Node {
     /// step for the keyspace sizes the simulator uses.
     pub fn check_invariants(&self) {
         self.core.check_invariants();
+        self.core.check_replica_invariants();
         assert!(
             self.core.scripts.running.is_some() || self.held.is_empty(),
             "inputs held back with no script running"

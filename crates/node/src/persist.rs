@@ -94,13 +94,6 @@ fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
 impl Core {
     /// The change hook's persistence part (called from [`Core::modified`]).
     #[inline]
-    pub(crate) fn persist_modified(&mut self, key: &[u8]) {
-        self.persist.changes_since_save += 1;
-        if self.persist.logging {
-            self.persist.dirty.push(Bytes::copy_from_slice(key));
-        }
-    }
-
     /// FLUSHALL/FLUSHDB: one "every key removed" operation instead of a key each.
     pub(crate) fn persist_flush_all(&mut self) {
         self.persist.changes_since_save += self.db.len() as u64;

@@ -34,7 +34,7 @@
 //! hold at most [`MEMORY_LIMIT_BYTES`] of Lua memory. The script cache is bounded too
 //! ([`MAX_CACHED_SCRIPTS`], [`MAX_CACHED_BYTES`]).
 
-mod coroutine;
+pub(crate) mod coroutine;
 pub(crate) mod engine;
 
 use std::cell::{Cell, RefCell};

@@ -67,7 +67,7 @@ impl Core {
         if let Some(r) = self.repl.as_mut() {
             r.note_modified(key);
         }
-        self.persist_modified(key);
+        self.persist.note_modified(key);
         self.touched_by_peer(key);
     }
 

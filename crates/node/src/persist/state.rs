@@ -74,6 +74,15 @@ pub struct Persist {
 }
 
 impl Persist {
+    /// A key changed (`Core::modified`): counted for INFO, and noted for the next record while
+    /// changes are being captured.
+    pub(crate) fn note_modified(&mut self, key: &[u8]) {
+        self.changes_since_save += 1;
+        if self.logging {
+            self.dirty.push(Bytes::copy_from_slice(key));
+        }
+    }
+
     /// Replies must wait for `seq` to be durable.
     pub(crate) fn must_hold(&self, always: bool) -> bool {
         if cfg!(feature = "planted-durability-bug") {

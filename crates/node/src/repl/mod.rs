@@ -33,7 +33,7 @@
 //! that were in flight when the frontier was measured have arrived everywhere). Applying it
 //! folds contexts into a vector, purges list tombstones and forgets deleted keys.
 
-mod apply;
+pub(crate) mod apply;
 pub mod dirty;
 mod keymap;
 pub mod merkle;
