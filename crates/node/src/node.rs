@@ -86,10 +86,7 @@ impl Node {
             } => self.connected(conn, peer_addr, local_addr),
             Input::Request { conn, args } => {
                 self.request(conn, args);
-                self.serve_ready_keys();
-                for conn in std::mem::take(&mut self.core.released) {
-                    self.run_queued(conn);
-                }
+                self.release_parked();
             }
             Input::ProtocolError { conn, message } => {
                 let core = &mut self.core;
@@ -147,10 +144,7 @@ impl Node {
                 }
             }
         }
-        self.serve_ready_keys();
-        for conn in std::mem::take(&mut self.core.released) {
-            self.run_queued(conn);
-        }
+        self.release_parked();
     }
 
     /// Runs due timers: blocking timeouts, active expiry, statistics, idle-client timeouts.

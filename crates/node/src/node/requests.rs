@@ -140,6 +140,16 @@ impl Node {
         }
     }
 
+    /// After anything that may have changed keys or released clients: parked clients are
+    /// offered the changed keys, and clients released by a command (CLIENT UNBLOCK) run what
+    /// they pipelined meanwhile.
+    pub(super) fn release_parked(&mut self) {
+        self.serve_ready_keys();
+        for conn in std::mem::take(&mut self.core.released) {
+            self.run_queued(conn);
+        }
+    }
+
     /// Runs requests a released client pipelined while parked, until it parks again.
     pub(super) fn run_queued(&mut self, conn: ConnId) {
         loop {

@@ -97,10 +97,7 @@ impl Node {
         if done.close {
             core.close_client(done.caller);
         }
-        self.serve_ready_keys();
-        for conn in std::mem::take(&mut self.core.released) {
-            self.run_queued(conn);
-        }
+        self.release_parked();
         // A held request may start another long script: the rest is then held again.
         for input in std::mem::take(&mut self.held) {
             self.take_input(input);
