@@ -334,8 +334,7 @@ impl Run {
                 };
                 // Only writes the node runs count as executed; a refused one changes nothing
                 // (and the list's next element keeps its number).
-                let refused =
-                    self.node.core().persist.fault.is_some() && self.policy == Policy::Always;
+                let refused = self.node.persist_failing() && self.policy == Policy::Always;
                 let v = self.versions[key] + 1;
                 if !refused {
                     self.versions[key] = v;
@@ -369,10 +368,9 @@ impl Run {
     /// Per key the version recovered (0: absent); for `big`, its length, after checking that
     /// it holds exactly 1, 2, ... in order.
     fn found(&self) -> Result<Vec<u64>, String> {
-        let core = self.node.core();
         let mut found = vec![0u64; KEYS + 1];
         for (k, f) in found.iter_mut().enumerate().take(KEYS) {
-            if let Some(e) = core.db.get_raw(format!("k{k}").as_bytes()) {
+            if let Some(e) = self.node.stored_entry(format!("k{k}").as_bytes()) {
                 let lattice_store::Value::Str(s) = &e.value else {
                     return Err(format!("k{k} is not a string after recovery"));
                 };
@@ -381,7 +379,7 @@ impl Run {
                     .map_err(|_| format!("k{k} holds garbage after recovery"))?;
             }
         }
-        if let Some(e) = core.db.get_raw(b"big") {
+        if let Some(e) = self.node.stored_entry(b"big") {
             let lattice_store::Value::List(l) = &e.value else {
                 return Err("big is not a list after recovery".into());
             };
@@ -513,7 +511,7 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
             }
         }
         let crash_at = r.now;
-        r.s.snapshots += r.node.core().persist.snapshots;
+        r.s.snapshots += r.node.snapshots_taken();
         r.sync_due = None;
         let mut disk = r.driver.take().expect("booted").into_dir();
         disk.full = false;

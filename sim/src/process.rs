@@ -172,7 +172,7 @@ impl Host {
     /// Drops the node and everything volatile. Returns the connections it had.
     pub fn crash(&mut self) -> Vec<u64> {
         if let Some(r) = self.router.take() {
-            self.buggify_fired_before += r.node().core().buggify.fired();
+            self.buggify_fired_before += r.node().buggify_fired();
         }
         self.paused = false;
         self.timer_at = None;
@@ -192,6 +192,6 @@ impl Host {
     }
 
     pub fn buggify_fired(&self) -> u64 {
-        self.buggify_fired_before + self.node().map_or(0, |n| n.core().buggify.fired())
+        self.buggify_fired_before + self.node().map_or(0, |n| n.buggify_fired())
     }
 }

@@ -1,9 +1,10 @@
 //! Blocking commands (BLPOP, BZPOPMIN, ...): parking clients until a key changes or a deadline
 //! passes, on the node's clock, so they work identically under simulation.
 //!
-//! The mechanism is generic: a blocking command that finds nothing to serve calls
-//! [`Core::block`] and writes no reply. The node parks the client with its request. When any
-//! command reports a change to one of the keys ([`Core::modified`]), the parked request runs
+//! This module holds what a parked client is waiting for; parking itself is in
+//! `crate::parking`. The mechanism is generic: a blocking command that finds nothing to serve
+//! calls `Core::block` and writes no reply. The node parks the client with its request. When any
+//! command reports a change to one of the keys (`Core::modified`), the parked request runs
 //! again, in first-come first-served order per key; if it again finds nothing it stays parked in
 //! its place. When its deadline passes, the client gets the command's timeout reply. Requests a
 //! parked client pipelines behind it wait, in order, until it is released.
@@ -12,9 +13,6 @@ use bytes::Bytes;
 use lattice_resp::ReplyWriter;
 
 use crate::args::parse_f64;
-use crate::client::ConnId;
-use crate::command::Call;
-use crate::node::Core;
 
 /// What a blocked client receives when its timeout passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +43,7 @@ pub struct Blocked {
     pub on_timeout: TimeoutReply,
 }
 
-/// Set by [`Core::block`] during a handler; taken by the dispatcher afterwards.
+/// Set by `Core::block` during a handler; taken by the dispatcher afterwards.
 #[derive(Debug)]
 pub(crate) struct BlockRequest {
     pub keys: Vec<Bytes>,
@@ -73,84 +71,6 @@ pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, &'static st
         return Err("ERR timeout is out of range");
     }
     Ok(Some(now_ms + ms as u64))
-}
-
-impl Core {
-    /// Parks the calling client until one of `keys` changes or `deadline_ms` passes. Inside
-    /// MULTI/EXEC a client cannot block: the timeout reply is written at once, as in Redis.
-    pub fn block(
-        &mut self,
-        call: &mut Call,
-        keys: &[Bytes],
-        deadline_ms: Option<u64>,
-        on_timeout: TimeoutReply,
-    ) {
-        if call.in_exec {
-            on_timeout.write(&mut call.out);
-            return;
-        }
-        self.block_request = Some(BlockRequest {
-            keys: keys.to_vec(),
-            deadline_ms,
-            on_timeout,
-        });
-    }
-
-    /// Number of clients parked in a blocking command (INFO blocked_clients).
-    pub fn blocked_clients(&self) -> usize {
-        self.clients
-            .values()
-            .filter(|c| c.blocked.is_some())
-            .count()
-    }
-
-    /// Registers `conn` as parked with `args` (first time) — or keeps its place (a retry that
-    /// found nothing again).
-    pub(crate) fn park(&mut self, conn: ConnId, args: &[Bytes], req: BlockRequest) {
-        let Some(client) = self.clients.get_mut(&conn) else {
-            return;
-        };
-        if client.blocked.is_some() {
-            return;
-        }
-        for key in &req.keys {
-            let q = self.blocked_on.entry(key.clone()).or_default();
-            if !q.contains(&conn) {
-                q.push_back(conn);
-            }
-        }
-        if let Some(d) = req.deadline_ms {
-            self.block_deadlines.insert((d, conn));
-        }
-        client.blocked = Some(Blocked {
-            args: args.to_vec(),
-            keys: req.keys,
-            deadline_ms: req.deadline_ms,
-            on_timeout: req.on_timeout,
-        });
-    }
-
-    /// Releases `conn` from every queue it is parked in; returns what it was parked with.
-    pub(crate) fn unpark(&mut self, conn: ConnId) -> Option<Blocked> {
-        let blocked = self.clients.get_mut(&conn)?.blocked.take()?;
-        for key in &blocked.keys {
-            if let Some(q) = self.blocked_on.get_mut(key) {
-                q.retain(|c| *c != conn);
-                if q.is_empty() {
-                    self.blocked_on.remove(key);
-                }
-            }
-        }
-        if let Some(d) = blocked.deadline_ms {
-            self.block_deadlines.remove(&(d, conn));
-        }
-        Some(blocked)
-    }
-
-    /// The earliest blocking deadline, for the node's timer.
-    pub(crate) fn next_block_deadline_ms(&self) -> Option<u64> {
-        self.block_deadlines.first().map(|(d, _)| *d)
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use bytes::{Bytes, BytesMut};
 use lattice_resp::Protocol;
 
 use crate::blocking::Blocked;
-use crate::command::CommandSpec;
 
 /// A connection's identity, chosen by the driver and unique for the node's lifetime. It is also
 /// the id `CLIENT ID` reports.
@@ -67,14 +66,9 @@ pub struct Client {
 /// The state of a transaction being queued.
 #[derive(Debug, Default)]
 pub struct MultiState {
-    pub queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    /// The queued requests, checked (known command, arity) when they were queued.
+    pub queued: Vec<Vec<Bytes>>,
     pub errored: bool,
-}
-
-impl std::fmt::Debug for CommandSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
 }
 
 impl Client {

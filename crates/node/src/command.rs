@@ -8,17 +8,23 @@ use bytes::Bytes;
 use lattice_resp::ReplyWriter;
 
 use crate::client::ConnId;
-use crate::node::{Core, Micros};
+use crate::time::Micros;
 
-/// Runs one command: reads `call.args`, changes `core`, writes the reply into `call.out`.
-pub type Handler = fn(&mut Core, &mut Call);
+/// Runs one command: reads `call.args`, changes the context `C` (the node's `crate::ctx::Core`),
+/// writes the reply into `call.out`. The table is generic over the context so that this
+/// module, which the context itself uses, does not depend on it.
+pub type Handler<C> = fn(&mut C, &mut Call);
 
-pub struct CommandSpec {
+pub struct CommandSpec<C: 'static> {
     /// Lowercase full name: `get`, or `client|setname` for a subcommand.
     pub name: &'static str,
     /// Redis arity: `n` exactly n arguments (the name included), `-n` at least n.
     pub arity: i32,
+    /// Redis's flags, as COMMAND INFO shows them.
     pub flags: &'static [&'static str],
+    /// The same flags as bits ([`Flag`]), plus Lattice's own dispatch rules; what the
+    /// dispatcher, scripts and COMMAND DOCS test. Built from `flags` by [`flag_bits`].
+    pub bits: u32,
     /// Key positions as Redis's legacy (first, last, step) triple; (0, 0, 0) for no keys.
     pub keys: (i32, i32, i32),
     /// Redis's command group (`string`, `generic`, `server`, `connection`, ...).
@@ -26,11 +32,17 @@ pub struct CommandSpec {
     pub summary: &'static str,
     pub since: &'static str,
     /// `None` for a container whose work is done by its subcommands.
-    pub handler: Option<Handler>,
-    pub subcommands: &'static [CommandSpec],
+    pub handler: Option<Handler<C>>,
+    pub subcommands: &'static [CommandSpec<C>],
 }
 
-impl CommandSpec {
+impl<C> std::fmt::Debug for CommandSpec<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl<C> CommandSpec<C> {
     /// The name as a client types it (`setname` for `client|setname`).
     pub fn short_name(&self) -> &'static str {
         match self.name.split_once('|') {
@@ -48,13 +60,113 @@ impl CommandSpec {
     }
 
     pub fn is_write(&self) -> bool {
-        self.flags.contains(&"write")
+        self.has(Flag::Write)
     }
+
+    pub fn has(&self, flag: Flag) -> bool {
+        self.bits & flag as u32 != 0
+    }
+
+    /// The same entry with one of Lattice's own rules added (a rule Redis applies by command
+    /// name rather than by flag).
+    pub const fn with(mut self, rule: Flag) -> CommandSpec<C> {
+        self.bits |= rule as u32;
+        self
+    }
+}
+
+/// A command's properties as the code asks about them. The first group are Redis's flags
+/// (named as in COMMAND INFO); the last are rules Redis decides by command name, kept here so
+/// that no list of names elsewhere has to stay in step with the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Flag {
+    Write = 1 << 0,
+    ReadOnly = 1 << 1,
+    DenyOom = 1 << 2,
+    Admin = 1 << 3,
+    PubSub = 1 << 4,
+    NoScript = 1 << 5,
+    Blocking = 1 << 6,
+    Loading = 1 << 7,
+    Stale = 1 << 8,
+    Fast = 1 << 9,
+    NoAuth = 1 << 10,
+    MayReplicate = 1 << 11,
+    NoMulti = 1 << 12,
+    AllowBusy = 1 << 13,
+    /// Its effect on a large value is logged as the command itself rather than the value's
+    /// new state (`crate::persist`): it changes only its first key, the same way whenever it
+    /// runs on the same value (no time, no randomness, no other key).
+    LoggedAsCommand = 1 << 26,
+    /// Its numeric change is an increment, merged by adding (replication's `Intent`).
+    Increments = 1 << 27,
+    /// An increment when given the INCR option (ZADD).
+    IncrementsWithIncrOption = 1 << 28,
+    /// Changes only a key's deadline, never its value (EXPIRE, PERSIST, GETEX): no new
+    /// last-writer-wins stamp for the value.
+    KeepsValue = 1 << 29,
+    /// Runs at once inside MULTI instead of being queued (EXEC, DISCARD, MULTI, WATCH, QUIT,
+    /// RESET).
+    RunsInsideMulti = 1 << 30,
+    /// A RESP2 client may send it while subscribed ((P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT,
+    /// RESET).
+    AllowedWhileSubscribed = 1 << 31,
+}
+
+/// Redis flag names and their bits; a name not listed carries no bit (it is only shown).
+const FLAG_NAMES: &[(&str, Flag)] = &[
+    ("write", Flag::Write),
+    ("readonly", Flag::ReadOnly),
+    ("denyoom", Flag::DenyOom),
+    ("admin", Flag::Admin),
+    ("pubsub", Flag::PubSub),
+    ("noscript", Flag::NoScript),
+    ("blocking", Flag::Blocking),
+    ("loading", Flag::Loading),
+    ("stale", Flag::Stale),
+    ("fast", Flag::Fast),
+    ("no-auth", Flag::NoAuth),
+    ("may-replicate", Flag::MayReplicate),
+    ("no-multi", Flag::NoMulti),
+    ("allow-busy", Flag::AllowBusy),
+];
+
+/// The bits of a list of Redis flag names (evaluated when the tables are compiled).
+pub const fn flag_bits(flags: &[&str]) -> u32 {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < flags.len() {
+        let mut j = 0;
+        while j < FLAG_NAMES.len() {
+            if const_str_eq(flags[i], FLAG_NAMES[j].0) {
+                bits |= FLAG_NAMES[j].1 as u32;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    bits
+}
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// Shorthand for a table entry with no subcommands.
 #[allow(clippy::too_many_arguments)]
-pub const fn spec(
+pub const fn spec<C>(
     name: &'static str,
     arity: i32,
     flags: &'static [&'static str],
@@ -62,18 +174,43 @@ pub const fn spec(
     group: &'static str,
     since: &'static str,
     summary: &'static str,
-    handler: Handler,
-) -> CommandSpec {
+    handler: Handler<C>,
+) -> CommandSpec<C> {
     CommandSpec {
         name,
         arity,
         flags,
+        bits: flag_bits(flags),
         keys,
         group,
         summary,
         since,
         handler: Some(handler),
         subcommands: &[],
+    }
+}
+
+/// A container command (CONFIG, CLIENT, XGROUP, ...): no flags, no keys, no handler of its
+/// own; a request names one of its `subcommands`.
+pub const fn container<C>(
+    name: &'static str,
+    arity: i32,
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    subcommands: &'static [CommandSpec<C>],
+) -> CommandSpec<C> {
+    CommandSpec {
+        name,
+        arity,
+        flags: &[],
+        bits: 0,
+        keys: (0, 0, 0),
+        group,
+        summary,
+        since,
+        handler: None,
+        subcommands,
     }
 }
 
@@ -159,18 +296,18 @@ pub fn error_code(message: &[u8]) -> String {
 }
 
 /// Case-insensitive lookup over all command tables, by binary search on lowercase names.
-pub struct CommandTable {
-    sorted: Vec<&'static CommandSpec>,
+pub struct CommandTable<C: 'static> {
+    sorted: Vec<&'static CommandSpec<C>>,
     /// The command found last: a pipeline usually repeats one command, and comparing against
     /// it costs a few instructions where the search costs a few hundred (measured with
     /// callgrind at pipeline depth 16). A `Cell` because lookups take `&self`; the node is
     /// single-threaded.
-    last: std::cell::Cell<Option<&'static CommandSpec>>,
+    last: std::cell::Cell<Option<&'static CommandSpec<C>>>,
 }
 
-impl CommandTable {
-    pub fn new(families: &[&'static [CommandSpec]]) -> CommandTable {
-        let mut sorted: Vec<&'static CommandSpec> =
+impl<C> CommandTable<C> {
+    pub fn new(families: &[&'static [CommandSpec<C>]]) -> CommandTable<C> {
+        let mut sorted: Vec<&'static CommandSpec<C>> =
             families.iter().flat_map(|f| f.iter()).collect();
         sorted.sort_by(|a, b| a.name.cmp(b.name));
         for w in sorted.windows(2) {
@@ -183,7 +320,7 @@ impl CommandTable {
     }
 
     /// Finds a top-level command by the name a client sent, in any case.
-    pub fn find(&self, name: &[u8]) -> Option<&'static CommandSpec> {
+    pub fn find(&self, name: &[u8]) -> Option<&'static CommandSpec<C>> {
         if let Some(last) = self.last.get() {
             if last.name.as_bytes().eq_ignore_ascii_case(name) {
                 return Some(last);
@@ -196,27 +333,27 @@ impl CommandTable {
         found
     }
 
-    pub fn all(&self) -> &[&'static CommandSpec] {
+    pub fn all(&self) -> &[&'static CommandSpec<C>] {
         &self.sorted
     }
 }
 
 /// Finds the subcommand `sub` of `container`, in any case.
-pub fn find_subcommand(
-    container: &'static CommandSpec,
+pub fn find_subcommand<C>(
+    container: &'static CommandSpec<C>,
     sub: &[u8],
-) -> Option<&'static CommandSpec> {
+) -> Option<&'static CommandSpec<C>> {
     container
         .subcommands
         .iter()
         .find(|s| s.short_name().as_bytes().eq_ignore_ascii_case(sub))
 }
 
-fn find_in(
-    sorted: &[&'static CommandSpec],
+fn find_in<C>(
+    sorted: &[&'static CommandSpec<C>],
     name: &[u8],
-    key: impl Fn(&CommandSpec) -> &'static str,
-) -> Option<&'static CommandSpec> {
+    key: impl Fn(&CommandSpec<C>) -> &'static str,
+) -> Option<&'static CommandSpec<C>> {
     // Command names are short; lowercase into a stack buffer to avoid allocating.
     let mut buf = [0u8; 32];
     if name.len() > buf.len() {

@@ -7,6 +7,14 @@
 
 use std::collections::BTreeMap;
 
+/// `appendfsync`: when the persistence log is made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    Always,
+    Everysec,
+    No,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Kind {
     Int {
@@ -274,7 +282,7 @@ pub struct Config {
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
     pub requirepass: Option<String>,
-    /// `notify-keyspace-events` as event-class bits (see `cmd::pubsub`).
+    /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
     /// This replica's identity in the cluster (never reused; breaks timestamp ties).
     pub node_id: u32,
@@ -284,7 +292,7 @@ pub struct Config {
     /// being silently skipped.
     pub cluster_size: usize,
     pub appendonly: bool,
-    pub appendfsync: crate::persist::Fsync,
+    pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
     pub auto_aof_rewrite_min_size: u64,
 }
@@ -307,7 +315,7 @@ impl Default for Config {
             node_id: 1,
             cluster_size: 1,
             appendonly: true,
-            appendfsync: crate::persist::Fsync::Everysec,
+            appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,
             auto_aof_rewrite_min_size: 0,
         };
@@ -344,8 +352,8 @@ impl Config {
                 ))
             }
             Kind::Str if lower == "notify-keyspace-events" => {
-                match crate::cmd::pubsub::parse_event_classes(value) {
-                    Some(flags) => crate::cmd::pubsub::event_classes_to_string(flags),
+                match crate::events::parse_event_classes(value) {
+                    Some(flags) => crate::events::event_classes_to_string(flags),
                     None => return Err(format!(
                         "CONFIG SET failed (possibly related to argument '{pname}') - Invalid event class character. Use 'Ag$lshzxeKEtmd'."
                     )),
@@ -435,15 +443,14 @@ impl Config {
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
         self.appendonly = self.values["appendonly"] == "yes";
         self.appendfsync = match self.values["appendfsync"].as_str() {
-            "always" => crate::persist::Fsync::Always,
-            "no" => crate::persist::Fsync::No,
-            _ => crate::persist::Fsync::Everysec,
+            "always" => Fsync::Always,
+            "no" => Fsync::No,
+            _ => Fsync::Everysec,
         };
         self.auto_aof_rewrite_percentage = int(self, "auto-aof-rewrite-percentage");
         self.auto_aof_rewrite_min_size = int(self, "auto-aof-rewrite-min-size");
         self.notify_keyspace_events =
-            crate::cmd::pubsub::parse_event_classes(&self.values["notify-keyspace-events"])
-                .unwrap_or(0);
+            crate::events::parse_event_classes(&self.values["notify-keyspace-events"]).unwrap_or(0);
         let pass = &self.values["requirepass"];
         self.requirepass = (!pass.is_empty()).then(|| pass.clone());
         let size = |c: &Config, n: &str, default: usize| {

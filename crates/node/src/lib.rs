@@ -13,10 +13,16 @@ pub mod client;
 pub mod cmd;
 pub mod command;
 pub mod config;
+pub mod ctx;
+mod dispatch;
+pub mod events;
+pub mod io;
 pub mod node;
+mod parking;
 pub mod persist;
 pub mod repl;
 pub mod stats;
+pub mod time;
 
 pub use buggify::Buggify;
 pub use client::ConnId;

@@ -19,7 +19,13 @@ use bytes::Bytes;
 use lattice_store::dump;
 
 use crate::client::ConnId;
-use crate::node::{Core, Input, Output};
+use crate::ctx::Core;
+use crate::io::{Input, Output};
+
+pub mod state;
+
+use state::Snapshot;
+pub use state::{Persist, SnapshotKind};
 
 /// Keys put into one snapshot slice at most (whole slots; a slot holds ~1/16384 of the keys).
 pub const SNAPSHOT_SLICE_KEYS: usize = 4096;
@@ -34,153 +40,13 @@ const FRAME_BYTES: u64 = 18;
 const OP_CLEAR: u8 = 0;
 const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
-/// `3 varint-count (varint-len arg)*`: a command to run again (see [`LOGGED_AS_COMMANDS`]).
+/// `3 varint-count (varint-len arg)*`: a command to run again (see `Flag::LoggedAsCommand`).
 const OP_CMD: u8 = 3;
 
-/// Commands whose effect on a large value is logged as the command itself instead of the
-/// value's whole new state (an LPUSH onto a 100,000-element list would otherwise log the list
-/// each time). Each changes only its first key, the same way whenever it runs on the same
-/// value: no time, no randomness, no other key.
-const LOGGED_AS_COMMANDS: &[&str] = &[
-    "append",
-    "setrange",
-    "lpush",
-    "rpush",
-    "lpushx",
-    "rpushx",
-    "lpop",
-    "rpop",
-    "lset",
-    "ltrim",
-    "linsert",
-    "lrem",
-    "hset",
-    "hmset",
-    "hsetnx",
-    "hdel",
-    "hincrby",
-    "hincrbyfloat",
-    "sadd",
-    "srem",
-    "zadd",
-    "zrem",
-    "zincrby",
-    "zremrangebyscore",
-    "zremrangebyrank",
-];
-/// A value is large, for [`LOGGED_AS_COMMANDS`], past this many elements (or string bytes / 8).
+/// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fsync {
-    Always,
-    Everysec,
-    No,
-}
-
-/// Why a snapshot is being taken.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotKind {
-    /// SAVE or SHUTDOWN SAVE: all slices at once, callers answered when it is on disk.
-    Save,
-    /// BGSAVE, BGREWRITEAOF, automatic compaction, appendonly switched on.
-    Background,
-}
-
-struct Snapshot {
-    next_slot: usize,
-    keys: u64,
-    started_ms: u64,
-    /// Every slice is out; waiting for SnapshotDone.
-    ended: bool,
-    waiters: Vec<ConnId>,
-    log_bytes_at_begin: u64,
-    changes_at_begin: u64,
-}
-
-/// The node's persistence state (in [`Core::persist`]).
-#[derive(Default)]
-pub struct Persist {
-    /// The driver writes to a disk (set by [`crate::Node::enable_persistence`]); otherwise
-    /// nothing is logged and nothing held (the simulator's other modes, clustered nodes).
-    pub active: bool,
-    /// Changes are being captured (appendonly, or a snapshot in progress).
-    logging: bool,
-    dirty: Vec<Bytes>,
-    /// Commands logged as such (OP_CMD), in order; they go before the key states of the same
-    /// record, whose states already include their effect.
-    commands: Vec<u8>,
-    clear: bool,
-    /// Last record emitted, and the last one the driver made durable.
-    pub seq: u64,
-    pub synced: u64,
-    sync_requested: u64,
-    last_sync_request_ms: u64,
-    out: VecDeque<Output>,
-    /// Replies held until their record is durable: (record, connection, bytes), in order.
-    held: VecDeque<(u64, ConnId, Bytes)>,
-    released: VecDeque<Output>,
-    snapshot: Option<Snapshot>,
-    /// The last write or sync error, while it lasts.
-    pub fault: Option<String>,
-    unsynced_since_ms: Option<u64>,
-    unsynced_bytes: u64,
-    /// SHUTDOWN waits for its snapshot.
-    shutdown_after_save: bool,
-    // Figures for INFO persistence.
-    pub log_bytes: u64,
-    pub base_bytes: u64,
-    pub changes_since_save: u64,
-    pub lastsave_s: u64,
-    pub last_snapshot_ok: bool,
-    pub last_snapshot_error: Option<String>,
-    pub last_snapshot_ms: Option<u64>,
-    pub snapshots: u64,
-    pub write_errors: u64,
-    pub last_sync_ms: u64,
-    pub loaded_keys: u64,
-    pub loaded_records: u64,
-}
-
-impl Persist {
-    /// Replies must wait for `seq` to be durable.
-    fn must_hold(&self, always: bool) -> bool {
-        if cfg!(feature = "planted-durability-bug") {
-            // Acknowledges before the fsync: the simulator's crash checker must catch it.
-            return false;
-        }
-        always && self.seq > self.synced && self.fault.is_none()
-    }
-
-    fn note_unsynced(&mut self, now_ms: u64, bytes: u64) {
-        if self.unsynced_since_ms.is_none() {
-            self.unsynced_since_ms = Some(now_ms);
-        }
-        self.unsynced_bytes += bytes;
-    }
-
-    /// Milliseconds the oldest record not yet durable has waited (INFO `aof_fsync_lag_ms`).
-    pub fn fsync_lag_ms(&self, now_ms: u64) -> u64 {
-        self.unsynced_since_ms
-            .map_or(0, |t| now_ms.saturating_sub(t))
-    }
-
-    pub fn snapshot_in_progress(&self) -> bool {
-        self.snapshot.is_some()
-    }
-
-    pub fn snapshot_started_ms(&self) -> Option<u64> {
-        self.snapshot.as_ref().map(|s| s.started_ms)
-    }
-
-    pub fn pending_records(&self) -> u64 {
-        self.seq - self.synced
-    }
-
-    pub fn held_replies(&self) -> usize {
-        self.held.len()
-    }
-}
+pub use crate::config::Fsync;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -228,13 +94,6 @@ fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
 impl Core {
     /// The change hook's persistence part (called from [`Core::modified`]).
     #[inline]
-    pub(crate) fn persist_modified(&mut self, key: &[u8]) {
-        self.persist.changes_since_save += 1;
-        if self.persist.logging {
-            self.persist.dirty.push(Bytes::copy_from_slice(key));
-        }
-    }
-
     /// FLUSHALL/FLUSHDB: one "every key removed" operation instead of a key each.
     pub(crate) fn persist_flush_all(&mut self) {
         self.persist.changes_since_save += self.db.len() as u64;
@@ -249,10 +108,10 @@ impl Core {
         self.persist.active && (self.config.appendonly || self.persist.snapshot.is_some())
     }
 
-    /// After a command ran: when it is one of [`LOGGED_AS_COMMANDS`], changed only its key,
+    /// After a command ran: when it is `logged_as_command` (its table flag), changed only its key,
     /// and that key holds a large value with no deadline, the command is logged instead of the
     /// value's new state.
-    pub(crate) fn persist_after_command(&mut self, name: &str, args: &[Bytes]) {
+    pub(crate) fn persist_after_command(&mut self, logged_as_command: bool, args: &[Bytes]) {
         let p = &self.persist;
         // Not while a snapshot is being taken: it may capture the key before or after this
         // command, and unlike a state a command applied twice is wrong.
@@ -260,7 +119,7 @@ impl Core {
         {
             return;
         }
-        if !LOGGED_AS_COMMANDS.contains(&name) {
+        if !logged_as_command {
             return;
         }
         let Some(e) = self.db.get_raw(&args[1]) else {
@@ -750,7 +609,7 @@ impl Core {
         }
         for args in commands.drain(..) {
             let mut out = bytes::BytesMut::new();
-            self.dispatch_for_replay(&args, &mut out);
+            self.dispatch(REPLAY_CONN, &args, &mut out, lattice_resp::Protocol::Resp2);
             if out.first() == Some(&b'-') {
                 return Err(format!(
                     "logged command {} failed: {}",
@@ -764,24 +623,12 @@ impl Core {
     }
 }
 
-impl crate::Node {
-    /// Makes this node persist: it captures changes and emits persistence outputs from now
-    /// on (the driver has a disk). Called once, after recovery's [`Input::Loaded`].
-    pub fn enable_persistence(&mut self) {
-        let core = self.core_mut();
-        core.persist.active = true;
-        core.persist.last_snapshot_ok = true;
-        core.persist.logging = core.logging_wanted();
-    }
-
-    /// Recovery: applies one snapshot chunk or log record read back from disk, through the
-    /// same code that applies RESTORE payloads. Nothing is logged for it.
-    pub fn load(&mut self, now: crate::Micros, data: &[u8]) -> Result<u64, String> {
-        let core = self.core_mut();
-        if now > core.now {
-            core.now = now;
-        }
-        core.load_payload(data)
+impl Core {
+    /// See [`crate::Node::enable_persistence`].
+    pub(crate) fn enable_persistence(&mut self) {
+        self.persist.active = true;
+        self.persist.last_snapshot_ok = true;
+        self.persist.logging = self.logging_wanted();
     }
 }
 

@@ -463,3 +463,44 @@ fn exec_refused_to_a_resp2_subscriber_aborts_and_client_info_inside_exec_says_ex
     let out = h.cmd(1, &["EXEC"]);
     assert!(out.contains(" cmd=exec "), "{out}");
 }
+
+/// Every refusal takes the dispatcher's one path (Redis's rejectCommand): the command's
+/// rejected calls are counted, a transaction being queued is doomed, and a refused EXEC aborts
+/// with the refusal as its reason, whichever rule refused it.
+#[test]
+fn every_refusal_dooms_the_transaction_and_aborts_exec() {
+    let mut h = Harness::new();
+    h.connect(1);
+    // A no-multi command while queueing.
+    h.cmd(1, &["MULTI"]);
+    assert_eq!(
+        h.cmd(1, &["SAVE"]),
+        "-ERR Command not allowed inside a transaction\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    let stats = h.cmd(1, &["INFO", "commandstats"]);
+    assert!(
+        stats.contains("cmdstat_save:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,"),
+        "{stats}"
+    );
+    // EXEC refused in subscribed mode (RESP2).
+    h.cmd(1, &["SUBSCRIBE", "ch"]);
+    assert!(h.cmd(1, &["EXEC"]).starts_with(
+        "-EXECABORT Transaction discarded because of: Can't execute 'exec': only (P|S)SUBSCRIBE"
+    ));
+    // EXEC refused for want of authentication.
+    h.connect(2);
+    h.cmd(2, &["CONFIG", "SET", "requirepass", "secret"]);
+    h.connect(3);
+    assert_eq!(
+        h.cmd(3, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of: NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(
+        h.cmd(3, &["GET", "k"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
+}

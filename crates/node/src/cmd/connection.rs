@@ -5,8 +5,8 @@ use lattice_resp::Protocol;
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::client::{ConnId, ReplyMode};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{container, spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const CONN: &str = "connection";
 
@@ -20,7 +20,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "1.0.0",
         "Returns the server's liveliness response.",
         ping,
-    ),
+    )
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "echo",
         2,
@@ -60,7 +61,9 @@ pub const COMMANDS: &[CommandSpec] = &[
         "1.0.0",
         "Closes the connection.",
         quit,
-    ),
+    )
+    .with(Flag::RunsInsideMulti)
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "reset",
         1,
@@ -70,7 +73,9 @@ pub const COMMANDS: &[CommandSpec] = &[
         "6.2.0",
         "Resets the connection.",
         reset,
-    ),
+    )
+    .with(Flag::RunsInsideMulti)
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "select",
         2,
@@ -81,16 +86,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Changes the selected database.",
         select,
     ),
-    CommandSpec {
-        name: "client",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: CONN,
-        summary: "A container for client connection commands.",
-        since: "2.4.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "client",
+        -2,
+        CONN,
+        "2.4.0",
+        "A container for client connection commands.",
+        &[
             spec(
                 "client|id",
                 2,
@@ -192,7 +194,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 client_help,
             ),
         ],
-    },
+    ),
 ];
 
 fn ping(core: &mut Core, call: &mut Call) {
@@ -336,7 +338,7 @@ fn quit(core: &mut Core, call: &mut Call) {
 }
 
 fn reset(core: &mut Core, call: &mut Call) {
-    crate::cmd::tx::unwatch_all(core, call.conn);
+    core.unwatch_all(call.conn);
     crate::cmd::pubsub::unsubscribe_all(core, call.conn);
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.multi = None;

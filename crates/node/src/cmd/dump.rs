@@ -10,8 +10,8 @@ use lattice_store::{Hash, Set, Value, ZSet};
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW};
 use crate::cmd::set::max_intset_entries;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const GENERIC: &str = "generic";
 

@@ -4,8 +4,8 @@
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::cmd::pubsub::EVENT_GENERIC;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const GENERIC: &str = "generic";
 
@@ -19,7 +19,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "1.0.0",
         "Sets the expiration time of a key in seconds.",
         expire,
-    ),
+    )
+    .with(Flag::KeepsValue),
     spec(
         "pexpire",
         -3,
@@ -29,7 +30,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.6.0",
         "Sets the expiration time of a key in milliseconds.",
         pexpire,
-    ),
+    )
+    .with(Flag::KeepsValue),
     spec(
         "expireat",
         -3,
@@ -39,7 +41,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "1.2.0",
         "Sets the expiration time of a key to a Unix timestamp.",
         expireat,
-    ),
+    )
+    .with(Flag::KeepsValue),
     spec(
         "pexpireat",
         -3,
@@ -49,7 +52,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.6.0",
         "Sets the expiration time of a key to a Unix milliseconds timestamp.",
         pexpireat,
-    ),
+    )
+    .with(Flag::KeepsValue),
     spec(
         "ttl",
         2,
@@ -99,7 +103,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.2.0",
         "Removes the expiration time of a key.",
         persist,
-    ),
+    )
+    .with(Flag::KeepsValue),
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]

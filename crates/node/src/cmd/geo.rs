@@ -14,8 +14,8 @@ use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER};
 use crate::cmd::set::WrongType;
 use crate::cmd::typed;
 use crate::cmd::zset::{parse_add_flags, parse_score, store_result, zadd_generic};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 use hash::{Shape, ShapeKind};
 
 const GEO: &str = "geo";

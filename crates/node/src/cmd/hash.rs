@@ -12,11 +12,11 @@ use lattice_store::{glob_match, Value};
 
 use crate::args::{is, parse_i64, NOT_FLOAT, NOT_INTEGER, OVERFLOW, SYNTAX};
 use crate::cmd::keys::parse_cursor;
-use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_HASH, EVENT_NEW};
+use crate::cmd::pubsub::{EVENT_HASH, EVENT_NEW};
 use crate::cmd::string::float::{long_double_add, FloatError};
 use crate::cmd::typed::{self, Typed};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const HASH: &str = "hash";
 
@@ -28,20 +28,20 @@ const RF: &[&str] = &["readonly", "fast"];
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("hset", -4, WDF, (1, 1, 1), HASH, "2.0.0", "Set the string value of a hash field", hset),
-    spec("hmset", -4, WDF, (1, 1, 1), HASH, "2.0.0", "Set multiple hash fields to multiple values", hmset),
-    spec("hsetnx", 4, WDF, (1, 1, 1), HASH, "2.0.0", "Set the value of a hash field, only if the field does not exist", hsetnx),
+    spec("hset", -4, WDF, (1, 1, 1), HASH, "2.0.0", "Set the string value of a hash field", hset).with(Flag::LoggedAsCommand),
+    spec("hmset", -4, WDF, (1, 1, 1), HASH, "2.0.0", "Set multiple hash fields to multiple values", hmset).with(Flag::LoggedAsCommand),
+    spec("hsetnx", 4, WDF, (1, 1, 1), HASH, "2.0.0", "Set the value of a hash field, only if the field does not exist", hsetnx).with(Flag::LoggedAsCommand),
     spec("hget", 3, RF, (1, 1, 1), HASH, "2.0.0", "Get the value of a hash field", hget),
     spec("hmget", -3, RF, (1, 1, 1), HASH, "2.0.0", "Get the values of all the given hash fields", hmget),
-    spec("hdel", -3, WF, (1, 1, 1), HASH, "2.0.0", "Delete one or more hash fields", hdel),
+    spec("hdel", -3, WF, (1, 1, 1), HASH, "2.0.0", "Delete one or more hash fields", hdel).with(Flag::LoggedAsCommand),
     spec("hlen", 2, RF, (1, 1, 1), HASH, "2.0.0", "Get the number of fields in a hash", hlen),
     spec("hstrlen", 3, RF, (1, 1, 1), HASH, "3.2.0", "Get the length of the value of a hash field", hstrlen),
     spec("hexists", 3, RF, (1, 1, 1), HASH, "2.0.0", "Determine if a hash field exists", hexists),
     spec("hkeys", 2, R, (1, 1, 1), HASH, "2.0.0", "Get all the fields in a hash", hkeys),
     spec("hvals", 2, R, (1, 1, 1), HASH, "2.0.0", "Get all the values in a hash", hvals),
     spec("hgetall", 2, R, (1, 1, 1), HASH, "2.0.0", "Get all the fields and values in a hash", hgetall),
-    spec("hincrby", 4, WDF, (1, 1, 1), HASH, "2.0.0", "Increment the integer value of a hash field by the given number", hincrby),
-    spec("hincrbyfloat", 4, WDF, (1, 1, 1), HASH, "2.6.0", "Increment the float value of a hash field by the given amount", hincrbyfloat),
+    spec("hincrby", 4, WDF, (1, 1, 1), HASH, "2.0.0", "Increment the integer value of a hash field by the given number", hincrby).with(Flag::LoggedAsCommand).with(Flag::Increments),
+    spec("hincrbyfloat", 4, WDF, (1, 1, 1), HASH, "2.6.0", "Increment the float value of a hash field by the given amount", hincrbyfloat).with(Flag::LoggedAsCommand).with(Flag::Increments),
     spec("hrandfield", -2, R, (1, 1, 1), HASH, "6.2.0", "Get one or multiple random fields from a hash", hrandfield),
     spec("hscan", -3, R, (1, 1, 1), HASH, "2.8.0", "Incrementally iterate hash fields and associated values", hscan),
 ];
@@ -186,16 +186,8 @@ fn hdel(core: &mut Core, call: &mut Call) {
             break;
         }
     }
-    let emptied = h.is_empty();
     if deleted > 0 {
-        if emptied {
-            core.db.remove(key);
-        }
-        core.modified(key);
-        core.notify(EVENT_HASH, "hdel", key);
-        if emptied {
-            core.notify(EVENT_GENERIC, "del", key);
-        }
+        typed::removed_from::<Hash>(core, key, "hdel");
     }
     call.out.integer(deleted);
 }

@@ -9,9 +9,9 @@ mod tests;
 
 use lattice_store::{Str, Value};
 
-use crate::cmd::string::{changed, opt_is, read_str, write_str, WrongType};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::cmd::string::value::{changed, cstr, opt_is, read_str, write_str, WrongType};
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 use format::{Corrupt, DENSE, HDR, REGISTERS, SPARSE};
 
 const HLL: &str = "hyperloglog";
@@ -237,7 +237,7 @@ pub fn pfdebug(core: &mut Core, call: &mut Call) {
     } else {
         let msg = format!(
             "ERR Unknown PFDEBUG subcommand '{}'",
-            String::from_utf8_lossy(super::string::cstr(sub))
+            String::from_utf8_lossy(cstr(sub))
         );
         call.error(&msg);
     }

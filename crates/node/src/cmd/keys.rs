@@ -3,8 +3,8 @@
 
 use crate::args::{is, parse_i64, NO_SUCH_KEY, SYNTAX};
 use crate::cmd::pubsub::EVENT_GENERIC;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{container, spec, Call};
+use crate::ctx::{CommandSpec, Core};
 use lattice_store::{glob_match, SLOT_COUNT};
 
 const GENERIC: &str = "generic";
@@ -21,23 +21,20 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("randomkey", 1, &["readonly"], (0, 0, 0), GENERIC, "1.0.0", "Returns a random key name from the database.", randomkey),
     spec("touch", -2, &["readonly", "fast"], (1, -1, 1), GENERIC, "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", touch),
     spec("copy", -3, &["write", "denyoom"], (1, 2, 1), GENERIC, "6.2.0", "Copies the value of a key to a new key.", copy),
-    CommandSpec {
-        name: "object",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: GENERIC,
-        summary: "A container for object introspection commands.",
-        since: "2.2.3",
-        handler: None,
-        subcommands: &[
+    container(
+        "object",
+        -2,
+        GENERIC,
+        "2.2.3",
+        "A container for object introspection commands.",
+        &[
             spec("object|encoding", 3, &["readonly"], (2, 2, 1), GENERIC, "2.2.3", "Returns the internal encoding of a Redis object.", object_encoding),
             spec("object|refcount", 3, &["readonly"], (2, 2, 1), GENERIC, "2.2.3", "Returns the reference count of a value of a key.", object_refcount),
             spec("object|idletime", 3, &["readonly"], (2, 2, 1), GENERIC, "2.2.3", "Returns the time since the last access to a Redis object.", object_idletime),
             spec("object|freq", 3, &["readonly"], (2, 2, 1), GENERIC, "4.0.0", "Returns the logarithmic access frequency counter of a Redis object.", object_freq),
             spec("object|help", 2, &[], (0, 0, 0), GENERIC, "6.2.0", "Returns helpful text about the different subcommands.", object_help),
         ],
-    },
+    ),
 ];
 
 fn del(core: &mut Core, call: &mut Call) {

@@ -14,10 +14,10 @@ use lattice_store::Value;
 
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY};
 use crate::blocking::{parse_timeout, TimeoutReply};
-use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_LIST, EVENT_NEW};
+use crate::cmd::pubsub::{EVENT_LIST, EVENT_NEW};
 use crate::cmd::typed;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const LIST: &str = "list";
 
@@ -32,19 +32,19 @@ const RF: &[&str] = &["readonly", "fast"];
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("lpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Prepend one or multiple elements to a list", lpush),
-    spec("rpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Append one or multiple elements to a list", rpush),
-    spec("lpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Prepend an element to a list, only if the list exists", lpushx),
-    spec("rpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Append an element to a list, only if the list exists", rpushx),
-    spec("lpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the first elements in a list", lpop),
-    spec("rpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the last elements in a list", rpop),
+    spec("lpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Prepend one or multiple elements to a list", lpush).with(Flag::LoggedAsCommand),
+    spec("rpush", -3, WDF, (1, 1, 1), LIST, "1.0.0", "Append one or multiple elements to a list", rpush).with(Flag::LoggedAsCommand),
+    spec("lpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Prepend an element to a list, only if the list exists", lpushx).with(Flag::LoggedAsCommand),
+    spec("rpushx", -3, WDF, (1, 1, 1), LIST, "2.2.0", "Append an element to a list, only if the list exists", rpushx).with(Flag::LoggedAsCommand),
+    spec("lpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the first elements in a list", lpop).with(Flag::LoggedAsCommand),
+    spec("rpop", -2, WF, (1, 1, 1), LIST, "1.0.0", "Remove and get the last elements in a list", rpop).with(Flag::LoggedAsCommand),
     spec("llen", 2, RF, (1, 1, 1), LIST, "1.0.0", "Get the length of a list", llen),
     spec("lrange", 4, R, (1, 1, 1), LIST, "1.0.0", "Get a range of elements from a list", lrange),
     spec("lindex", 3, R, (1, 1, 1), LIST, "1.0.0", "Get an element from a list by its index", lindex),
-    spec("lset", 4, W, (1, 1, 1), LIST, "1.0.0", "Set the value of an element in a list by its index", lset),
-    spec("linsert", 5, W, (1, 1, 1), LIST, "2.2.0", "Insert an element before or after another element in a list", linsert),
-    spec("lrem", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Remove elements from a list", lrem),
-    spec("ltrim", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Trim a list to the specified range", ltrim),
+    spec("lset", 4, W, (1, 1, 1), LIST, "1.0.0", "Set the value of an element in a list by its index", lset).with(Flag::LoggedAsCommand),
+    spec("linsert", 5, W, (1, 1, 1), LIST, "2.2.0", "Insert an element before or after another element in a list", linsert).with(Flag::LoggedAsCommand),
+    spec("lrem", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Remove elements from a list", lrem).with(Flag::LoggedAsCommand),
+    spec("ltrim", 4, &["write"], (1, 1, 1), LIST, "1.0.0", "Trim a list to the specified range", ltrim).with(Flag::LoggedAsCommand),
     spec("lpos", -3, R, (1, 1, 1), LIST, "6.0.6", "Return the index of matching elements on a list", lpos),
     spec("rpoplpush", 3, W, (1, 2, 1), LIST, "1.2.0", "Remove the last element in a list, prepend it to another list and return it", rpoplpush),
     spec("lmove", 5, W, (1, 2, 1), LIST, "6.2.0", "Pop an element from a list, push it to another list and return it", lmove),
@@ -89,21 +89,6 @@ fn is_retry(core: &Core, call: &Call) -> bool {
             .clients
             .get(&call.conn)
             .is_some_and(|c| c.blocked.is_some())
-}
-
-/// Reports elements removed from the list at `key` by `event`; deletes the key when the list
-/// is now empty (with Redis's `del` event).
-fn removed_from(core: &mut Core, key: &[u8], event: &str, now_ms: u64) {
-    let empty = matches!(
-        core.db.get_live(key, now_ms, |_| {}).map(|e| &e.value),
-        Some(Value::List(l)) if l.is_empty()
-    );
-    core.notify(EVENT_LIST, event, key);
-    if empty {
-        core.db.remove(key);
-        core.notify(EVENT_GENERIC, "del", key);
-    }
-    core.modified(key);
 }
 
 /// Pushes `values` at `end` of the list at `key`, creating it when `create`. Returns the new
@@ -202,12 +187,12 @@ fn pop_generic(core: &mut Core, call: &mut Call, end: End) {
             for v in &popped {
                 call.out.bulk(v);
             }
-            removed_from(core, key, end_name(end, false), now_ms);
+            typed::removed_from::<List>(core, key, end_name(end, false));
         }
         None => {
             let v = list.pop(end).expect("stored lists are never empty");
             call.out.bulk(&v);
-            removed_from(core, key, end_name(end, false), now_ms);
+            typed::removed_from::<List>(core, key, end_name(end, false));
         }
     }
 }
@@ -341,7 +326,7 @@ fn lrem(core: &mut Core, call: &mut Call) {
     let removed = l.remove_matching(call.arg(3), limit, from);
     call.out.integer(removed as i64);
     if removed > 0 {
-        removed_from(core, key, "lrem", now_ms);
+        typed::removed_from::<List>(core, key, "lrem");
     }
 }
 
@@ -359,7 +344,7 @@ fn ltrim(core: &mut Core, call: &mut Call) {
     let keep = clamp_range(start, end, l.len());
     l.retain_range(keep);
     call.ok();
-    removed_from(core, key, "ltrim", now_ms);
+    typed::removed_from::<List>(core, key, "ltrim");
 }
 
 fn lpos(core: &mut Core, call: &mut Call) {
@@ -472,7 +457,7 @@ fn move_element(core: &mut Core, call: &mut Call, src: &[u8], dst: &[u8], from: 
     push_into(core, dst, to, &[Bytes::from(value.clone())], true, now_ms)
         .unwrap_or_else(|_| unreachable!("destination type checked above"));
     call.out.bulk(&value);
-    removed_from(core, src, end_name(from, false), now_ms);
+    typed::removed_from::<List>(core, src, end_name(from, false));
 }
 
 fn lmove_generic(core: &mut Core, call: &mut Call, from: End, to: End) {
@@ -575,7 +560,7 @@ fn pop_first(
                 }
             }
         }
-        removed_from(core, key, end_name(end, false), now_ms);
+        typed::removed_from::<List>(core, key, end_name(end, false));
         return Popped::Done;
     }
     Popped::Nothing

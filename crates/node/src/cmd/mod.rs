@@ -1,7 +1,7 @@
 //! Command implementations, one module per Redis command group. Each module exports its table
 //! as `COMMANDS`; [`FAMILIES`] is the list the node builds its lookup table from.
 
-use crate::command::CommandSpec;
+use crate::ctx::CommandSpec;
 
 pub mod connection;
 pub mod dump;
@@ -41,3 +41,60 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     stream::COMMANDS,
     script::COMMANDS,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::FAMILIES;
+    use crate::command::Flag;
+    use crate::ctx::CommandSpec;
+
+    fn every_spec() -> Vec<&'static CommandSpec> {
+        let mut all = Vec::new();
+        for family in FAMILIES {
+            for spec in family.iter() {
+                all.push(spec);
+                all.extend(spec.subcommands.iter());
+            }
+        }
+        all
+    }
+
+    /// The rules the table carries beside Redis's flags hold what the code relying on them
+    /// assumes: a command logged as itself changes only its first key; the replication rules
+    /// are on write commands; the flag bits agree with the flag names COMMAND shows.
+    #[test]
+    fn rule_flags_fit_their_commands() {
+        for spec in every_spec() {
+            let named = crate::command::flag_bits(spec.flags);
+            assert_eq!(
+                spec.bits & named,
+                named,
+                "{}: a named flag lost its bit",
+                spec.name
+            );
+            if spec.has(Flag::LoggedAsCommand) {
+                assert!(spec.is_write(), "{} is logged but not a write", spec.name);
+                assert_eq!(spec.keys, (1, 1, 1), "{} names other keys", spec.name);
+            }
+            for rule in [
+                Flag::Increments,
+                Flag::IncrementsWithIncrOption,
+                Flag::KeepsValue,
+            ] {
+                if spec.has(rule) {
+                    assert!(spec.is_write(), "{}: {rule:?} on a read", spec.name);
+                }
+            }
+            if spec.has(Flag::RunsInsideMulti) || spec.has(Flag::AllowedWhileSubscribed) {
+                assert!(
+                    !spec.is_write(),
+                    "{}: a write bypasses the policy",
+                    spec.name
+                );
+            }
+        }
+        let count = |f: Flag| every_spec().iter().filter(|s| s.has(f)).count();
+        assert_eq!(count(Flag::RunsInsideMulti), 6);
+        assert_eq!(count(Flag::AllowedWhileSubscribed), 7);
+    }
+}

@@ -9,8 +9,8 @@ use lattice_resp::ReplyWriter;
 use lattice_store::glob_match;
 
 use crate::client::ConnId;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{container, spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const PUBSUB: &str = "pubsub";
 
@@ -24,7 +24,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Listens for messages published to channels.",
         subscribe,
-    ),
+    )
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "unsubscribe",
         -1,
@@ -34,7 +35,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Stops listening to messages posted to channels.",
         unsubscribe,
-    ),
+    )
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "psubscribe",
         -2,
@@ -44,7 +46,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Listens for messages published to channels that match one or more patterns.",
         psubscribe,
-    ),
+    )
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "punsubscribe",
         -1,
@@ -54,7 +57,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Stops listening to messages published to channels that match one or more patterns.",
         punsubscribe,
-    ),
+    )
+    .with(Flag::AllowedWhileSubscribed),
     spec(
         "publish",
         3,
@@ -65,16 +69,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Posts a message to a channel.",
         publish_cmd,
     ),
-    CommandSpec {
-        name: "pubsub",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: PUBSUB,
-        summary: "A container for Pub/Sub commands.",
-        since: "2.8.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "pubsub",
+        -2,
+        PUBSUB,
+        "2.8.0",
+        "A container for Pub/Sub commands.",
+        &[
             spec(
                 "pubsub|channels",
                 -2,
@@ -116,183 +117,10 @@ pub const COMMANDS: &[CommandSpec] = &[
                 pubsub_help,
             ),
         ],
-    },
+    ),
 ];
 
-/// A subscriber whose unread output passes this is disconnected (Redis's default pubsub
-/// client-output-buffer-limit hard limit), so one slow reader cannot exhaust memory. This
-/// counts what the node still holds; output it has handed to the driver is the driver's to
-/// bound (the server's event loop applies the same limit, `PUSH_BACKLOG_LIMIT_BYTES`).
-const SUBSCRIBER_OUTPUT_LIMIT: usize = 32 * 1024 * 1024;
-
-// Event classes of `notify-keyspace-events`, as bits.
-pub const EVENT_KEYSPACE: u32 = 1 << 0;
-pub const EVENT_KEYEVENT: u32 = 1 << 1;
-pub const EVENT_GENERIC: u32 = 1 << 2;
-pub const EVENT_STRING: u32 = 1 << 3;
-pub const EVENT_LIST: u32 = 1 << 4;
-pub const EVENT_SET: u32 = 1 << 5;
-pub const EVENT_HASH: u32 = 1 << 6;
-pub const EVENT_ZSET: u32 = 1 << 7;
-pub const EVENT_EXPIRED: u32 = 1 << 8;
-pub const EVENT_EVICTED: u32 = 1 << 9;
-pub const EVENT_STREAM: u32 = 1 << 10;
-pub const EVENT_KEY_MISS: u32 = 1 << 11;
-pub const EVENT_MODULE: u32 = 1 << 12;
-pub const EVENT_NEW: u32 = 1 << 13;
-const EVENT_ALL: u32 = EVENT_GENERIC
-    | EVENT_STRING
-    | EVENT_LIST
-    | EVENT_SET
-    | EVENT_HASH
-    | EVENT_ZSET
-    | EVENT_EXPIRED
-    | EVENT_EVICTED
-    | EVENT_STREAM
-    | EVENT_MODULE;
-
-/// Parses a `notify-keyspace-events` value; `None` for an unknown class character.
-pub fn parse_event_classes(s: &str) -> Option<u32> {
-    let mut flags = 0;
-    for c in s.chars() {
-        flags |= match c {
-            'A' => EVENT_ALL,
-            'g' => EVENT_GENERIC,
-            '$' => EVENT_STRING,
-            'l' => EVENT_LIST,
-            's' => EVENT_SET,
-            'h' => EVENT_HASH,
-            'z' => EVENT_ZSET,
-            'x' => EVENT_EXPIRED,
-            'e' => EVENT_EVICTED,
-            'K' => EVENT_KEYSPACE,
-            'E' => EVENT_KEYEVENT,
-            't' => EVENT_STREAM,
-            'm' => EVENT_KEY_MISS,
-            'd' => EVENT_MODULE,
-            'n' => EVENT_NEW,
-            _ => return None,
-        };
-    }
-    Some(flags)
-}
-
-/// The canonical text of a set of event classes, as CONFIG GET shows it (Redis's order, `A`
-/// for all the type classes).
-pub fn event_classes_to_string(flags: u32) -> String {
-    let mut s = String::new();
-    if flags & EVENT_ALL == EVENT_ALL {
-        s.push('A');
-    } else {
-        for (bit, c) in [
-            (EVENT_GENERIC, 'g'),
-            (EVENT_STRING, '$'),
-            (EVENT_LIST, 'l'),
-            (EVENT_SET, 's'),
-            (EVENT_HASH, 'h'),
-            (EVENT_ZSET, 'z'),
-            (EVENT_EXPIRED, 'x'),
-            (EVENT_EVICTED, 'e'),
-            (EVENT_STREAM, 't'),
-            (EVENT_MODULE, 'd'),
-        ] {
-            if flags & bit != 0 {
-                s.push(c);
-            }
-        }
-    }
-    // `n` is not part of `A`, so it is kept even then: the string is also what the flags are
-    // read back from.
-    for (bit, c) in [
-        (EVENT_NEW, 'n'),
-        (EVENT_KEYSPACE, 'K'),
-        (EVENT_KEYEVENT, 'E'),
-        (EVENT_KEY_MISS, 'm'),
-    ] {
-        if flags & bit != 0 {
-            s.push(c);
-        }
-    }
-    s
-}
-
-impl Core {
-    /// Publishes a keyspace notification for `key` if `class` is enabled, like Redis's
-    /// `notifyKeyspaceEvent(class, event, key)`. Write commands call it after each change.
-    pub fn notify(&mut self, class: u32, event: &str, key: &[u8]) {
-        let flags = self.config.notify_keyspace_events;
-        if flags & class == 0 {
-            return;
-        }
-        if flags & EVENT_KEYSPACE != 0 {
-            let mut ch = b"__keyspace@0__:".to_vec();
-            ch.extend_from_slice(key);
-            self.publish(&ch, event.as_bytes());
-        }
-        if flags & EVENT_KEYEVENT != 0 {
-            let mut ch = b"__keyevent@0__:".to_vec();
-            ch.extend_from_slice(event.as_bytes());
-            self.publish(&ch, key);
-        }
-    }
-
-    /// Delivers `message` to subscribers of `channel` and of matching patterns; returns how
-    /// many received it.
-    /// PUBLISH: local subscribers now, and every peer's subscribers (replication).
-    pub fn publish(&mut self, channel: &[u8], message: &[u8]) -> usize {
-        if let Some(r) = self.repl.as_mut() {
-            r.publish(channel, message);
-        }
-        self.deliver_publish(channel, message)
-    }
-
-    /// Delivers a message to this node's subscribers; returns how many received it.
-    pub fn deliver_publish(&mut self, channel: &[u8], message: &[u8]) -> usize {
-        let mut receivers = 0;
-        let direct: Vec<ConnId> = self
-            .channels
-            .get(channel)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
-        for conn in direct {
-            self.deliver(conn, |w| {
-                w.push_len(3);
-                w.bulk(b"message");
-                w.bulk(channel);
-                w.bulk(message);
-            });
-            receivers += 1;
-        }
-        let matching: Vec<(Bytes, ConnId)> = self
-            .patterns
-            .iter()
-            .filter(|(p, _)| glob_match(p, channel, false))
-            .flat_map(|(p, subs)| subs.iter().map(move |c| (p.clone(), *c)))
-            .collect();
-        for (pattern, conn) in matching {
-            self.deliver(conn, |w| {
-                w.push_len(4);
-                w.bulk(b"pmessage");
-                w.bulk(&pattern);
-                w.bulk(channel);
-                w.bulk(message);
-            });
-            receivers += 1;
-        }
-        receivers
-    }
-
-    fn deliver(&mut self, conn: ConnId, f: impl FnOnce(&mut ReplyWriter)) {
-        self.write_to(conn, f);
-        if self
-            .clients
-            .get(&conn)
-            .is_some_and(|c| c.out.len() > SUBSCRIBER_OUTPUT_LIMIT)
-        {
-            self.close_client(conn);
-        }
-    }
-}
+pub use crate::events::*;
 
 fn subscription_count(core: &Core, conn: ConnId) -> i64 {
     core.clients

@@ -3,8 +3,9 @@
 use std::fmt::Write as _;
 
 use crate::args::is;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{container, flag_bits, spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
+use crate::dispatch::NOT_IN_MULTI;
 
 const SERVER: &str = "server";
 
@@ -68,6 +69,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         name: "command",
         arity: -1,
         flags: &["loading", "stale"],
+        bits: flag_bits(&["loading", "stale"]),
         keys: (0, 0, 0),
         group: SERVER,
         summary: "Returns detailed information about all commands.",
@@ -136,16 +138,13 @@ pub const COMMANDS: &[CommandSpec] = &[
             ),
         ],
     },
-    CommandSpec {
-        name: "memory",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: SERVER,
-        summary: "A container for memory diagnostics commands.",
-        since: "4.0.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "memory",
+        -2,
+        SERVER,
+        "4.0.0",
+        "A container for memory diagnostics commands.",
+        &[
             spec(
                 "memory|usage",
                 -3,
@@ -167,19 +166,16 @@ pub const COMMANDS: &[CommandSpec] = &[
                 memory_help,
             ),
         ],
-    },
-    CommandSpec {
-        name: "function",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: "scripting",
-        summary: "A container for function commands.",
-        since: "7.0.0",
-        handler: None,
-        // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
-        // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
-        subcommands: &[
+    ),
+    // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
+    // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
+    container(
+        "function",
+        -2,
+        "scripting",
+        "7.0.0",
+        "A container for function commands.",
+        &[
             spec(
                 "function|flush",
                 -2,
@@ -211,17 +207,14 @@ pub const COMMANDS: &[CommandSpec] = &[
                 function_help,
             ),
         ],
-    },
-    CommandSpec {
-        name: "config",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: SERVER,
-        summary: "A container for server configuration commands.",
-        since: "2.0.0",
-        handler: None,
-        subcommands: &[
+    ),
+    container(
+        "config",
+        -2,
+        SERVER,
+        "2.0.0",
+        "A container for server configuration commands.",
+        &[
             spec(
                 "config|get",
                 -3,
@@ -263,7 +256,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 config_help,
             ),
         ],
-    },
+    ),
     spec(
         "save",
         1,
@@ -322,10 +315,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         lastsave,
     ),
 ];
-
-/// Redis's reply to a `no-multi` command (SAVE, SHUTDOWN, ...) inside MULTI. The dispatcher
-/// rejects such commands while queueing; the handlers check again in case one reaches EXEC.
-pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
 
 /// Without a data directory (a clustered node, or a driver with no disk) there is nothing
 /// to save to: answering OK would claim data is on disk when it is not.
@@ -636,7 +625,7 @@ fn acl_categories(spec: &CommandSpec) -> Vec<String> {
     let mut cats = Vec::new();
     if spec.is_write() {
         cats.push("@write".to_string());
-    } else if spec.flags.contains(&"readonly") {
+    } else if spec.has(Flag::ReadOnly) {
         cats.push("@read".to_string());
     }
     let group = match spec.group {
@@ -646,14 +635,14 @@ fn acl_categories(spec: &CommandSpec) -> Vec<String> {
         "transactions" => "@transaction".to_string(),
         other => format!("@{other}"),
     };
-    let admin = spec.flags.contains(&"admin");
+    let admin = spec.has(Flag::Admin);
     if admin && group != "@admin" {
         cats.push(group);
         cats.push("@admin".to_string());
     } else {
         cats.push(group);
     }
-    if spec.flags.contains(&"fast") {
+    if spec.has(Flag::Fast) {
         cats.push("@fast".to_string());
     } else {
         cats.push("@slow".to_string());

@@ -19,8 +19,8 @@ use crate::args::{is, parse_i64, NOT_INTEGER, SYNTAX};
 use crate::cmd::keys::parse_cursor;
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_SET};
 use crate::cmd::typed;
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const SET: &str = "set";
 
@@ -33,8 +33,8 @@ const RF: &[&str] = &["readonly", "fast"];
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("sadd", -3, WDF, (1, 1, 1), SET, "1.0.0", "Add one or more members to a set", sadd),
-    spec("srem", -3, WF, (1, 1, 1), SET, "1.0.0", "Remove one or more members from a set", srem),
+    spec("sadd", -3, WDF, (1, 1, 1), SET, "1.0.0", "Add one or more members to a set", sadd).with(Flag::LoggedAsCommand),
+    spec("srem", -3, WF, (1, 1, 1), SET, "1.0.0", "Remove one or more members from a set", srem).with(Flag::LoggedAsCommand),
     spec("smembers", 2, R, (1, 1, 1), SET, "1.0.0", "Get all the members in a set", smembers),
     spec("sismember", 3, RF, (1, 1, 1), SET, "1.0.0", "Determine if a given value is a member of a set", sismember),
     spec("smismember", -3, RF, (1, 1, 1), SET, "6.2.0", "Returns the membership associated with the given elements for a set", smismember),
@@ -60,18 +60,6 @@ pub(crate) use crate::cmd::typed::WrongType;
 /// `set-max-intset-entries`.
 pub(crate) fn max_intset_entries(core: &Core) -> usize {
     core.config.encoding.set_max_intset_entries
-}
-
-/// Reports members removed from the set at `key` by `event`; deletes the key if it is now
-/// empty (with Redis's `del` event).
-fn removed_from(core: &mut Core, key: &[u8], event: &str) {
-    let empty = typed::peek::<Set>(&core.db, key).is_some_and(|s| s.is_empty());
-    core.modified(key);
-    core.notify(EVENT_SET, event, key);
-    if empty {
-        core.db.remove(key);
-        core.notify(EVENT_GENERIC, "del", key);
-    }
 }
 
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
@@ -145,7 +133,7 @@ fn srem(core: &mut Core, call: &mut Call) {
         }
     };
     if removed > 0 {
-        removed_from(core, key, "srem");
+        typed::removed_from::<Set>(core, key, "srem");
     }
     call.out.integer(removed);
 }
@@ -218,7 +206,7 @@ fn spop(core: &mut Core, call: &mut Call) {
     };
     let m = s.remove_at(i).expect("index in range");
     call.out.bulk(&m);
-    removed_from(core, key, "spop");
+    typed::removed_from::<Set>(core, key, "spop");
 }
 
 fn spop_count(core: &mut Core, call: &mut Call) {
@@ -263,7 +251,7 @@ fn spop_count(core: &mut Core, call: &mut Call) {
     for m in &popped {
         call.out.bulk(m);
     }
-    removed_from(core, key, "spop");
+    typed::removed_from::<Set>(core, key, "spop");
 }
 
 fn srandmember(core: &mut Core, call: &mut Call) {
@@ -374,7 +362,7 @@ fn smove(core: &mut Core, call: &mut Call) {
     if !s.remove(member) {
         return call.out.integer(0);
     }
-    removed_from(core, src, "srem");
+    typed::removed_from::<Set>(core, src, "srem");
     let max = max_intset_entries(core);
     let (added, created) = match typed::write::<Set>(core, dst, now_ms) {
         Ok(Some(d)) => (d.insert(member, max), false),

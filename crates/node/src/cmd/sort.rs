@@ -13,8 +13,8 @@ use lattice_store::Value;
 
 use crate::args::{is, parse_i64, NOT_INTEGER};
 use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_LIST, EVENT_NEW};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const GENERIC: &str = "generic";
 

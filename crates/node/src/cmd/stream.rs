@@ -18,8 +18,8 @@ use lattice_store::{Stream, StreamId, Value};
 use crate::args::{is, parse_i64, NOT_INTEGER, NO_SUCH_KEY, SYNTAX};
 use crate::blocking::{BlockRequest, TimeoutReply};
 use crate::cmd::pubsub::{EVENT_NEW, EVENT_STREAM};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{container, spec, Call};
+use crate::ctx::{CommandSpec, Core};
 
 const STREAM: &str = "stream";
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
@@ -46,16 +46,13 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("xclaim", -6, WF, (1, 1, 1), STREAM, "5.0.0", "Changes (or acquires) ownership of a message in a consumer group, as if the message was delivered to the specified consumer.", xclaim),
     spec("xautoclaim", -6, WF, (1, 1, 1), STREAM, "6.2.0", "Changes (or acquires) ownership of messages in a consumer group, as if the messages were delivered to the specified consumer.", xautoclaim),
     spec("xsetid", -3, WDF, (1, 1, 1), STREAM, "5.0.0", "An internal command for replicating stream values", xsetid),
-    CommandSpec {
-        name: "xgroup",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: STREAM,
-        summary: "A container for consumer groups commands",
-        since: "5.0.0",
-        handler: None,
-        subcommands: &[
+    container(
+        "xgroup",
+        -2,
+        STREAM,
+        "5.0.0",
+        "A container for consumer groups commands",
+        &[
             spec("xgroup|create", -5, &["write", "denyoom"], (2, 2, 1), STREAM, "5.0.0", "Create a consumer group.", xgroup_create),
             spec("xgroup|setid", -5, W, (2, 2, 1), STREAM, "5.0.0", "Set a consumer group to an arbitrary last delivered ID value.", xgroup_setid),
             spec("xgroup|destroy", 4, W, (2, 2, 1), STREAM, "5.0.0", "Destroy a consumer group.", xgroup_destroy),
@@ -63,23 +60,20 @@ pub const COMMANDS: &[CommandSpec] = &[
             spec("xgroup|delconsumer", 5, W, (2, 2, 1), STREAM, "5.0.0", "Delete a consumer from a consumer group.", xgroup_delconsumer),
             spec("xgroup|help", 2, &["loading", "stale"], (0, 0, 0), STREAM, "5.0.0", "Show helpful text about the different subcommands", xgroup_help),
         ],
-    },
-    CommandSpec {
-        name: "xinfo",
-        arity: -2,
-        flags: &[],
-        keys: (0, 0, 0),
-        group: STREAM,
-        summary: "A container for stream introspection commands",
-        since: "5.0.0",
-        handler: None,
-        subcommands: &[
+    ),
+    container(
+        "xinfo",
+        -2,
+        STREAM,
+        "5.0.0",
+        "A container for stream introspection commands",
+        &[
             spec("xinfo|stream", -3, R, (2, 2, 1), STREAM, "5.0.0", "Get information about a stream", xinfo_stream),
             spec("xinfo|groups", 3, R, (2, 2, 1), STREAM, "5.0.0", "List the consumer groups of a stream", xinfo_groups),
             spec("xinfo|consumers", 4, R, (2, 2, 1), STREAM, "5.0.0", "List the consumers in a consumer group", xinfo_consumers),
             spec("xinfo|help", 2, &["loading", "stale"], (0, 0, 0), STREAM, "5.0.0", "Show helpful text about the different subcommands", xinfo_help),
         ],
-    },
+    ),
 ];
 
 /// The key holds another type.

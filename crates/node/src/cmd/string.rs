@@ -8,15 +8,17 @@ pub(crate) mod float;
 mod lcs;
 #[cfg(test)]
 mod tests;
+pub(crate) mod value;
 
 use lattice_resp::ReplyWriter;
-use lattice_store::{Str, Value};
+use lattice_store::Str;
 
-use crate::args::{is, parse_i64, NOT_INTEGER, OVERFLOW};
+use crate::args::{parse_i64, NOT_INTEGER, OVERFLOW};
 use crate::cmd::expire::{invalid_expire, to_deadline_ms, Unit};
-use crate::cmd::pubsub::{EVENT_GENERIC, EVENT_NEW, EVENT_STRING};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::cmd::pubsub::EVENT_GENERIC;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
+use value::{changed, opt_is, read_str, store, write_str, WrongType};
 
 const STRING: &str = "string";
 const BITMAP: &str = "bitmap";
@@ -37,19 +39,19 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("mget", -2, RF, (1, -1, 1), STRING, "1.0.0", "Get the values of all the given keys", mget),
     spec("mset", -3, W, (1, -1, 2), STRING, "1.0.1", "Set multiple keys to multiple values", mset),
     spec("msetnx", -3, W, (1, -1, 2), STRING, "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist", msetnx),
-    spec("append", 3, WF, (1, 1, 1), STRING, "2.0.0", "Append a value to a key", append),
+    spec("append", 3, WF, (1, 1, 1), STRING, "2.0.0", "Append a value to a key", append).with(Flag::LoggedAsCommand),
     spec("strlen", 2, RF, (1, 1, 1), STRING, "2.2.0", "Get the length of the value stored in a key", strlen),
     spec("getrange", 4, R, (1, 1, 1), STRING, "2.4.0", "Get a substring of the string stored at a key", getrange),
     spec("substr", 4, R, (1, 1, 1), STRING, "1.0.0", "Get a substring of the string stored at a key", getrange),
-    spec("setrange", 4, W, (1, 1, 1), STRING, "2.2.0", "Overwrite part of a string at key starting at the specified offset", setrange),
+    spec("setrange", 4, W, (1, 1, 1), STRING, "2.2.0", "Overwrite part of a string at key starting at the specified offset", setrange).with(Flag::LoggedAsCommand),
     spec("getset", 3, WF, (1, 1, 1), STRING, "1.0.0", "Set the string value of a key and return its old value", getset),
     spec("getdel", 2, &["write", "fast"], (1, 1, 1), STRING, "6.2.0", "Get the value of a key and delete the key", getdel),
-    spec("getex", -2, &["write", "fast"], (1, 1, 1), STRING, "6.2.0", "Get the value of a key and optionally set its expiration", getex),
-    spec("incr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by one", incr),
-    spec("decr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by one", decr),
-    spec("incrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by the given amount", incrby),
-    spec("decrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by the given number", decrby),
-    spec("incrbyfloat", 3, WF, (1, 1, 1), STRING, "2.6.0", "Increment the float value of a key by the given amount", incrbyfloat),
+    spec("getex", -2, &["write", "fast"], (1, 1, 1), STRING, "6.2.0", "Get the value of a key and optionally set its expiration", getex).with(Flag::KeepsValue),
+    spec("incr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by one", incr).with(Flag::Increments),
+    spec("decr", 2, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by one", decr).with(Flag::Increments),
+    spec("incrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Increment the integer value of a key by the given amount", incrby).with(Flag::Increments),
+    spec("decrby", 3, WF, (1, 1, 1), STRING, "1.0.0", "Decrement the integer value of a key by the given number", decrby).with(Flag::Increments),
+    spec("incrbyfloat", 3, WF, (1, 1, 1), STRING, "2.6.0", "Increment the float value of a key by the given amount", incrbyfloat).with(Flag::Increments),
     spec("lcs", -3, R, (1, 2, 1), STRING, "7.0.0", "Find longest common substring", lcs::lcs),
     spec("setbit", 4, W, (1, 1, 1), BITMAP, "2.2.0", "Sets or clears the bit at offset in the string value stored at key", bits::setbit),
     spec("getbit", 3, RF, (1, 1, 1), BITMAP, "2.2.0", "Returns the bit value at offset in the string value stored at key", bits::getbit),
@@ -62,81 +64,11 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
 
-/// Reports a change a string command made to `key`, as Redis does: the `new` event when the
-/// key was created, the modification hook (WATCH, blocked clients), then the command's event.
-pub(crate) fn changed(core: &mut Core, key: &[u8], created: bool, event: &str) {
-    if created {
-        core.notify(EVENT_NEW, "new", key);
-    }
-    core.modified(key);
-    core.notify(EVENT_STRING, event, key);
-}
-
-/// Stores a string under `key` with `deadline`, replacing any value, and reports it as `event`.
-fn store(core: &mut Core, key: &[u8], s: Str, deadline: Option<u64>, now_ms: u64, event: &str) {
-    let created = core
-        .db
-        .insert(key, Value::Str(s), deadline, now_ms)
-        .is_none();
-    changed(core, key, created, event);
-}
-
-/// The key holds a value of another type.
-pub(crate) struct WrongType;
-
-/// The string inside `value`, if it is one.
-fn as_str_mut(value: &mut Value) -> Option<&mut Str> {
-    match value {
-        Value::Str(s) => Some(s),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
-}
-
-/// The string at `key` for reading (counts a keyspace hit or miss).
-pub(crate) fn read_str<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut Str>, WrongType> {
-    match core.lookup_read(key, now_ms) {
-        None => Ok(None),
-        Some(e) => as_str_mut(&mut e.value).map(Some).ok_or(WrongType),
-    }
-}
-
-/// The string at `key` for writing (no hit/miss counting).
-pub(crate) fn write_str<'c>(
-    core: &'c mut Core,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'c mut Str>, WrongType> {
-    match core.lookup_write(key, now_ms) {
-        None => Ok(None),
-        Some(e) => as_str_mut(&mut e.value).map(Some).ok_or(WrongType),
-    }
-}
-
 fn reply_str(out: &mut ReplyWriter, s: &Str) {
     match s {
         Str::Int(n) => out.bulk_i64(*n),
         Str::Raw(v) => out.bulk(v),
     }
-}
-
-/// The argument as C code sees it: up to its first NUL byte (Redis compares option keywords
-/// with C string functions).
-pub(crate) fn cstr(arg: &[u8]) -> &[u8] {
-    match arg.iter().position(|&b| b == 0) {
-        Some(n) => &arg[..n],
-        None => arg,
-    }
-}
-
-/// True when the option keyword `arg` is `word`, compared as Redis does (case-insensitive,
-/// stopping at a NUL byte).
-pub(crate) fn opt_is(arg: &[u8], word: &str) -> bool {
-    is(cstr(arg), word)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@
 //! 7.0, a key live when watched that expires before EXEC fails it too (reclaimed or not), and
 //! a key already expired when watched changes nothing by being reclaimed.
 
-use crate::client::{ConnId, MultiState};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::client::MultiState;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const TX: &str = "transactions";
 
@@ -23,7 +23,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "1.2.0",
         "Starts a transaction.",
         multi,
-    ),
+    )
+    .with(Flag::RunsInsideMulti),
     spec(
         "exec",
         1,
@@ -33,7 +34,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "1.2.0",
         "Executes all commands in a transaction.",
         exec,
-    ),
+    )
+    .with(Flag::RunsInsideMulti),
     spec(
         "discard",
         1,
@@ -43,7 +45,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Discards a transaction.",
         discard,
-    ),
+    )
+    .with(Flag::RunsInsideMulti),
     spec(
         "watch",
         -2,
@@ -53,7 +56,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.2.0",
         "Monitors changes to keys to determine the execution of a transaction.",
         watch,
-    ),
+    )
+    .with(Flag::RunsInsideMulti),
     spec(
         "unwatch",
         1,
@@ -84,7 +88,7 @@ fn discard(core: &mut Core, call: &mut Call) {
     if c.multi.take().is_none() {
         return call.error("ERR DISCARD without MULTI");
     }
-    unwatch_all(core, call.conn);
+    core.unwatch_all(call.conn);
     call.ok();
 }
 
@@ -102,7 +106,7 @@ fn exec(core: &mut Core, call: &mut Call) {
         !c.watched_expired.contains(k) && core.db.get_raw(k).is_some_and(|e| e.is_expired(now_ms))
     });
     let dirty = c.dirty_cas || expired;
-    unwatch_all(core, call.conn);
+    core.unwatch_all(call.conn);
     if multi.errored {
         return call.error("EXECABORT Transaction discarded because of previous errors.");
     }
@@ -110,10 +114,14 @@ fn exec(core: &mut Core, call: &mut Call) {
         return call.out.null_array();
     }
     call.out.array_len(multi.queued.len());
-    for (spec, args) in &multi.queued {
+    for args in &multi.queued {
         let mut sub = Call::new(call.conn, args, call.now, call.out.reborrow());
         sub.in_exec = true;
-        core.run_handler(spec, &mut sub);
+        // Resolved when queued, so this finds the same command again.
+        match crate::dispatch::resolve(core, args) {
+            Ok(spec) => core.run_handler(spec, &mut sub),
+            Err(unresolved) => sub.error_bytes(&unresolved.message(args)),
+        }
         if let Some(code) = sub.error_code.take() {
             core.stats.total_error_replies += 1;
             *core.stats.errors.entry(code).or_insert(0) += 1;
@@ -152,24 +160,6 @@ fn watch(core: &mut Core, call: &mut Call) {
 }
 
 fn unwatch(core: &mut Core, call: &mut Call) {
-    unwatch_all(core, call.conn);
+    core.unwatch_all(call.conn);
     call.ok();
-}
-
-/// Forgets every key `conn` watches and clears its dirty flag.
-pub fn unwatch_all(core: &mut Core, conn: ConnId) {
-    let Some(c) = core.clients.get_mut(&conn) else {
-        return;
-    };
-    let keys = std::mem::take(&mut c.watched);
-    c.watched_expired.clear();
-    c.dirty_cas = false;
-    for key in keys {
-        if let Some(set) = core.watched_keys.get_mut(&key) {
-            set.remove(&conn);
-            if set.is_empty() {
-                core.watched_keys.remove(&key);
-            }
-        }
-    }
 }

@@ -26,8 +26,8 @@ use crate::cmd::set::{
     distinct_picks, draw, empty_scan, parse_scan_opts, random_index, WrongType, MUST_BE_POSITIVE,
 };
 use crate::cmd::typed::{self, Typed};
-use crate::command::{spec, Call, CommandSpec};
-use crate::node::Core;
+use crate::command::{spec, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
 
 const ZSETS: &str = "sorted-set";
 
@@ -42,9 +42,9 @@ const BLOCKING: &[&str] = &["write", "noscript", "blocking", "fast"];
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("zadd", -4, WDF, (1, 1, 1), ZSETS, "1.2.0", "Add one or more members to a sorted set, or update its score if it already exists", zadd),
-    spec("zincrby", 4, WDF, (1, 1, 1), ZSETS, "1.2.0", "Increment the score of a member in a sorted set", zincrby),
-    spec("zrem", -3, WF, (1, 1, 1), ZSETS, "1.2.0", "Remove one or more members from a sorted set", zrem),
+    spec("zadd", -4, WDF, (1, 1, 1), ZSETS, "1.2.0", "Add one or more members to a sorted set, or update its score if it already exists", zadd).with(Flag::LoggedAsCommand).with(Flag::IncrementsWithIncrOption),
+    spec("zincrby", 4, WDF, (1, 1, 1), ZSETS, "1.2.0", "Increment the score of a member in a sorted set", zincrby).with(Flag::LoggedAsCommand).with(Flag::Increments),
+    spec("zrem", -3, WF, (1, 1, 1), ZSETS, "1.2.0", "Remove one or more members from a sorted set", zrem).with(Flag::LoggedAsCommand),
     spec("zcard", 2, RF, (1, 1, 1), ZSETS, "1.2.0", "Get the number of members in a sorted set", zcard),
     spec("zcount", 4, RF, (1, 1, 1), ZSETS, "2.0.0", "Count the members in a sorted set with scores within the given values", zcount),
     spec("zlexcount", 4, RF, (1, 1, 1), ZSETS, "2.8.9", "Count the number of members in a sorted set between a given lexicographical range", zlexcount),
@@ -59,8 +59,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("zrevrangebyscore", -4, R, (1, 1, 1), ZSETS, "2.2.0", "Return a range of members in a sorted set, by score, with scores ordered from high to low", zrevrangebyscore),
     spec("zrangebylex", -4, R, (1, 1, 1), ZSETS, "2.8.9", "Return a range of members in a sorted set, by lexicographical range", zrangebylex),
     spec("zrevrangebylex", -4, R, (1, 1, 1), ZSETS, "2.8.9", "Return a range of members in a sorted set, by lexicographical range, ordered from higher to lower strings.", zrevrangebylex),
-    spec("zremrangebyrank", 4, W, (1, 1, 1), ZSETS, "2.0.0", "Remove all members in a sorted set within the given indexes", zremrangebyrank),
-    spec("zremrangebyscore", 4, W, (1, 1, 1), ZSETS, "1.2.0", "Remove all members in a sorted set within the given scores", zremrangebyscore),
+    spec("zremrangebyrank", 4, W, (1, 1, 1), ZSETS, "2.0.0", "Remove all members in a sorted set within the given indexes", zremrangebyrank).with(Flag::LoggedAsCommand),
+    spec("zremrangebyscore", 4, W, (1, 1, 1), ZSETS, "1.2.0", "Remove all members in a sorted set within the given scores", zremrangebyscore).with(Flag::LoggedAsCommand),
     spec("zremrangebylex", 4, W, (1, 1, 1), ZSETS, "2.8.9", "Remove all members in a sorted set between the given lexicographical range", zremrangebylex),
     spec("zpopmin", -2, WF, (1, 1, 1), ZSETS, "5.0.0", "Remove and return members with the lowest scores in a sorted set", zpopmin),
     spec("zpopmax", -2, WF, (1, 1, 1), ZSETS, "5.0.0", "Remove and return members with the highest scores in a sorted set", zpopmax),
@@ -108,20 +108,6 @@ fn zset_in(value: &mut Value) -> Option<&mut ZSet> {
 fn peek_zset_mut<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut ZSet> {
     db.get_live(key, now_ms, |_| {})
         .and_then(|e| zset_in(&mut e.value))
-}
-
-/// Reports members removed from the sorted set at `key` by `event`; deletes the key if it is
-/// now empty (with Redis's `del` event).
-fn removed_from(core: &mut Core, key: &[u8], event: &str) {
-    let empty = typed::peek::<ZSet>(&core.db, key).is_some_and(|z| z.is_empty());
-    if empty {
-        core.db.remove(key);
-    }
-    core.modified(key);
-    core.notify(EVENT_ZSET, event, key);
-    if empty {
-        core.notify(EVENT_GENERIC, "del", key);
-    }
 }
 
 /// Replaces `dst` with `result` (or deletes it when `result` is empty), replies with the
@@ -585,7 +571,7 @@ fn zrem(core: &mut Core, call: &mut Call) {
         }
     };
     if removed > 0 {
-        removed_from(core, key, "zrem");
+        typed::removed_from::<ZSet>(core, key, "zrem");
     }
     call.out.integer(removed);
 }
@@ -911,7 +897,7 @@ fn zremrange_generic(core: &mut Core, call: &mut Call, rangetype: RangeType) {
             RangeType::Lex => "zremrangebylex",
             _ => "zremrangebyrank",
         };
-        removed_from(core, key, event);
+        typed::removed_from::<ZSet>(core, key, event);
     }
     call.out.integer(removed as i64);
 }
@@ -985,7 +971,7 @@ fn pop_and_reply(
         call.out.bulk(&m);
         call.out.double(s);
     }
-    removed_from(
+    typed::removed_from::<ZSet>(
         core,
         key,
         if end == End::Min {

@@ -5,13 +5,13 @@ use bytes::Bytes;
 use lattice_store::Value;
 
 use super::state::Intent;
-use crate::node::Core;
+use crate::ctx::Core;
 
 impl Core {
     /// Captures every key the finished command changed (see `Core::modified`). A key left
     /// holding a string is deferred to the next flush instead (see `Replicator::defer`); the
     /// caller settled deferred captures of the other intent before the command ran.
-    /// `overwrote`: the command writes values, not only deadlines (`repl::overwrites_value`).
+    /// `overwrote`: the command writes values, not only deadlines (`crate::command::Flag::KeepsValue`).
     pub(crate) fn capture_dirty(&mut self, intent: Intent, overwrote: bool) {
         let Some(repl) = self.repl.as_mut() else {
             return;

@@ -33,7 +33,7 @@
 //! that were in flight when the frontier was measured have arrived everywhere). Applying it
 //! folds contexts into a vector, purges list tombstones and forgets deleted keys.
 
-mod apply;
+pub(crate) mod apply;
 pub mod dirty;
 mod keymap;
 pub mod merkle;
@@ -240,7 +240,7 @@ impl Replicator {
     }
 
     /// Postpones the capture of `key` (which now holds a string) to the next flush.
-    /// `overwrote`: the command wrote the value (see [`overwrites_value`]).
+    /// `overwrote`: the command wrote the value, not only its deadline.
     /// `h` is `key`'s [`lattice_store::key_hash`].
     /// Precondition: nothing is deferred, or it was deferred with the same `intent`.
     pub fn defer(&mut self, h: u64, key: &[u8], intent: Intent, overwrote: bool, now_ms: u64) {
@@ -988,26 +988,6 @@ fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     state::codec()
         .serialize_into(&mut *scratch, st)
         .expect("in-memory states always encode");
-}
-
-/// Whether a command that leaves a key holding a string wrote its value, as opposed to only
-/// its deadline: a write is a new last-writer-wins stamp even when it stores the bytes the key
-/// already held.
-pub fn overwrites_value(name: &str) -> bool {
-    !matches!(
-        name,
-        "expire" | "pexpire" | "expireat" | "pexpireat" | "persist" | "getex"
-    )
-}
-
-/// The intent of a command's numeric changes (see [`Intent`]).
-pub fn intent_of(name: &str, args: &[Bytes]) -> Intent {
-    match name {
-        "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "hincrby" | "hincrbyfloat"
-        | "zincrby" => Intent::Increment,
-        "zadd" if args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")) => Intent::Increment,
-        _ => Intent::Assign,
-    }
 }
 
 /// Deltas captured since the last flush: one per key (a later capture of a queued key merges

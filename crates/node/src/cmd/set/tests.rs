@@ -124,7 +124,7 @@ impl Harness {
     /// Checks the node's invariants and those of every set and sorted set stored.
     pub fn check_all(&self) {
         self.node.check_invariants();
-        for e in self.node.core().db.iter() {
+        for e in self.node.stored_entries() {
             match &e.value {
                 lattice_store::Value::Set(s) => s.check_invariants(),
                 lattice_store::Value::ZSet(z) => z.check_invariants(),

@@ -6,11 +6,11 @@
 use lattice_store::Str;
 
 use super::bits::BAD_OFFSET;
-use super::{changed, opt_is, read_str, store, write_str, WrongType};
+use super::value::{changed, opt_is, read_str, store, write_str, WrongType};
 use crate::args::{parse_i64, NOT_INTEGER};
 use crate::cmd::pubsub::EVENT_GENERIC;
 use crate::command::Call;
-use crate::node::Core;
+use crate::ctx::Core;
 
 // ---------------------------------------------------------------------------------------------
 // BITOP

@@ -3,10 +3,10 @@
 
 use lattice_store::Str;
 
-use super::{changed, opt_is, read_str, store, write_str, WrongType};
+use super::value::{changed, opt_is, read_str, store, write_str, WrongType};
 use crate::args::{parse_i64, NOT_INTEGER};
 use crate::command::Call;
-use crate::node::Core;
+use crate::ctx::Core;
 
 pub(super) const BAD_OFFSET: &str = "ERR bit offset is not an integer or out of range";
 const BAD_BIT: &str = "ERR bit is not an integer or out of range";

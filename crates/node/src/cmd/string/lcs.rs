@@ -2,10 +2,10 @@
 //! table, with Redis 7.0's options (LEN, IDX, MINMATCHLEN, WITHMATCHLEN) and its backtracking
 //! order, so the ranges reported under IDX are the same ones Redis reports.
 
-use super::{as_str_mut, opt_is};
+use super::value::{as_str_mut, opt_is};
 use crate::args::{parse_i64, NOT_INTEGER};
 use crate::command::Call;
-use crate::node::Core;
+use crate::ctx::Core;
 
 /// One matching run: ranges in the first and second string (inclusive) and its length.
 struct Match {

@@ -1,0 +1,398 @@
+//! The Lua interpreter of one node and its script cache: building the sandbox, compiling and
+//! caching scripts, starting one as a coroutine. Nothing here runs a command; that is the
+//! EVAL handler's job (`super`), so the command context can own the interpreter without
+//! depending on the scripting commands.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, Value as LuaValue};
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::coroutine;
+use crate::client::ConnId;
+use crate::time::Micros;
+
+/// Lua VM instructions between two calls of the count hook: cheap enough to be invisible
+/// (one callback per 10,000 instructions) and fine enough to suspend or stop a loop promptly.
+pub(crate) const HOOK_STEP: u32 = 10_000;
+/// Instructions in one slice of a script: a few milliseconds of a tight loop, so a long script
+/// notices SCRIPT KILL and lets BUSY replies out within milliseconds, while a short script
+/// (nearly every one) finishes inside its first slice, in the EVAL handler itself.
+pub const SLICE_INSTRUCTIONS: u64 = 1_000_000;
+/// Instructions a script may execute without being suspended: about two seconds of a tight
+/// loop on a current core. Only code Lua cannot suspend (inside `pcall`, a comparator, a
+/// metamethod) or a script inside EXEC can get this far.
+pub const INSTRUCTION_BUDGET: u64 = 500_000_000;
+/// Lua heap limit: a script building huge tables gets an error instead of exhausting memory.
+pub const MEMORY_LIMIT_BYTES: usize = 512 << 20;
+/// Cached scripts at most, and their total source size: SCRIPT LOAD / EVAL of ever-new
+/// bodies cannot grow the node without bound.
+pub const MAX_CACHED_SCRIPTS: usize = 100_000;
+pub const MAX_CACHED_BYTES: usize = 256 << 20;
+/// The interpreter and the script cache of one node.
+pub struct Scripts {
+    pub(crate) lua: Lua,
+    pub(crate) cache: BTreeMap<String, Cached>,
+    pub(crate) cache_bytes: usize,
+    /// Shared with the count hook (which finds it through the registry).
+    pub(crate) hook: Arc<coroutine::HookState>,
+    /// The start-up check of the coroutine machinery passed: scripts may be suspended.
+    pub(crate) can_suspend: bool,
+    /// The script in progress between two slices, if any.
+    pub(crate) running: Option<Running>,
+}
+
+/// A script suspended between two slices, and what the node needs to finish it.
+pub(crate) struct Running {
+    pub(crate) thread: Thread,
+    /// The connection that sent EVAL: it gets the reply when the script ends, and its later
+    /// requests wait until then.
+    pub(crate) caller: ConnId,
+    pub(crate) sha: String,
+    pub(crate) read_only: bool,
+    pub(crate) rng: ChaCha8Rng,
+    /// The node's time when the script started: commands inside it see this time, and
+    /// busy-reply-threshold counts from it.
+    pub(crate) started: Micros,
+    /// A write command ran: SCRIPT KILL refuses, since the effects cannot be undone.
+    pub(crate) wrote: bool,
+    /// SCRIPT KILL accepted: the script ends instead of running its next slice.
+    pub(crate) killed: bool,
+    /// Past busy-reply-threshold: other clients get BUSY.
+    pub(crate) timed_out: bool,
+    /// The caller asked for no reply (CLIENT REPLY OFF or SKIP).
+    pub(crate) silent: bool,
+    /// The caller overflowed the requests held back for it: closed once the script ends.
+    pub(crate) close_caller: bool,
+}
+
+pub(crate) struct Cached {
+    pub(crate) body: Bytes,
+    pub(crate) func: Function,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts::new()
+    }
+}
+
+/// Lua run once at start-up, after the `redis` table exists: wraps `redis.call` so that an
+/// error reply raises, keeps raw `xpcall` for the runner, makes `pcall`/`xpcall` re-raise a
+/// budget stop, and protects globals.
+const PRELUDE: &str = r#"
+local rawpcall, rawxpcall, killed, kill_message = pcall, xpcall, __lattice_killed, __lattice_kill_message
+local unwrap = __lattice_unwrap
+__lattice_killed = nil
+__lattice_kill_message = nil
+__lattice_unwrap = nil
+local function checked(ok, ...)
+  if killed() then error(kill_message, 0) end
+  if not ok then return false, unwrap(...) end
+  return ok, ...
+end
+pcall = function(...) return checked(rawpcall(...)) end
+xpcall = function(f, h)
+  return checked(rawxpcall(f, function(e) return h(unwrap(e)) end))
+end
+local mt = {}
+mt.__index = function(_, name)
+  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+end
+mt.__newindex = function(_, name)
+  error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+end
+setmetatable(_G, mt)
+"#;
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts::build().expect("the Lua interpreter starts")
+    }
+
+    fn build() -> mlua::Result<Scripts> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::default(),
+        )?;
+        lua.set_memory_limit(MEMORY_LIMIT_BYTES)?;
+        let g = lua.globals();
+        for name in ["loadfile", "dofile", "print", "gcinfo", "newproxy"] {
+            g.raw_set(name, LuaValue::Nil)?;
+        }
+        let hook = Arc::new(coroutine::HookState::new(
+            INSTRUCTION_BUDGET / HOOK_STEP as u64,
+        ));
+        coroutine::register(&lua, &hook)?;
+        let h = hook.clone();
+        g.raw_set(
+            "__lattice_killed",
+            lua.create_function(move |_, ()| Ok(h.stopped()))?,
+        )?;
+        g.raw_set(
+            "__lattice_kill_message",
+            coroutine::STOP_MESSAGE.to_str().expect("ascii"),
+        )?;
+        g.raw_set(
+            "__lattice_unwrap",
+            lua.create_function(|lua, v: LuaValue| unwrap_call_error(lua, v))?,
+        )?;
+
+        let redis = lua.create_table()?;
+        // Dispatches to the running script's command runner (a scoped function registered for
+        // the duration of each script).
+        redis.raw_set(
+            "pcall",
+            lua.create_function(|lua, args: MultiValue| {
+                let f: Function = lua.named_registry_value("lattice.dispatch")?;
+                f.call::<LuaValue>(args)
+            })?,
+        )?;
+        // A Rust function, not a Lua wrapper: a Lua function called as `return redis.call(..)`
+        // would be a tail call and take the script's frame (and line number) with it.
+        redis.raw_set(
+            "call",
+            lua.create_function(|lua, args: MultiValue| {
+                let f: Function = lua.named_registry_value("lattice.dispatch")?;
+                let r = f.call::<LuaValue>(args)?;
+                if let LuaValue::Table(t) = &r {
+                    if let Ok(LuaValue::String(e)) = t.raw_get::<LuaValue>("err") {
+                        return Err(mlua::Error::external(CallError(e.to_string_lossy())));
+                    }
+                }
+                Ok(r)
+            })?,
+        )?;
+        redis.raw_set(
+            "sha1hex",
+            lua.create_function(|_, s: mlua::LuaString| Ok(sha1_hex(&s.as_bytes())))?,
+        )?;
+        redis.raw_set(
+            "error_reply",
+            lua.create_function(|lua, s: mlua::LuaString| {
+                let t = lua.create_table()?;
+                t.raw_set("err", s)?;
+                Ok(t)
+            })?,
+        )?;
+        redis.raw_set(
+            "status_reply",
+            lua.create_function(|lua, s: mlua::LuaString| {
+                let t = lua.create_table()?;
+                t.raw_set("ok", s)?;
+                Ok(t)
+            })?,
+        )?;
+        // Logging goes nowhere: the node has no log sink (and no IO).
+        redis.raw_set("log", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+        redis.raw_set(
+            "setresp",
+            lua.create_function(|lua, v: i64| {
+                if v != 2 && v != 3 {
+                    return Err(mlua::Error::runtime("RESP version must be 2 or 3."));
+                }
+                lua.set_named_registry_value("lattice.resp", v)
+            })?,
+        )?;
+        // Effects are always replicated (each command's effect is captured); these exist for
+        // scripts written for older servers.
+        redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+        redis.raw_set("set_repl", lua.create_function(|_, _: i64| Ok(()))?)?;
+        for (name, v) in [
+            ("LOG_DEBUG", 0),
+            ("LOG_VERBOSE", 1),
+            ("LOG_NOTICE", 2),
+            ("LOG_WARNING", 3),
+            ("REPL_NONE", 0),
+            ("REPL_AOF", 1),
+            ("REPL_SLAVE", 2),
+            ("REPL_REPLICA", 2),
+            ("REPL_ALL", 3),
+        ] {
+            redis.raw_set(name, v)?;
+        }
+        g.raw_set("redis", redis)?;
+        // math.random / randomseed come from the per-script generator (registered per run).
+        let math: Table = g.raw_get("math")?;
+        math.raw_set(
+            "random",
+            lua.create_function(|lua, args: MultiValue| {
+                let f: Function = lua.named_registry_value("lattice.random")?;
+                f.call::<LuaValue>(args)
+            })?,
+        )?;
+        math.raw_set(
+            "randomseed",
+            lua.create_function(|lua, args: MultiValue| {
+                let f: Function = lua.named_registry_value("lattice.randomseed")?;
+                f.call::<()>(args)
+            })?,
+        )?;
+        // Before the prelude wraps `pcall`: the probe counts the C calls of the raw one.
+        let can_suspend = coroutine::layout_matches(&lua);
+        lua.load(PRELUDE).set_name("=prelude").exec()?;
+        Ok(Scripts {
+            lua,
+            cache: BTreeMap::new(),
+            cache_bytes: 0,
+            hook,
+            can_suspend,
+            running: None,
+        })
+    }
+
+    /// Number of cached scripts (INFO, tests).
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// Compiles `body` and caches it under its SHA-1 (a no-op if cached). Returns the SHA-1,
+    /// or the error reply (compile error, cache full).
+    pub(crate) fn load(&mut self, body: &[u8]) -> Result<String, String> {
+        let sha = sha1_hex(body);
+        if self.cache.contains_key(&sha) {
+            return Ok(sha);
+        }
+        if self.cache.len() >= MAX_CACHED_SCRIPTS
+            || self.cache_bytes + body.len() > MAX_CACHED_BYTES
+        {
+            return Err("ERR script cache is full: SCRIPT FLUSH to make room".into());
+        }
+        let func = self
+            .lua
+            .load(body)
+            .set_name("@user_script")
+            .into_function()
+            .map_err(|e| {
+                let text = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling script (new function): {text}")
+            })?;
+        self.cache_bytes += body.len();
+        self.cache.insert(
+            sha.clone(),
+            Cached {
+                body: Bytes::copy_from_slice(body),
+                func,
+            },
+        );
+        Ok(sha)
+    }
+
+    pub(crate) fn flush(&mut self) {
+        self.cache.clear();
+        self.cache_bytes = 0;
+        self.lua.gc_collect().ok();
+    }
+
+    /// The cached body of `sha` (tests, SCRIPT EXISTS).
+    pub fn body(&self, sha: &str) -> Option<&Bytes> {
+        self.cache.get(sha).map(|c| &c.body)
+    }
+}
+
+/// SHA-1 of `data` in lowercase hex, as `redis.sha1hex` and script IDs use it.
+pub fn sha1_hex(data: &[u8]) -> String {
+    sha1_smol::Sha1::from(data).digest().to_string()
+}
+
+/// An error reply raised by `redis.call`; scripts catching it with `pcall` see `{err=...}`.
+#[derive(Debug)]
+struct CallError(String);
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// The text of a `redis.call` error inside `e`, however mlua wrapped it on the way.
+fn call_error_text(e: &mlua::Error) -> Option<String> {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => call_error_text(cause),
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CallError>().map(|c| c.0.clone()),
+        mlua::Error::WithContext { cause, .. } => call_error_text(cause),
+        _ => None,
+    }
+}
+
+/// Turns a raised `redis.call` error back into the `{err=...}` table Redis scripts catch.
+pub(crate) fn unwrap_call_error(lua: &Lua, v: LuaValue) -> mlua::Result<LuaValue> {
+    if let LuaValue::Error(e) = &v {
+        if let Some(text) = call_error_text(e) {
+            return error_table(lua, text.as_bytes());
+        }
+    }
+    Ok(v)
+}
+
+impl Scripts {
+    /// Prepares the cached script `sha` to run for `conn`: KEYS and ARGV, RESP2 replies, a
+    /// fresh coroutine with the count hook, a fresh budget.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start(
+        &mut self,
+        conn: ConnId,
+        now: Micros,
+        sha: &str,
+        keys: &[Bytes],
+        argv: &[Bytes],
+        read_only: bool,
+        seed: u64,
+    ) -> Result<Running, Vec<u8>> {
+        let lua = &self.lua;
+        let setup = || -> mlua::Result<Thread> {
+            let g = lua.globals();
+            g.raw_set("KEYS", string_sequence(lua, keys)?)?;
+            g.raw_set("ARGV", string_sequence(lua, argv)?)?;
+            lua.set_named_registry_value("lattice.resp", 2)?;
+            lua.create_thread(self.cache[sha].func.clone())
+        };
+        let thread = setup().map_err(internal_error)?;
+        coroutine::install_hook(lua, &thread, HOOK_STEP);
+        self.hook.reset();
+        Ok(Running {
+            thread,
+            caller: conn,
+            sha: sha.to_string(),
+            read_only,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            started: now,
+            wrote: false,
+            killed: false,
+            timed_out: false,
+            silent: false,
+            close_caller: false,
+        })
+    }
+}
+
+fn string_sequence(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+pub(crate) fn internal_error(e: mlua::Error) -> Vec<u8> {
+    format!("ERR internal scripting error: {e}").into_bytes()
+}
+
+pub(crate) fn error_table(lua: &Lua, message: &[u8]) -> mlua::Result<LuaValue> {
+    let t = lua.create_table()?;
+    let text = message.strip_prefix(b"-").unwrap_or(message);
+    t.raw_set("err", lua.create_string(text)?)?;
+    Ok(LuaValue::Table(t))
+}

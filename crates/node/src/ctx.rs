@@ -1,0 +1,138 @@
+//! The command context: everything a command handler may read or change, and the key services
+//! handlers reach the keyspace through (`keys`), their output to other connections (`output`)
+//! and keyspace notifications (`notify`).
+//!
+//! Handlers receive a `&mut Core`; they never see the node that owns it (`crate::node`), which
+//! is only the sans-IO shell around this state. The dispatch policy (`crate::dispatch`) and
+//! the persistence and replication hooks work on the same `Core`.
+
+mod invariants;
+mod keys;
+mod notify;
+mod output;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+use lattice_crdt::NodeId;
+use lattice_store::Db;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::blocking::BlockRequest;
+use crate::buggify::Buggify;
+use crate::client::{ClientTable, ConnId};
+use crate::cmd::script::engine::Scripts;
+use crate::command::CommandTable;
+use crate::config::Config;
+use crate::io::ProcessStats;
+use crate::persist::state::Persist;
+use crate::repl::Replicator;
+use crate::stats::Stats;
+use crate::time::Micros;
+
+/// The node's command table entry: [`crate::command::CommandSpec`] over this context.
+pub type CommandSpec = crate::command::CommandSpec<Core>;
+
+/// Everything commands may touch. Split from the node so a handler can borrow it mutably while
+/// the connection's output buffer is borrowed by the call. Its fields are the crate's own:
+/// drivers see the node's narrow accessors instead.
+pub struct Core {
+    pub(crate) db: Db,
+    pub(crate) config: Config,
+    pub(crate) stats: Stats,
+    pub(crate) clients: ClientTable,
+    pub(crate) rng: ChaCha8Rng,
+    pub(crate) buggify: Buggify,
+    pub(crate) process: ProcessStats,
+    /// Every command, for dispatch, scripts, recovery and COMMAND.
+    pub(crate) table: CommandTable<Core>,
+    /// When the node started (ms), for INFO uptime.
+    pub(crate) start_ms: u64,
+    /// The latest time the node was given.
+    pub(crate) now: Micros,
+    /// 40 hex characters, drawn from the node's seed (INFO run_id).
+    pub(crate) run_id: String,
+    /// Pub/sub: channel or pattern -> subscribers, in connection order.
+    pub(crate) channels: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    pub(crate) patterns: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    /// WATCHed key -> watching clients.
+    pub(crate) watched_keys: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    /// Key -> clients parked on it, first come first served.
+    pub(crate) blocked_on: BTreeMap<Bytes, VecDeque<ConnId>>,
+    pub(crate) block_deadlines: BTreeSet<(u64, ConnId)>,
+    /// Keys changed since parked clients were last offered them.
+    pub(crate) ready_keys: Vec<Bytes>,
+    pub(crate) block_request: Option<BlockRequest>,
+    /// Clients released from blocking by a command (CLIENT UNBLOCK) whose pipelined requests
+    /// must now run.
+    pub(crate) released: Vec<ConnId>,
+    /// Connections with output or a close pending, in the order they became pending.
+    pub(crate) pending: VecDeque<ConnId>,
+    /// Replication state; None for a standalone node (cluster_size 1), which then keeps no
+    /// CRDT metadata at all.
+    pub(crate) repl: Option<Box<Replicator>>,
+    /// The Lua interpreter and script cache (EVAL, SCRIPT).
+    pub(crate) scripts: Scripts,
+    /// Persistence: records, syncs, held replies, snapshots (`crate::persist`).
+    pub(crate) persist: Persist,
+}
+
+impl Core {
+    /// The context of a node with `config` and the command `table`, drawing all its
+    /// randomness from `seed`, started at `now`.
+    pub(crate) fn new(
+        config: Config,
+        table: CommandTable<Core>,
+        seed: u64,
+        buggify: Buggify,
+        now: Micros,
+    ) -> Core {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let run_id = (0..20)
+            .map(|_| format!("{:02x}", rng.next_u64() as u8))
+            .collect();
+        let now_ms = now.as_millis();
+        let repl = (config.cluster_size > 1).then(|| {
+            Box::new(Replicator::new(
+                NodeId(config.node_id),
+                config.cluster_size,
+                now_ms,
+            ))
+        });
+        Core {
+            db: Db::new(),
+            config,
+            stats: Stats::default(),
+            clients: ClientTable::default(),
+            rng,
+            buggify,
+            process: ProcessStats::default(),
+            table,
+            start_ms: now_ms,
+            now,
+            run_id,
+            channels: BTreeMap::new(),
+            patterns: BTreeMap::new(),
+            watched_keys: BTreeMap::new(),
+            blocked_on: BTreeMap::new(),
+            block_deadlines: BTreeSet::new(),
+            ready_keys: Vec::new(),
+            block_request: None,
+            released: Vec::new(),
+            pending: VecDeque::new(),
+            repl,
+            scripts: Scripts::new(),
+            persist: Persist::default(),
+        }
+    }
+
+    pub fn random_u64(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+
+    /// Milliseconds since the node started.
+    pub fn uptime_ms(&self) -> u64 {
+        self.now.as_millis().saturating_sub(self.start_ms)
+    }
+}

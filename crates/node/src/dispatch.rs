@@ -1,0 +1,268 @@
+//! The dispatch policy: the rules that sit between a parsed request and its handler, in one
+//! place, with one way to refuse.
+//!
+//! A request is resolved (unknown command, unknown subcommand, arity), then admitted
+//! ([`Core::admission`]): authentication, the RESP2 subscribed-mode restriction, commands
+//! refused inside MULTI, BUSY while a script is past busy-reply-threshold, and MULTI queueing.
+//! Every refusal goes through [`Core::reject`], which does what Redis's `rejectCommand` does:
+//! it dooms a transaction being queued (EXEC then answers EXECABORT), and a refused EXEC
+//! aborts the transaction outright. What the handler runs inside ([`Core::run_handler`]) is
+//! the same for clients, EXEC, scripts and recovery: the write refusal while persistence
+//! fails, replication capture, persistence capture and the statistics.
+
+use bytes::{Bytes, BytesMut};
+use lattice_resp::{Protocol, ReplyWriter};
+
+use crate::client::ConnId;
+use crate::command::{find_subcommand, Call, Flag};
+use crate::ctx::{CommandSpec, Core};
+use crate::repl::state::Intent;
+
+/// Redis's reply to other clients while a script runs past busy-reply-threshold.
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// The reply to a `no-multi` command (SAVE, SHUTDOWN, ...) sent while queueing a transaction.
+pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
+
+/// What the policy decides for a request.
+enum Admission {
+    /// Run the handler now.
+    Run(&'static CommandSpec),
+    /// Queue it in the client's transaction and answer QUEUED.
+    Queue,
+    /// Refuse it with this error reply.
+    Reject(Rejection),
+}
+
+/// A refused request: the error, and the command it names if it was resolved (its
+/// `rejected_calls` are counted, as Redis counts them).
+struct Rejection {
+    message: Vec<u8>,
+    spec: Option<&'static CommandSpec>,
+}
+
+impl Core {
+    /// Runs one command for `conn`, writing its reply into `out`.
+    pub(crate) fn dispatch(
+        &mut self,
+        conn: ConnId,
+        args: &[Bytes],
+        out: &mut BytesMut,
+        proto: Protocol,
+    ) {
+        let mut call = Call::new(conn, args, self.now, ReplyWriter::new(out, proto));
+        let admission = match resolve(self, args) {
+            Ok(spec) => self.admission(conn, spec),
+            Err(unresolved) => Admission::Reject(Rejection {
+                message: unresolved.message(args),
+                spec: None,
+            }),
+        };
+        match admission {
+            Admission::Run(spec) => self.run_handler(spec, &mut call),
+            Admission::Queue => {
+                if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
+                    m.queued.push(args.to_vec());
+                }
+                call.out.simple(b"QUEUED");
+            }
+            Admission::Reject(rejection) => self.reject(&mut call, rejection),
+        }
+        if let Some(code) = call.error_code.take() {
+            self.stats.total_error_replies += 1;
+            *self.stats.errors.entry(code).or_insert(0) += 1;
+        }
+    }
+
+    /// The policy for a resolved command, in Redis's order of checks.
+    fn admission(&self, conn: ConnId, spec: &'static CommandSpec) -> Admission {
+        let Some(client) = self.clients.get(&conn) else {
+            return Admission::Run(spec);
+        };
+        let in_multi = client.multi.is_some();
+        let refuse = |message: Vec<u8>| {
+            Admission::Reject(Rejection {
+                message,
+                spec: Some(spec),
+            })
+        };
+        if self.config.requirepass.is_some() && !client.authenticated && !spec.has(Flag::NoAuth) {
+            return refuse(b"NOAUTH Authentication required.".to_vec());
+        }
+        if client.proto == Protocol::Resp2
+            && client.subscriptions() > 0
+            && !spec.has(Flag::AllowedWhileSubscribed)
+        {
+            return refuse(format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                spec.name
+            )
+            .into_bytes());
+        }
+        if in_multi && spec.has(Flag::NoMulti) {
+            return refuse(NOT_IN_MULTI.as_bytes().to_vec());
+        }
+        if self.scripts.running.as_ref().is_some_and(|r| r.timed_out) && !spec.has(Flag::AllowBusy)
+        {
+            return refuse(BUSY.as_bytes().to_vec());
+        }
+        if in_multi && !spec.has(Flag::RunsInsideMulti) {
+            return Admission::Queue;
+        }
+        Admission::Run(spec)
+    }
+
+    /// The one way a request is refused, as Redis's `rejectCommand`: counted against its
+    /// command, a transaction being queued is doomed, and a refused EXEC aborts the
+    /// transaction (`EXECABORT ... because of: <reason>`, as `execCommandAbort`).
+    fn reject(&mut self, call: &mut Call, rejection: Rejection) {
+        if let Some(spec) = rejection.spec {
+            self.stats.commands.entry(spec.name).rejected_calls += 1;
+        }
+        let client = self.clients.get_mut(&call.conn);
+        if call.args[0].eq_ignore_ascii_case(b"exec") {
+            if let Some(c) = client {
+                c.multi = None;
+            }
+            self.unwatch_all(call.conn);
+            let message = &rejection.message;
+            let reason = message.strip_prefix(b"ERR ").unwrap_or(message);
+            let mut text = b"EXECABORT Transaction discarded because of: ".to_vec();
+            text.extend_from_slice(reason);
+            return call.error_bytes(&text);
+        }
+        if let Some(m) = client.and_then(|c| c.multi.as_mut()) {
+            m.errored = true;
+        }
+        call.error_bytes(&rejection.message);
+    }
+
+    /// Calls the handler of `spec` and accounts for it.
+    pub(crate) fn run_handler(&mut self, spec: &'static CommandSpec, call: &mut Call) {
+        // Inside EXEC the connection's command stays EXEC (CLIENT INFO/LIST cmd=), as in Redis.
+        if let Some(c) = self.clients.get_mut(&call.conn).filter(|_| !call.in_exec) {
+            c.last_command = spec.name;
+        }
+        let handler = spec.handler.expect("resolve returns runnable commands");
+        if spec.is_write() {
+            if let Some(e) = self.persist_refuses_writes() {
+                self.stats.commands.entry(spec.name).rejected_calls += 1;
+                return call.error(&e);
+            }
+        }
+        let errors_before = call.error_code.is_some();
+        let intent = self.repl.as_ref().map(|_| intent_of(spec, call.args));
+        // Deferred captures are coalesced per intent: settle them before this command changes
+        // any of their keys in another way.
+        if let Some(i) = intent {
+            if self.repl.as_ref().is_some_and(|r| r.must_settle_before(i)) {
+                self.settle_captures();
+            }
+        }
+        handler(self, call);
+        if self.persist.active {
+            self.persist_after_command(spec.has(Flag::LoggedAsCommand), call.args);
+        }
+        if let Some(intent) = intent {
+            if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
+                self.capture_dirty(intent, !spec.has(Flag::KeepsValue));
+            }
+        }
+        self.stats.total_commands_processed += 1;
+        let s = self.stats.commands.entry(spec.name);
+        s.calls += 1;
+        if call.failed() && !errors_before {
+            s.failed_calls += 1;
+        }
+    }
+}
+
+/// The intent of a command's numeric changes for replication (see [`Intent`]).
+fn intent_of(spec: &CommandSpec, args: &[Bytes]) -> Intent {
+    let increments = spec.has(Flag::Increments)
+        || (spec.has(Flag::IncrementsWithIncrOption)
+            && args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")));
+    if increments {
+        Intent::Increment
+    } else {
+        Intent::Assign
+    }
+}
+
+/// Why a request names no runnable command.
+pub(crate) enum Unresolved {
+    /// No such command.
+    Command,
+    /// The container exists, the subcommand does not.
+    Subcommand(&'static CommandSpec),
+    /// The command (or container without its subcommand) got a wrong number of arguments.
+    Arity(&'static CommandSpec),
+}
+
+impl Unresolved {
+    /// The exact Redis error for a client's request `args`.
+    pub(crate) fn message(&self, args: &[Bytes]) -> Vec<u8> {
+        match self {
+            Unresolved::Command => unknown_command(args),
+            Unresolved::Subcommand(container) => format!(
+                "ERR unknown subcommand '{}'. Try {} HELP.",
+                truncate_lossy(&args[1], 128),
+                container.name.to_ascii_uppercase()
+            )
+            .into_bytes(),
+            Unresolved::Arity(spec) => {
+                format!("ERR wrong number of arguments for '{}' command", spec.name).into_bytes()
+            }
+        }
+    }
+}
+
+/// Finds the runnable command for `args` (the command, or its subcommand for a container,
+/// with an acceptable number of arguments). Clients, EXEC and scripts all resolve through it.
+pub(crate) fn resolve(core: &Core, args: &[Bytes]) -> Result<&'static CommandSpec, Unresolved> {
+    let spec = core.table.find(&args[0]).ok_or(Unresolved::Command)?;
+    // A container dispatches on its subcommand; COMMAND also runs alone (no subcommand).
+    let spec = if !spec.subcommands.is_empty() && (spec.handler.is_none() || args.len() >= 2) {
+        if args.len() < 2 {
+            return Err(Unresolved::Arity(spec));
+        }
+        find_subcommand(spec, &args[1]).ok_or(Unresolved::Subcommand(spec))?
+    } else {
+        spec
+    };
+    if !spec.arity_ok(args.len()) {
+        return Err(Unresolved::Arity(spec));
+    }
+    Ok(spec)
+}
+
+fn truncate_lossy(b: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
+}
+
+/// Redis 7's wording: the name, then up to 128 bytes of quoted arguments. Like Redis's `%.*s`,
+/// each piece ends at its first NUL byte; other bytes are echoed as they are.
+fn unknown_command(args: &[Bytes]) -> Vec<u8> {
+    fn c_str(b: &[u8], max: usize) -> &[u8] {
+        let b = &b[..b.len().min(max)];
+        match b.iter().position(|&c| c == 0) {
+            Some(n) => &b[..n],
+            None => b,
+        }
+    }
+    let mut rest: Vec<u8> = Vec::new();
+    for a in &args[1..] {
+        if rest.len() >= 128 {
+            break;
+        }
+        let room = 128 - rest.len();
+        rest.push(b'\'');
+        rest.extend_from_slice(c_str(a, room));
+        rest.extend_from_slice(b"' ");
+    }
+    let mut msg = b"ERR unknown command '".to_vec();
+    msg.extend_from_slice(c_str(&args[0], 128));
+    msg.extend_from_slice(b"', with args beginning with: ");
+    msg.extend_from_slice(&rest);
+    msg
+}

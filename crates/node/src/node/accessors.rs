@@ -1,0 +1,106 @@
+//! What drivers and checkers may read or tell the node besides inputs: narrow views of its
+//! state (never the command context itself), recovery, and measured command times.
+
+use bytes::Bytes;
+
+use super::Node;
+use crate::client::ConnId;
+use crate::config::Config;
+use crate::time::Micros;
+
+impl Node {
+    pub fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// The entry stored under `key`, as it is: no lazy expiry, no statistics (checkers read
+    /// recovered state with it).
+    pub fn stored_entry(&self, key: &[u8]) -> Option<&lattice_store::Entry> {
+        self.core.db.get_raw(key)
+    }
+
+    /// Every stored entry, in no particular order (checkers).
+    pub fn stored_entries(&self) -> impl Iterator<Item = &lattice_store::Entry> {
+        self.core.db.iter()
+    }
+
+    /// How many buggify faults this node has injected so far.
+    pub fn buggify_fired(&self) -> u64 {
+        self.core.buggify.fired()
+    }
+
+    /// True while the driver reports a persistence write or sync failure.
+    pub fn persist_failing(&self) -> bool {
+        self.core.persist.fault.is_some()
+    }
+
+    /// Snapshots completed since the node started.
+    pub fn snapshots_taken(&self) -> u64 {
+        self.core.persist.snapshots
+    }
+
+    /// Makes this node persist: it captures changes and emits persistence outputs from now
+    /// on (the driver has a disk). Called once, after recovery's [`crate::Input::Loaded`].
+    pub fn enable_persistence(&mut self) {
+        self.core.enable_persistence();
+    }
+
+    /// Recovery: applies one snapshot chunk or log record read back from disk, through the
+    /// same code that applies RESTORE payloads. Nothing is logged for it.
+    pub fn load(&mut self, now: Micros, data: &[u8]) -> Result<u64, String> {
+        self.advance(now);
+        self.core.load_payload(data)
+    }
+
+    /// True while a script is suspended between slices: [`Node::poll_timeout`] then asks for
+    /// the next slice at once. A driver should let other inputs in before it (the server's
+    /// event loop serves the ready connections between slices), and a simulator charges the
+    /// slice virtual time.
+    #[must_use]
+    pub fn script_running(&self) -> bool {
+        self.core.scripts.running.is_some()
+    }
+
+    /// Charges `usec` of measured execution time to the command named `name` (the driver
+    /// measures, the node only counts, so INFO commandstats has real figures without the node
+    /// reading a clock).
+    pub fn charge_command_time(&mut self, name: &'static str, usec: u64) {
+        if let Some(s) = self.core.stats.commands.get_mut(name) {
+            s.usec += usec;
+        }
+    }
+
+    /// A hint that a request with `args` is about to be handled: the driver calls it for every
+    /// request of a pipeline before handing any of them over, so the first key's memory is
+    /// being fetched for all of them at once (see `lattice_store::Db::prefetch`), and so is the
+    /// second argument's member when the key holds a hash or a set. Most commands name a key
+    /// first; for the rest the hint is wasted, never wrong. Changes nothing.
+    pub fn prefetch(&self, args: &[Bytes]) {
+        if let Some(key) = args.get(1) {
+            // HSET/HGET/SADD/SISMEMBER... name the member next.
+            self.core.db.prefetch(key, args.get(2).map(|m| &m[..]));
+        }
+    }
+
+    /// Name of the last command `conn` ran, for [`Node::charge_command_time`].
+    pub fn last_command(&self, conn: ConnId) -> Option<&'static str> {
+        self.core.clients.get(&conn).map(|c| c.last_command)
+    }
+
+    /// Digest of this replica's whole replicated state (every key's value, causal metadata,
+    /// tombstones and expiry). Replicas that have exchanged everything have equal digests.
+    /// Standalone nodes (cluster_size 1) keep no replicated state and answer 0.
+    #[must_use]
+    pub fn replication_digest(&mut self) -> u64 {
+        self.core.settle_captures();
+        self.core.repl.as_mut().map_or(0, |r| r.digest())
+    }
+
+    /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
+    /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
+    #[must_use]
+    pub fn string_stamp(&mut self, key: &[u8]) -> Option<lattice_crdt::Hlc> {
+        self.core.settle_key(key);
+        self.core.repl.as_ref()?.state(key)?.string_stamp()
+    }
+}

@@ -1,0 +1,123 @@
+//! The node's persistence state: what is being logged, synced, held and snapshotted. Plain
+//! data with its own bookkeeping, so the command context can own it without depending on the
+//! persistence logic (`crate::persist`), which works on the whole context.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::client::ConnId;
+use crate::io::Output;
+
+/// Why a snapshot is being taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotKind {
+    /// SAVE or SHUTDOWN SAVE: all slices at once, callers answered when it is on disk.
+    Save,
+    /// BGSAVE, BGREWRITEAOF, automatic compaction, appendonly switched on.
+    Background,
+}
+
+pub(crate) struct Snapshot {
+    pub(crate) next_slot: usize,
+    pub(crate) keys: u64,
+    pub(crate) started_ms: u64,
+    /// Every slice is out; waiting for SnapshotDone.
+    pub(crate) ended: bool,
+    pub(crate) waiters: Vec<ConnId>,
+    pub(crate) log_bytes_at_begin: u64,
+    pub(crate) changes_at_begin: u64,
+}
+
+/// The node's persistence state (in `Core::persist`).
+#[derive(Default)]
+pub struct Persist {
+    /// The driver writes to a disk (set by [`crate::Node::enable_persistence`]); otherwise
+    /// nothing is logged and nothing held (the simulator's other modes, clustered nodes).
+    pub active: bool,
+    /// Changes are being captured (appendonly, or a snapshot in progress).
+    pub(crate) logging: bool,
+    pub(crate) dirty: Vec<Bytes>,
+    /// Commands logged as such (OP_CMD), in order; they go before the key states of the same
+    /// record, whose states already include their effect.
+    pub(crate) commands: Vec<u8>,
+    pub(crate) clear: bool,
+    /// Last record emitted, and the last one the driver made durable.
+    pub seq: u64,
+    pub synced: u64,
+    pub(crate) sync_requested: u64,
+    pub(crate) last_sync_request_ms: u64,
+    pub(crate) out: VecDeque<Output>,
+    /// Replies held until their record is durable: (record, connection, bytes), in order.
+    pub(crate) held: VecDeque<(u64, ConnId, Bytes)>,
+    pub(crate) released: VecDeque<Output>,
+    pub(crate) snapshot: Option<Snapshot>,
+    /// The last write or sync error, while it lasts.
+    pub fault: Option<String>,
+    pub(crate) unsynced_since_ms: Option<u64>,
+    pub(crate) unsynced_bytes: u64,
+    /// SHUTDOWN waits for its snapshot.
+    pub(crate) shutdown_after_save: bool,
+    // Figures for INFO persistence.
+    pub log_bytes: u64,
+    pub base_bytes: u64,
+    pub changes_since_save: u64,
+    pub lastsave_s: u64,
+    pub last_snapshot_ok: bool,
+    pub last_snapshot_error: Option<String>,
+    pub last_snapshot_ms: Option<u64>,
+    pub snapshots: u64,
+    pub write_errors: u64,
+    pub last_sync_ms: u64,
+    pub loaded_keys: u64,
+    pub loaded_records: u64,
+}
+
+impl Persist {
+    /// A key changed (`Core::modified`): counted for INFO, and noted for the next record while
+    /// changes are being captured.
+    pub(crate) fn note_modified(&mut self, key: &[u8]) {
+        self.changes_since_save += 1;
+        if self.logging {
+            self.dirty.push(Bytes::copy_from_slice(key));
+        }
+    }
+
+    /// Replies must wait for `seq` to be durable.
+    pub(crate) fn must_hold(&self, always: bool) -> bool {
+        if cfg!(feature = "planted-durability-bug") {
+            // Acknowledges before the fsync: the simulator's crash checker must catch it.
+            return false;
+        }
+        always && self.seq > self.synced && self.fault.is_none()
+    }
+
+    pub(crate) fn note_unsynced(&mut self, now_ms: u64, bytes: u64) {
+        if self.unsynced_since_ms.is_none() {
+            self.unsynced_since_ms = Some(now_ms);
+        }
+        self.unsynced_bytes += bytes;
+    }
+
+    /// Milliseconds the oldest record not yet durable has waited (INFO `aof_fsync_lag_ms`).
+    pub fn fsync_lag_ms(&self, now_ms: u64) -> u64 {
+        self.unsynced_since_ms
+            .map_or(0, |t| now_ms.saturating_sub(t))
+    }
+
+    pub fn snapshot_in_progress(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    pub fn snapshot_started_ms(&self) -> Option<u64> {
+        self.snapshot.as_ref().map(|s| s.started_ms)
+    }
+
+    pub fn pending_records(&self) -> u64 {
+        self.seq - self.synced
+    }
+
+    pub fn held_replies(&self) -> usize {
+        self.held.len()
+    }
+}
