@@ -287,6 +287,10 @@ pub struct Config {
     pub appendfsync: crate::persist::Fsync,
     pub auto_aof_rewrite_percentage: u64,
     pub auto_aof_rewrite_min_size: u64,
+    /// `s3-durability sync`: a write is acknowledged only once the object store holds it (the
+    /// driver reports `Persisted` for records both synced and uploaded), so every record is
+    /// synced at once, as under `appendfsync always`. A start-up setting of the driver's.
+    pub ack_after_upload: bool,
 }
 
 impl Default for Config {
@@ -310,6 +314,7 @@ impl Default for Config {
             appendfsync: crate::persist::Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,
             auto_aof_rewrite_min_size: 0,
+            ack_after_upload: false,
         };
         c.refresh();
         c

@@ -140,6 +140,29 @@ pub struct Persist {
     pub last_sync_ms: u64,
     pub loaded_keys: u64,
     pub loaded_records: u64,
+    /// The object-store upload's figures, set by the driver when a bucket is configured.
+    pub upload: Option<UploadFigures>,
+}
+
+/// What INFO persistence shows of the upload to the object store (the `s3_` fields). The
+/// driver's uploader owns these numbers; the node only prints them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UploadFigures {
+    /// `async` (acknowledged after the local fsync) or `sync` (after the upload).
+    pub mode: &'static str,
+    /// Synced log bytes and pieces not yet in the bucket, and the most bytes seen waiting.
+    pub lag_bytes: u64,
+    pub lag_segments: u64,
+    pub max_lag_bytes: u64,
+    /// Last record the bucket holds as a restorable chain (snapshot plus pieces).
+    pub uploaded_seq: u64,
+    pub uploads: u64,
+    pub upload_errors: u64,
+    pub last_upload_ok: bool,
+    pub last_error: String,
+    /// Times the backlog passed its bound and was replaced by a fresh snapshot to upload.
+    pub backlog_resets: u64,
+    pub snapshots_uploaded: u64,
 }
 
 impl Persist {
@@ -338,9 +361,15 @@ impl Core {
             data: Bytes::from(data),
             resume,
         });
-        if self.config.appendfsync == Fsync::Always {
+        if self.acks_wait_for_persisted() {
             self.request_sync(now_ms);
         }
+    }
+
+    /// Replies wait for `Persisted`: under `appendfsync always`, and under `s3-durability
+    /// sync`, where the driver reports a record persisted once it is uploaded too.
+    fn acks_wait_for_persisted(&self) -> bool {
+        self.config.appendfsync == Fsync::Always || self.config.ack_after_upload
     }
 
     fn request_sync(&mut self, now_ms: u64) {
@@ -363,7 +392,7 @@ impl Core {
     /// Whether `conn`'s pending output must wait for its record; if so it is taken into the
     /// held queue and true returned.
     pub(crate) fn persist_hold(&mut self, conn: ConnId) -> bool {
-        let always = self.config.appendfsync == Fsync::Always;
+        let always = self.acks_wait_for_persisted();
         let p = &mut self.persist;
         let Some(c) = self.clients.get_mut(&conn) else {
             return false;
@@ -768,6 +797,18 @@ impl crate::Node {
         core.persist.logging = core.logging_wanted();
     }
 
+    /// Starts a background snapshot (as BGREWRITEAOF) unless one runs; the driver asks for one
+    /// when the object store needs a fresh base. Returns whether one started.
+    pub fn request_snapshot(&mut self) -> bool {
+        self.core_mut()
+            .start_snapshot(SnapshotKind::Background, None)
+    }
+
+    /// The object-store upload's figures for INFO persistence.
+    pub fn set_upload_figures(&mut self, figures: UploadFigures) {
+        self.core_mut().persist.upload = Some(figures);
+    }
+
     /// Recovery: applies one snapshot chunk or log record read back from disk, through the
     /// same code that applies RESTORE payloads. Nothing is logged for it.
     pub fn load(&mut self, now: crate::Micros, data: &[u8]) -> Result<u64, String> {
@@ -833,6 +874,23 @@ pub(crate) fn write_info(core: &Core, now_ms: u64, t: &mut String) {
             p.last_snapshot_error.as_deref().unwrap_or(""),
             p.loaded_keys,
             p.loaded_records,
+        );
+    }
+    if let Some(u) = &p.upload {
+        let _ = write!(
+            t,
+            "s3_durability:{}\r\ns3_lag_bytes:{}\r\ns3_lag_segments:{}\r\ns3_max_lag_bytes:{}\r\ns3_uploaded_seq:{}\r\ns3_uploads:{}\r\ns3_upload_errors:{}\r\ns3_last_upload_ok:{}\r\ns3_last_error:{}\r\ns3_backlog_resets:{}\r\ns3_snapshots_uploaded:{}\r\n",
+            u.mode,
+            u.lag_bytes,
+            u.lag_segments,
+            u.max_lag_bytes,
+            u.uploaded_seq,
+            u.uploads,
+            u.upload_errors,
+            u8::from(u.last_upload_ok),
+            u.last_error,
+            u.backlog_resets,
+            u.snapshots_uploaded,
         );
     }
 }
