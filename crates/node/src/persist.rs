@@ -452,7 +452,8 @@ impl Core {
         }
     }
 
-    /// MISCONF for write commands while the disk fails: always under `always` (nothing could
+    /// MISCONF for write commands while the disk fails: always under `always` and
+    /// `s3-durability sync` (nothing could
     /// be acknowledged), and under the other policies once the backlog passes its bound.
     pub(crate) fn persist_refuses_writes(&self) -> Option<String> {
         let p = &self.persist;
@@ -460,9 +461,7 @@ impl Core {
         if !self.config.appendonly {
             return None;
         }
-        if self.config.appendfsync == Fsync::Always
-            || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT
-        {
+        if self.acks_wait_for_persisted() || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT {
             return Some(format!(
                 "MISCONF Errors writing to the AOF file: {fault}. Commands that may modify the data set are disabled until the disk accepts writes again (see INFO persistence)."
             ));

@@ -32,6 +32,8 @@ pub struct Host {
     last_now_us: u64,
     /// Writes the node's persistence outputs to the data directory (standalone nodes).
     pub persist: Option<Persister<LocalDir>>,
+    /// Wakes the object-store task when there is something to upload (a bucket configured).
+    pub upload_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 struct PeerLink {
@@ -56,6 +58,7 @@ impl Host {
             link_stats,
             last_now_us: now.0,
             persist: None,
+            upload_wake: None,
         }
     }
 
@@ -137,7 +140,33 @@ impl Host {
                 break;
             }
         }
+        if let (Some(p), Some(wake)) = (self.persist.as_ref(), self.upload_wake.as_ref()) {
+            if p.upload_has_work(now) {
+                wake.notify_one();
+            }
+        }
         close_own
+    }
+
+    /// The next object-store call the uploader wants made.
+    pub fn poll_upload(&mut self, now: Micros) -> Option<lattice_persist::Call> {
+        self.persist.as_mut()?.poll_call(&mut self.node, now)
+    }
+
+    /// When the uploader next wants polling, in µs of the node's clock.
+    pub fn upload_timeout(&self) -> Option<u64> {
+        self.persist.as_ref()?.upload_timeout()
+    }
+
+    /// An object-store call's answer.
+    pub fn upload_done(&mut self, id: u64, result: Result<lattice_persist::ObjectReply, String>) {
+        let now = self.now();
+        if let Some(p) = self.persist.as_mut() {
+            p.call_done(&mut self.node, now, id, result);
+            for line in p.take_log() {
+                tracing::warn!("persistence: {line}");
+            }
+        }
     }
 
     /// Carries out one output that is not the persister's.
