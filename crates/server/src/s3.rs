@@ -32,6 +32,7 @@ pub struct S3Settings {
 }
 
 /// A bucket and prefix with a client for them.
+#[derive(Clone)]
 pub struct Bucket {
     client: aws_sdk_s3::Client,
     bucket: String,
@@ -177,6 +178,9 @@ impl Bucket {
     }
 }
 
+/// Downloads a restore runs at once.
+const RESTORE_PARALLEL_GETS: usize = 16;
+
 /// What a restore fetched, for the start-up log line.
 pub struct Restored {
     pub start: Start,
@@ -211,14 +215,26 @@ pub async fn restore(bucket: &Bucket, dir: &Path) -> Result<Restored, String> {
             .and_then(|_| f.sync_data())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
+    // Many small pieces (one per round trip under `sync`): fetched several at a time.
     let mut bytes = 0u64;
-    for (key, name) in &fetched {
-        let data = bucket
-            .get(key)
-            .await?
-            .ok_or_else(|| format!("{key} vanished from the bucket during the restore"))?;
+    let mut pending = fetched.iter().cloned();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        while running.len() < RESTORE_PARALLEL_GETS {
+            let Some((key, name)) = pending.next() else {
+                break;
+            };
+            let b = bucket.clone();
+            running.spawn(async move { (b.get(&key).await, key, name) });
+        }
+        let Some(done) = running.join_next().await else {
+            break;
+        };
+        let (data, key, name) = done.map_err(|e| format!("a download task failed: {e}"))?;
+        let data =
+            data?.ok_or_else(|| format!("{key} vanished from the bucket during the restore"))?;
         bytes += data.len() as u64;
-        write(name, &data)?;
+        write(&name, &data)?;
     }
     // The manifest last: without it a half-restored directory holds no snapshot to trust.
     if let Some(text) = &manifest {
