@@ -36,8 +36,6 @@ pub struct SimBucket {
     pub weather: Weather,
     rng: Rand,
     in_flight: Option<InFlight>,
-    pub calls: u64,
-    pub failed_calls: u64,
 }
 
 impl SimBucket {
@@ -47,15 +45,12 @@ impl SimBucket {
             weather: Weather::Fine,
             rng: Rand::new(seed),
             in_flight: None,
-            calls: 0,
-            failed_calls: 0,
         }
     }
 
     /// Starts `call`; one still in flight (given up on) lands or not first.
     pub fn start(&mut self, now_us: u64, call: Call) {
         self.settle_abandoned();
-        self.calls += 1;
         let (latency_us, lands, answered) = match self.weather {
             Weather::Fine => (self.rng.range(1_000, 20_000), true, true),
             Weather::Slow => (self.rng.range(100_000, 600_000), true, true),
@@ -64,7 +59,6 @@ impl SimBucket {
         };
         let answer = answered.then(|| {
             if !lands {
-                self.failed_calls += 1;
                 return Err("503 Slow Down (simulated)".to_string());
             }
             Ok(match &call.request {
@@ -82,7 +76,7 @@ impl SimBucket {
 
     /// The answer of the call in flight, if it is due: its effect applied first.
     pub fn finish(&mut self, now_us: u64) -> Option<(u64, Result<ObjectReply, String>)> {
-        if !self.in_flight.as_ref().is_some_and(|f| f.due_us <= now_us) {
+        if self.in_flight.as_ref().is_none_or(|f| f.due_us > now_us) {
             return None;
         }
         let f = self.in_flight.take().expect("checked");

@@ -199,7 +199,7 @@ struct Client {
 /// Outcome of one seed.
 #[derive(Default, Debug, Clone)]
 pub struct Summary {
-    pub policy: String,
+    pub policy: &'static str,
     pub crashes: u64,
     pub acked: u64,
     pub refused: u64,
@@ -207,10 +207,8 @@ pub struct Summary {
     pub full_periods: u64,
     pub snapshots: u64,
     /// `none`, `async` or `sync`.
-    pub s3: String,
+    pub s3: &'static str,
     pub bucket_restores: u64,
-    pub s3_faults: u64,
-    pub s3_calls: u64,
     pub digest: u64,
 }
 
@@ -570,13 +568,17 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         hash: Xxh3::new(),
         sync_due: None,
         s: Summary {
-            policy: format!("{policy:?}").to_lowercase(),
+            policy: match policy {
+                Policy::Always => "always",
+                Policy::Everysec => "everysec",
+                Policy::No => "no",
+            },
             ..Summary::default()
         },
     };
     r.s.s3 = match (&r.bucket, s3_mode) {
-        (None, _) => "none".into(),
-        (Some(_), m) => m.name().into(),
+        (None, _) => "none",
+        (Some(_), m) => m.name(),
     };
     let fail = |r: &Run, e: String| Err((r.s.clone(), format!("{e} (policy {:?})", r.policy)));
     let fresh = Start::Restored {
@@ -609,7 +611,6 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
             if let Some(b) = r.bucket.as_mut() {
                 if step == storm_at {
                     b.weather = storm;
-                    r.s.s3_faults += 1;
                 } else if step == storm_until {
                     b.weather = Weather::Fine;
                 }
@@ -712,7 +713,6 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         if let Err(e) = r.drain_upload() {
             return fail(&r, e);
         }
-        r.s.s3_calls = r.bucket.as_ref().map_or(0, |b| b.calls);
     }
     r.s.digest = r.hash.digest();
     Ok(r.s)

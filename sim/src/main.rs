@@ -562,8 +562,8 @@ fn durability_swarm(lo: u64, hi: u64, jobs: Option<usize>) -> ExitCode {
                         t.4 += a.refused;
                         t.5 += a.snapshots;
                         format!(
-                            "seed={seed} ok policy={} s3={} crashes={} acked={} refused={} torn={} disk_full={} snapshots={} s3_faults={} s3_calls={} bucket_restores={} digest={:016x}",
-                            a.policy, a.s3, a.crashes, a.acked, a.refused, a.torn, a.full_periods, a.snapshots, a.s3_faults, a.s3_calls, a.bucket_restores, a.digest
+                            "seed={seed} ok policy={} s3={} crashes={} acked={} refused={} torn={} disk_full={} snapshots={} bucket_restores={} digest={:016x}",
+                            a.policy, a.s3, a.crashes, a.acked, a.refused, a.torn, a.full_periods, a.snapshots, a.bucket_restores, a.digest
                         )
                     }
                     (Err((a, e)), _) => {
