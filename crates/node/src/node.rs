@@ -515,6 +515,7 @@ impl Node {
         let repl = (config.cluster_size > 1).then(|| {
             Box::new(Replicator::new(
                 NodeId(config.node_id),
+                NodeId(config.dot_node_id()),
                 config.cluster_size,
                 now_ms,
             ))

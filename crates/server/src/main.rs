@@ -5,6 +5,7 @@ mod cluster;
 mod disk;
 mod event_loop;
 mod host;
+mod incarnation;
 mod nap;
 mod process;
 mod s3;
@@ -186,6 +187,12 @@ fn cluster_settings(
         .ok_or("--seeds needs --node-id (a number >= 1, different on every replica)".to_string())?;
     if node_id == 0 {
         return Err("--node-id must be a number >= 1".into());
+    }
+    if node_id >= lattice_node::MAX_NODE_ID_WITH_INCARNATION {
+        return Err(format!(
+            "--node-id must be below {} in a cluster (the rest of a write's stamp is the replica's incarnation)",
+            lattice_node::MAX_NODE_ID_WITH_INCARNATION
+        ));
     }
     let port = c.cluster_port.ok_or(
         "--seeds needs --cluster-port (the port on --bind where replicas reach this node)"
@@ -393,7 +400,7 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let settings = match settings(Args::parse()) {
+    let mut settings = match settings(Args::parse()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("lattice-server: {e}");
@@ -406,6 +413,18 @@ fn main() {
             settings.dir.display()
         );
         std::process::exit(2);
+    }
+    if settings.cluster.is_some() {
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        match incarnation::next(&settings.dir, now_s) {
+            Ok(n) => settings.node.incarnation = n,
+            Err(e) => {
+                eprintln!("lattice-server: {e}");
+                std::process::exit(2);
+            }
+        }
     }
     // Clients are served by event loops on their own threads (`--threads` of them; with one,
     // connections run in the order their input arrived, Redis's own behaviour, which its test
@@ -448,6 +467,7 @@ async fn run(s: Settings) -> Result<(), String> {
     // The node's randomness (RANDOMKEY, run id) needs no secrecy; any varying seed will do.
     let seed = now.0 ^ ((std::process::id() as u64) << 32);
     let cluster_size = s.node.cluster_size;
+    let (incarnation, dot_id) = (s.node.incarnation, s.node.dot_node_id());
     let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
     // A standalone node recovers its data directory and persists to it. A clustered node
     // keeps today's behaviour, starting empty and catching up from its peers (its per-key
@@ -509,7 +529,12 @@ async fn run(s: Settings) -> Result<(), String> {
         }
         Some(p)
     } else {
-        tracing::info!("clustered node: persistence off, state comes from the peers");
+        tracing::info!(
+            "clustered node: persistence off, state comes from the peers; incarnation {} \
+             (writes stamped as replica {})",
+            incarnation,
+            dot_id
+        );
         None
     };
     let link_stats = Arc::new(LinkStats::default());
