@@ -11,6 +11,8 @@ use crate::{Dir, Kind, Store};
 
 /// The figures recovery reports, for the start-up log line.
 pub struct Loaded {
+    /// The last record loaded (the log continues after it).
+    pub last_seq: u64,
     pub keys: u64,
     pub records: u64,
     /// Repairs made (torn tails cut, leftovers removed), for the driver's log.
@@ -51,6 +53,7 @@ impl<D: Dir> Persister<D> {
         );
         node.enable_persistence();
         let loaded = Loaded {
+            last_seq: rec.last_seq,
             keys: rec.snapshot_keys,
             records: rec.records,
             notes: rec.notes.clone(),

@@ -6,9 +6,10 @@
 //! together with the data those writes replaced.
 //!
 //! A directory without the file (a new replica, or one whose directory was wiped) starts from a
-//! number taken from the wall clock (seconds, modulo the 20-bit space), so a wiped replica
-//! reuses an earlier start's number only if it starts in the same second of the ~12-day cycle
-//! as that start did.
+//! number taken from the wall clock (milliseconds, modulo the 20-bit space), so a wiped replica
+//! reuses an earlier start's number only if it starts in the same millisecond of the
+//! ~17-minute cycle as that start did (milliseconds rather than seconds: a replica restarted
+//! at once, as a test or a supervisor does, is always a few milliseconds later).
 
 use std::fs::{self, File};
 use std::io::Write as _;
@@ -19,7 +20,7 @@ use lattice_node::MAX_INCARNATION;
 const FILE: &str = "INCARNATION";
 
 /// Reads the previous incarnation in `dir`, durably records the next one and returns it.
-pub fn next(dir: &Path, now_unix_s: u64) -> Result<u32, String> {
+pub fn next(dir: &Path, now_unix_ms: u64) -> Result<u32, String> {
     let path = dir.join(FILE);
     let next = match fs::read_to_string(&path) {
         Ok(text) => {
@@ -30,7 +31,7 @@ pub fn next(dir: &Path, now_unix_s: u64) -> Result<u32, String> {
             prev % MAX_INCARNATION + 1
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            (now_unix_s % u64::from(MAX_INCARNATION)) as u32 + 1
+            (now_unix_ms % u64::from(MAX_INCARNATION)) as u32 + 1
         }
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };

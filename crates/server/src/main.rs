@@ -415,10 +415,10 @@ fn main() {
         std::process::exit(2);
     }
     if settings.cluster.is_some() {
-        let now_s = std::time::SystemTime::now()
+        let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        match incarnation::next(&settings.dir, now_s) {
+            .map_or(0, |d| d.as_millis() as u64);
+        match incarnation::next(&settings.dir, now_ms) {
             Ok(n) => settings.node.incarnation = n,
             Err(e) => {
                 eprintln!("lattice-server: {e}");
@@ -477,6 +477,7 @@ async fn run(s: Settings) -> Result<(), String> {
         None => None,
     };
     let mut upload_start = lattice_persist::Start::LocalData;
+    let mut restored_pieces = Vec::new();
     if let (Some(b), Some(cfg)) = (&bucket, &s.s3) {
         let empty = std::fs::read_dir(&s.dir)
             .map_err(|e| format!("cannot read {}: {e}", s.dir.display()))?
@@ -500,6 +501,7 @@ async fn run(s: Settings) -> Result<(), String> {
                 started.elapsed().as_millis()
             );
             upload_start = r.start;
+            restored_pieces = r.pieces;
         }
     }
     let persister = if s.cluster.is_none() {
@@ -517,6 +519,21 @@ async fn run(s: Settings) -> Result<(), String> {
             loaded.records,
             started.elapsed().as_millis()
         );
+        if let (Some(b), lattice_persist::Start::Restored { last_seq, .. }) =
+            (&bucket, &upload_start)
+        {
+            if loaded.last_seq != *last_seq {
+                // Recovery stopped before the chain's end (a resume point): the records after
+                // it are not part of this history; the bucket gets a new base instead.
+                tracing::warn!(
+                    "the bucket's log continues past record {} where recovery stopped; its pieces after it are removed and a new base is uploaded",
+                    loaded.last_seq
+                );
+                b.drop_pieces_after(&restored_pieces, loaded.last_seq)
+                    .await?;
+                upload_start = lattice_persist::Start::LocalData;
+            }
+        }
         if let Some(cfg) = &s.s3 {
             let config = lattice_persist::UploadConfig {
                 mode: cfg.mode,

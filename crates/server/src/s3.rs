@@ -167,6 +167,18 @@ impl Bucket {
         }
     }
 
+    /// Deletes the pieces among `pieces` holding records after `seq`: a restore whose recovery
+    /// stopped early (at a resume point, §33) must not leave them to be confused with the
+    /// pieces that will number the same records differently.
+    pub async fn drop_pieces_after(&self, pieces: &[String], seq: u64) -> Result<(), String> {
+        let beyond: Vec<String> = pieces
+            .iter()
+            .filter(|k| lattice_persist::parse_piece_key(k).is_some_and(|(_, last)| last > seq))
+            .cloned()
+            .collect();
+        self.delete(&beyond).await
+    }
+
     async fn perform(&self, request: ObjectRequest) -> Result<ObjectReply, String> {
         match request {
             ObjectRequest::Put { key, data } => {
@@ -184,6 +196,8 @@ const RESTORE_PARALLEL_GETS: usize = 16;
 /// What a restore fetched, for the start-up log line.
 pub struct Restored {
     pub start: Start,
+    /// The chain's pieces, for [`Bucket::drop_pieces_after`].
+    pub pieces: Vec<String>,
     pub objects: usize,
     pub bytes: u64,
 }
@@ -244,6 +258,7 @@ pub async fn restore(bucket: &Bucket, dir: &Path) -> Result<Restored, String> {
         .and_then(|d| d.sync_all())
         .map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
     Ok(Restored {
+        pieces: plan.pieces.iter().map(|(k, _)| k.clone()).collect(),
         start: Start::Restored {
             base_seq: plan.snapshot.as_ref().map_or(0, |s| s.0),
             last_seq: plan.last_seq,
