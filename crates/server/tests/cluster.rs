@@ -740,6 +740,12 @@ fn idle_links_stay_up_and_come_back_after_a_peer_restarts() {
     );
 }
 
+/// SADD s `member` and INCR c.
+fn add_and_count(c: &mut redis::Connection, member: &str) {
+    let _: i64 = redis::cmd("SADD").arg("s").arg(member).query(c).unwrap();
+    let _: i64 = redis::cmd("INCR").arg("c").query(c).unwrap();
+}
+
 /// A replica killed and restarted under its old id, once on its directory and once on a wiped
 /// one, starts without its state; its new writes must not be taken for ones its peers saw
 /// before (they were, when a restart reused the old dots: every replica then lost data).
@@ -751,12 +757,7 @@ fn a_replica_restarted_under_its_old_id_keeps_its_new_writes() {
     for (round, wipe) in [false, true].into_iter().enumerate() {
         let mut c2 = cluster.nodes[1].client();
         for k in 0..5 {
-            let _: i64 = redis::cmd("SADD")
-                .arg("s")
-                .arg(format!("r{round}-{k}"))
-                .query(&mut c2)
-                .unwrap();
-            let _: i64 = redis::cmd("INCR").arg("c").query(&mut c2).unwrap();
+            add_and_count(&mut c2, &format!("r{round}-{k}"));
         }
         members += 5;
         let mut conns = cluster.clients();
@@ -784,13 +785,7 @@ fn a_replica_restarted_under_its_old_id_keeps_its_new_writes() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let mut c2 = cluster.nodes[1].client();
-        let _: i64 = redis::cmd("SADD")
-            .arg("s")
-            .arg(format!("after-{round}"))
-            .query(&mut c2)
-            .unwrap();
-        let _: i64 = redis::cmd("INCR").arg("c").query(&mut c2).unwrap();
+        add_and_count(&mut cluster.nodes[1].client(), &format!("after-{round}"));
         members += 1;
         let mut conns = cluster.clients();
         converge(
