@@ -9,7 +9,7 @@ export CARGO_TERM_COLOR ?= never
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause \
         jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
-        fuzz fuzz-quick
+        fuzz fuzz-quick s3-deps s3-test s3-outage s3-restore-1m
 
 ## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
 run:
@@ -20,7 +20,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster jepsen-quick crash-test fuzz-quick
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster jepsen-quick crash-test fuzz-quick s3-test
 	@echo "make test: all layers passed"
 
 ## Real-process crash test: kill -9 under write load, restart, every acknowledged write checked
@@ -89,9 +89,11 @@ difftest:
 	done
 
 ## Simulation swarm: 200 seeds with every fault class; 200 durability seeds (crash/restart with
-## lost unsynced bytes, torn writes, disk full; each run twice for determinism); the planted
-## durability bug (acknowledging before fsync) must be caught; the router's planted bug (a write
-## delivered to the wrong connection) must be caught, and the same seeds pass without it.
+## lost unsynced bytes, torn writes, disk full, a slow/failing/hanging object store, crashes
+## that lose the disk and restore from the bucket; each run twice for determinism); the planted
+## durability bugs (acknowledging before the fsync, or before the upload) must be caught; the
+## router's planted bug (a write delivered to the wrong connection) must be caught, and the same
+## seeds pass without it.
 sim:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --strict
@@ -99,6 +101,7 @@ sim:
 	$(CARGO) test -q -p lattice-sim --features planted-durability-bug durability
 	$(CARGO) test -q -p lattice-sim router_plant
 	$(CARGO) test -q -p lattice-sim --features planted-router-bug router_plant
+	$(CARGO) test -q -p lattice-sim --features planted-upload-bug durability
 
 ## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,
 ## counter, set, register and list checkers over the history of every request.
@@ -113,6 +116,32 @@ soak:
 determinism:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..100 --determinism
+
+## S3: lattice-server uploading to a real S3-compatible server (moto, installed from PyPI into
+## target/s3-venv and run on 127.0.0.1 with a free port): restore of an empty directory from the
+## bucket, S3 frozen under write load (nothing lost, lag bounded and drained), and
+## `s3-durability sync` across kill -9 (scripts/s3-test.py). s3-outage freezes S3 for 30 s;
+## s3-restore-1m restores 1,000,000 keys.
+S3_PY := target/s3-venv/bin/python
+
+s3-deps:
+	@python3 -c 'import venv, ensurepip' 2>/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv; }
+	@[ -x target/s3-venv/bin/moto_server ] || \
+	  { python3 -m venv target/s3-venv && target/s3-venv/bin/pip install -q 'moto[server]>=5,<6'; }
+
+s3-test: s3-deps
+	$(CARGO) build --release -p lattice-server
+	$(S3_PY) scripts/s3-test.py --keys 20000 --outage-s 5
+
+s3-outage: s3-deps
+	$(CARGO) build --release -p lattice-server
+	$(S3_PY) scripts/s3-test.py --keys 100000 --outage-s 30
+
+s3-restore-1m: s3-deps
+	$(CARGO) build --release -p lattice-server
+	$(S3_PY) scripts/s3-test.py --keys 1000000 --outage-s 0 --no-sync
 
 ## Redis 7.0.15's own Tcl suites against lattice-server and redis-server.
 compat: deps

@@ -17,15 +17,30 @@
 //! After a disk-full period ends, writes must be acknowledged again (service resumes).
 //! `--features planted-durability-bug` makes the node acknowledge before the sync; the
 //! `always` check must then fail.
+//!
+//! Two seeds in three also upload to a simulated object store (`crate::bucket`) whose weather
+//! changes (slow calls past the timeout, failing calls, calls that never answer), under
+//! `s3-durability async` or `sync`. Some crashes lose the whole disk, and the node restores
+//! from the bucket. Promises checked:
+//! - `sync`: every acknowledged write survives any crash, the disk's loss included;
+//! - `async`: the local promise above for a crash that keeps the disk; a restore from the
+//!   bucket is a prefix of the history; the backlog never passes its bound
+//!   (`Uploader::check_invariants`);
+//! - both: once the store answers again, the lag drains to nothing and a restore from the
+//!   bucket equals the node's state.
+//!
+//! `--features planted-upload-bug` acknowledges `sync` writes after the local fsync alone;
+//! the loss-of-disk check must catch it.
 
 use std::collections::BTreeMap;
 use std::io;
 
 use bytes::Bytes;
 use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, Output};
-use lattice_persist::{Dir, Persister};
+use lattice_persist::{AckMode, Dir, Persister, Start, UploadConfig, Uploader};
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::bucket::{SimBucket, Weather};
 use crate::rng::Rand;
 
 #[derive(Default)]
@@ -55,6 +70,22 @@ impl SimDisk {
             lost_bytes: 0,
             failed_writes: 0,
         }
+    }
+
+    /// A disk holding `files`, all durable (a directory restored from the bucket).
+    fn restored(seed: u64, files: Vec<(String, Bytes)>) -> SimDisk {
+        let mut disk = SimDisk::new(seed);
+        for (name, data) in files {
+            let durable = data.len();
+            disk.files.insert(
+                name,
+                SimFile {
+                    data: data.to_vec(),
+                    durable,
+                },
+            );
+        }
+        disk
     }
 
     /// Power loss: unsynced bytes are lost, except a random prefix that made it, whose end
@@ -168,17 +199,22 @@ struct Client {
 /// Outcome of one seed.
 #[derive(Default, Debug, Clone)]
 pub struct Summary {
-    pub policy: String,
+    pub policy: &'static str,
     pub crashes: u64,
     pub acked: u64,
     pub refused: u64,
     pub torn: u64,
     pub full_periods: u64,
     pub snapshots: u64,
+    /// `none`, `async` or `sync`.
+    pub s3: &'static str,
+    pub bucket_restores: u64,
     pub digest: u64,
 }
 
 const KEYS: usize = 40;
+/// `Client::waiting` for a BGSAVE or BGREWRITEAOF (not a write).
+const ADMIN: usize = usize::MAX;
 const CLIENTS: usize = 4;
 const EVERYSEC_BOUND_US: u64 = 1_200_000;
 
@@ -198,6 +234,9 @@ struct Run {
     s: Summary,
     /// When the fsync asked for completes.
     sync_due: Option<u64>,
+    /// The object store, when this seed uploads.
+    bucket: Option<SimBucket>,
+    s3_mode: AckMode,
 }
 
 fn args(parts: &[&[u8]]) -> Vec<Bytes> {
@@ -205,8 +244,9 @@ fn args(parts: &[&[u8]]) -> Vec<Bytes> {
 }
 
 impl Run {
-    fn config(policy: Policy) -> Config {
+    fn config(policy: Policy, ack_after_upload: bool) -> Config {
         let mut c = Config::default();
+        c.ack_after_upload = ack_after_upload;
         c.set_initial("appendonly", "yes").expect("valid");
         let p = match policy {
             Policy::Always => "always",
@@ -220,16 +260,35 @@ impl Run {
         c
     }
 
-    fn boot(&mut self, disk: SimDisk) -> Result<(), String> {
+    /// The uploader's knobs scaled to the simulation's few kilobytes of log and seconds.
+    fn upload_config(mode: AckMode) -> UploadConfig {
+        UploadConfig {
+            mode,
+            piece_bytes: 2048,
+            piece_interval_us: 100_000,
+            max_backlog_bytes: 16 << 10,
+            call_timeout_us: 200_000,
+            timeout_us_per_mib: 0,
+            retry_min_us: 10_000,
+            retry_max_us: 400_000,
+        }
+    }
+
+    fn boot(&mut self, disk: SimDisk, start: Start) -> Result<(), String> {
         let seed = self.rng.next();
+        let sync = self.bucket.is_some() && self.s3_mode == AckMode::Sync;
         let mut node = Node::new(
-            Self::config(self.policy),
+            Self::config(self.policy, sync),
             seed,
             Buggify::disabled(),
             Micros(self.now),
         );
-        let (driver, _loaded) = Persister::recover(disk, &mut node, Micros(self.now))
+        let (mut driver, _loaded) = Persister::recover(disk, &mut node, Micros(self.now))
             .map_err(|e| format!("recovery failed at t={}us: {e}", self.now))?;
+        if self.bucket.is_some() {
+            let u = Uploader::new(Self::upload_config(self.s3_mode), start);
+            driver.attach_uploader(u, &mut node);
+        }
         self.node = node;
         self.driver = Some(driver);
         self.clients.clear();
@@ -289,6 +348,9 @@ impl Run {
             while let Some(end) = c.buf.windows(2).position(|w| w == b"\r\n") {
                 let line: Vec<u8> = c.buf.drain(..end + 2).collect();
                 if let Some((key, version)) = c.waiting.take() {
+                    if key == ADMIN {
+                        continue;
+                    }
                     if line.starts_with(b"+OK") || line.starts_with(b":") {
                         self.acked[key] = Some((version, self.now));
                         self.s.acked += 1;
@@ -300,16 +362,40 @@ impl Run {
         }
     }
 
+    /// The object store's part of a step: a due answer delivered, the next call started.
+    fn upload_step(&mut self) {
+        let Some(bucket) = self.bucket.as_mut() else {
+            return;
+        };
+        let now = Micros(self.now);
+        let driver = self.driver.as_mut().expect("booted");
+        if let Some((id, result)) = bucket.finish(self.now) {
+            driver.call_done(&mut self.node, now, id, result);
+        }
+        if let Some(call) = driver.poll_call(&mut self.node, now) {
+            bucket.start(self.now, call);
+        }
+        self.drain();
+        let driver = self.driver.as_ref().expect("booted");
+        driver.uploader().expect("attached").check_invariants();
+    }
+
+    /// Time passes by up to 3 ms; a client may send a request (`writes`).
     fn step(&mut self) {
-        self.now += self.rng.range(0, 3000);
+        self.step_with(true, 3000);
+    }
+
+    fn step_with(&mut self, writes: bool, max_advance_us: u64) {
+        self.now += self.rng.range(0, max_advance_us);
         if self.sync_due.is_some_and(|t| t <= self.now) {
             self.sync_due = None;
             let driver = self.driver.as_mut().expect("booted");
             driver.sync(&mut self.node, Micros(self.now));
             self.drain();
         }
+        self.upload_step();
         let i = self.rng.below(CLIENTS as u64) as usize;
-        if self.clients[i].waiting.is_none() {
+        if writes && self.clients[i].waiting.is_none() {
             let conn = self.clients[i].conn;
             if self.rng.pct(1) {
                 let cmd: &[u8] = if self.rng.pct(50) {
@@ -324,6 +410,8 @@ impl Run {
                         args: args(&[cmd]),
                     },
                 );
+                // Its reply comes before the next write's, held or not.
+                self.clients[i].waiting = Some((ADMIN, 0));
             } else {
                 // One key in five is the list `big`, which RPUSH grows past the size where its
                 // changes are logged as commands rather than states.
@@ -334,7 +422,8 @@ impl Run {
                 };
                 // Only writes the node runs count as executed; a refused one changes nothing
                 // (and the list's next element keeps its number).
-                let refused = self.node.persist_failing() && self.policy == Policy::Always;
+                let refused = self.node.persist_failing()
+                    && (self.policy == Policy::Always || self.node.config().ack_after_upload);
                 let v = self.versions[key] + 1;
                 if !refused {
                     self.versions[key] = v;
@@ -398,8 +487,8 @@ impl Run {
     }
 
     /// The recovered state must be the state after a prefix of the executed writes, and hold
-    /// every write the policy promised to keep.
-    fn check(&self, crash_at: u64) -> Result<(), String> {
+    /// every write `promise` (the policy, or what the object store's mode promises) kept.
+    fn check(&self, crash_at: u64, promise: Policy) -> Result<(), String> {
         let found = self.found()?;
         // Prefix: the last executed write reflected must come before the first one that is
         // not (for its key, the write after the recovered version).
@@ -431,15 +520,14 @@ impl Run {
         }
         for (k, a) in self.acked.iter().enumerate() {
             let Some((v, at)) = *a else { continue };
-            let promised = match self.policy {
+            let promised = match promise {
                 Policy::Always => true,
                 Policy::Everysec => at + EVERYSEC_BOUND_US < crash_at,
                 Policy::No => false,
             };
             if promised && found[k] < v {
                 return Err(format!(
-                    "{:?}: k{k} version {v} was acknowledged at t={at}us, {} ms before the crash, and is lost (recovered version {})",
-                    self.policy,
+                    "{promise:?}: k{k} version {v} was acknowledged at t={at}us, {} ms before the crash, and is lost (recovered version {})",
                     crash_at.saturating_sub(at) / 1000,
                     found[k]
                 ));
@@ -458,7 +546,14 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         _ => Policy::No,
     };
     let disk = SimDisk::new(rng.next());
+    let (bucket, s3_mode) = match rng.below(3) {
+        0 => (None, AckMode::Async),
+        1 => (Some(SimBucket::new(rng.next())), AckMode::Async),
+        _ => (Some(SimBucket::new(rng.next())), AckMode::Sync),
+    };
     let mut r = Run {
+        bucket,
+        s3_mode,
         node: Node::new(Config::default(), 0, Buggify::disabled(), Micros(0)),
         rng,
         now: 1_700_000_000_000_000,
@@ -472,33 +567,66 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         hash: Xxh3::new(),
         sync_due: None,
         s: Summary {
-            policy: format!("{policy:?}").to_lowercase(),
+            policy: match policy {
+                Policy::Always => "always",
+                Policy::Everysec => "everysec",
+                Policy::No => "no",
+            },
             ..Summary::default()
         },
     };
+    r.s.s3 = match (&r.bucket, s3_mode) {
+        (None, _) => "none",
+        (Some(_), m) => m.name(),
+    };
     let fail = |r: &Run, e: String| Err((r.s.clone(), format!("{e} (policy {:?})", r.policy)));
-    if let Err(e) = r.boot(disk) {
+    let fresh = Start::Restored {
+        base_seq: 0,
+        last_seq: 0,
+    };
+    if let Err(e) = r.boot(disk, fresh) {
         return fail(&r, e);
     }
     let crashes = r.rng.range(2, 5);
     for _ in 0..crashes {
         let steps = r.rng.range(200, 1500);
         let full_at = r.rng.pct(40).then(|| r.rng.below(steps));
-        let mut full_until = None;
+        let full_until = full_at.map(|at| at + r.rng.range(20, 200));
         let mut acked_before_full_end = 0;
+        // The object store's weather for a stretch of this period.
+        let storm_at = r.rng.below(steps);
+        let storm_until = storm_at + r.rng.range(20, 600);
+        let storm = *r
+            .rng
+            .pick(&[Weather::Slow, Weather::Failing, Weather::Hanging]);
+        // Under `sync` an acknowledgement needs the store too: service resumes once both
+        // the disk and the store are back (and the uploader's backoff has run out).
+        let sync = r.bucket.is_some() && s3_mode == AckMode::Sync;
+        let (resume_from, margin) = match full_until {
+            Some(f) if sync => (Some(f.max(storm_until)), 400),
+            other => (other, 100),
+        };
         for step in 0..steps {
+            if let Some(b) = r.bucket.as_mut() {
+                if step == storm_at {
+                    b.weather = storm;
+                } else if step == storm_until {
+                    b.weather = Weather::Fine;
+                }
+            }
             if Some(step) == full_at {
                 r.driver.as_mut().expect("booted").dir_mut().full = true;
-                full_until = Some(step + r.rng.range(20, 200));
                 r.s.full_periods += 1;
             }
             if Some(step) == full_until {
                 r.driver.as_mut().expect("booted").dir_mut().full = false;
+            }
+            if Some(step) == resume_from {
                 acked_before_full_end = r.s.acked;
             }
             r.step();
         }
-        if let Some(end) = full_until.filter(|&e| e + 100 < steps) {
+        if let Some(end) = resume_from.filter(|&e| e + margin < steps) {
             // Service resumes: writes were acknowledged after the disk came back.
             if r.s.acked == acked_before_full_end {
                 return fail(
@@ -520,11 +648,42 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         r.s.crashes += 1;
         r.hash.update(&disk.lost_bytes.to_le_bytes());
         r.now += 1_000;
-        if let Err(e) = r.boot(disk) {
+        // With a bucket, a crash may take the disk with it: the node restores from the bucket.
+        let mut start = Start::LocalData;
+        let mut promise = policy;
+        if let Some(b) = r.bucket.as_mut() {
+            b.crash();
+            if s3_mode == AckMode::Sync {
+                promise = Policy::Always;
+            }
+            if r.rng.pct(30) {
+                let (plan, files) = match b.restore() {
+                    Ok(x) => x,
+                    Err(e) => return fail(&r, format!("restore from the bucket: {e}")),
+                };
+                disk = SimDisk::restored(r.rng.next(), files);
+                start = Start::Restored {
+                    base_seq: plan.snapshot.map_or(0, |s| s.0),
+                    last_seq: plan.last_seq,
+                };
+                r.s.bucket_restores += 1;
+                if s3_mode == AckMode::Async {
+                    // Only the prefix: the upload lags behind the acknowledgements.
+                    promise = Policy::No;
+                }
+            }
+        }
+        let restored = matches!(start, Start::Restored { .. });
+        if let Err(e) = r.boot(disk, start) {
             return fail(&r, e);
         }
-        if let Err(e) = r.check(crash_at) {
-            return fail(&r, format!("after crash {}: {e}", r.s.crashes));
+        if let Err(e) = r.check(crash_at, promise) {
+            let from = if restored {
+                " (the disk lost, restored from the bucket)"
+            } else {
+                ""
+            };
+            return fail(&r, format!("after crash {}{from}: {e}", r.s.crashes));
         }
         // Versions executed before the crash but lost are gone for good: the history goes on
         // from what was recovered.
@@ -534,22 +693,99 @@ pub fn run(seed: u64) -> Result<Summary, (Summary, String)> {
         };
         // The list restarts from what was recovered: versions go on from its length.
         r.versions[KEYS] = found[KEYS];
-        r.executed = (0..=KEYS)
-            .filter(|&k| found[k] > 0)
-            .map(|k| (k, found[k]))
-            .collect();
+        // The history keeps the recovered prefix (a later restore from a lagging bucket may
+        // go back further into it) and drops the lost suffix.
+        let kept = r
+            .executed
+            .iter()
+            .position(|&(k, v)| v > found[k])
+            .unwrap_or(r.executed.len());
+        r.executed.truncate(kept);
         for (k, a) in r.acked.iter_mut().enumerate() {
-            *a = (found[k] > 0).then_some((found[k], 0));
+            if a.is_some_and(|(v, _)| v > found[k]) {
+                *a = None;
+            }
         }
         r.node.check_invariants();
+    }
+    if r.bucket.is_some() {
+        if let Err(e) = r.drain_upload() {
+            return fail(&r, e);
+        }
     }
     r.s.digest = r.hash.digest();
     Ok(r.s)
 }
 
+impl Run {
+    /// The store answers again and the writes stop: within 30 s of virtual time the lag must
+    /// drain to nothing, and a restore from the bucket must equal the node's state.
+    fn drain_upload(&mut self) -> Result<(), String> {
+        self.bucket.as_mut().expect("uploading").weather = Weather::Fine;
+        self.driver.as_mut().expect("booted").dir_mut().full = false;
+        let deadline = self.now + 30_000_000;
+        let drained = |r: &Run| {
+            let d = r.driver.as_ref().expect("booted");
+            let u = d.uploader().expect("attached");
+            u.lag_bytes() == 0
+                && !u.wants_snapshot()
+                && u.uploaded_seq() >= d.store().synced_seq()
+                && d.store().synced_seq() == d.store().framed_seq()
+        };
+        while self.now < deadline && !drained(self) {
+            self.step_with(false, 20_000);
+            if let Some(t) = self.node.poll_timeout() {
+                if t.0 <= self.now {
+                    self.node.handle_timeout(Micros(self.now));
+                    self.drain();
+                }
+            }
+        }
+        if !drained(self) {
+            let d = self.driver.as_ref().expect("booted");
+            let u = d.uploader().expect("attached");
+            return Err(format!(
+                "the upload did not drain in 30 s once the store answered: lag {} bytes, uploaded seq {}, synced seq {}, snapshot wanted {}",
+                u.lag_bytes(),
+                u.uploaded_seq(),
+                d.store().synced_seq(),
+                u.wants_snapshot()
+            ));
+        }
+        let want = self.found()?;
+        let (_, files) = self
+            .bucket
+            .as_mut()
+            .expect("uploading")
+            .restore()
+            .map_err(|e| format!("restore from the drained bucket: {e}"))?;
+        let mut node = Node::new(
+            Self::config(self.policy, false),
+            1,
+            Buggify::disabled(),
+            Micros(self.now),
+        );
+        let disk = SimDisk::restored(0, files);
+        Persister::recover(disk, &mut node, Micros(self.now))
+            .map_err(|e| format!("loading the drained bucket: {e}"))?;
+        let live = std::mem::replace(&mut self.node, node);
+        let got = self.found();
+        self.node = live;
+        let got = got?;
+        if got != want {
+            let k = (0..want.len()).find(|&k| got[k] != want[k]).unwrap_or(0);
+            return Err(format!(
+                "a restore from the drained bucket differs from the node: key {k} has version {} there, {} in the node",
+                got[k], want[k]
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    #[cfg(not(feature = "planted-durability-bug"))]
+    #[cfg(not(any(feature = "planted-durability-bug", feature = "planted-upload-bug")))]
     #[test]
     fn seeds_keep_every_promise() {
         for seed in 0..20 {
@@ -557,6 +793,18 @@ mod tests {
                 panic!("seed {seed}: {e}");
             }
         }
+    }
+
+    /// `s3-durability sync` acknowledging before the upload must be caught by the crashes
+    /// that lose the disk.
+    #[cfg(feature = "planted-upload-bug")]
+    #[test]
+    fn acknowledging_before_the_upload_is_caught() {
+        let caught = (0..60)
+            .filter_map(|seed| super::run(seed).err())
+            .filter(|(s, e)| s.s3 == "sync" && e.contains("acknowledged"))
+            .count();
+        assert!(caught > 0, "the planted upload bug went unnoticed");
     }
 
     /// The node built to acknowledge before its records are durable must be caught.

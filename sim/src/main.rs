@@ -12,6 +12,7 @@
 mod against;
 #[cfg(test)]
 mod blocking;
+mod bucket;
 #[cfg(test)]
 mod busy;
 mod check;
@@ -529,6 +530,8 @@ fn durability_swarm(lo: u64, hi: u64, jobs: Option<usize>) -> ExitCode {
     let started = Instant::now();
     let features = if cfg!(feature = "planted-durability-bug") {
         " --features planted-durability-bug"
+    } else if cfg!(feature = "planted-upload-bug") {
+        " --features planted-upload-bug"
     } else {
         ""
     };
@@ -563,15 +566,15 @@ fn durability_swarm(lo: u64, hi: u64, jobs: Option<usize>) -> ExitCode {
                         t.4 += a.refused;
                         t.5 += a.snapshots;
                         format!(
-                            "seed={seed} ok policy={} crashes={} acked={} refused={} torn={} disk_full={} snapshots={} digest={:016x}",
-                            a.policy, a.crashes, a.acked, a.refused, a.torn, a.full_periods, a.snapshots, a.digest
+                            "seed={seed} ok policy={} s3={} crashes={} acked={} refused={} torn={} disk_full={} snapshots={} bucket_restores={} digest={:016x}",
+                            a.policy, a.s3, a.crashes, a.acked, a.refused, a.torn, a.full_periods, a.snapshots, a.bucket_restores, a.digest
                         )
                     }
                     (Err((a, e)), _) => {
                         failures.lock().expect("lock").push(seed);
                         format!(
-                            "seed={seed} FAILED policy={}: {e}\n  replay: cargo run --release -p lattice-sim{features} -- --durability --seed {seed}",
-                            a.policy
+                            "seed={seed} FAILED policy={} s3={}: {e}\n  replay: cargo run --release -p lattice-sim{features} -- --durability --seed {seed}",
+                            a.policy, a.s3
                         )
                     }
                 };

@@ -284,8 +284,14 @@ pub struct Config {
     pub requirepass: Option<String>,
     /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
-    /// This replica's identity in the cluster (never reused; breaks timestamp ties).
+    /// This replica's identity in the cluster (its links, its place in GC's reports).
     pub node_id: u32,
+    /// Which start of this replica this is (0: not tracked, the simulators). A driver that
+    /// persists it gives every start a new one; the replica's writes are stamped with
+    /// [`Config::dot_node_id`], so a replica restarted without its replicated state starts a
+    /// fresh dot sequence instead of reissuing dots its peers saw before the restart (which
+    /// they would take as old news, dropping the new writes and the data they replace).
+    pub incarnation: u32,
     /// Replicas in the cluster, this one included (1 = standalone: no replication metadata is
     /// kept). Garbage collection of causal metadata waits until this many replicas have
     /// acknowledged, so a configured peer that never connected holds GC back instead of
@@ -295,6 +301,10 @@ pub struct Config {
     pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
     pub auto_aof_rewrite_min_size: u64,
+    /// `s3-durability sync`: a write is acknowledged only once the object store holds it (the
+    /// driver reports `Persisted` for records both synced and uploaded), so every record is
+    /// synced at once, as under `appendfsync always`. A start-up setting of the driver's.
+    pub ack_after_upload: bool,
 }
 
 impl Default for Config {
@@ -313,18 +323,36 @@ impl Default for Config {
             requirepass: None,
             notify_keyspace_events: 0,
             node_id: 1,
+            incarnation: 0,
             cluster_size: 1,
             appendonly: true,
             appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,
             auto_aof_rewrite_min_size: 0,
+            ack_after_upload: false,
         };
         c.refresh();
         c
     }
 }
 
+/// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
+pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;
+const INCARNATION_SHIFT: u32 = 12;
+/// Incarnations are numbered 1..MAX_INCARNATION (wrapping).
+pub const MAX_INCARNATION: u32 = (1 << (32 - INCARNATION_SHIFT)) - 1;
+
 impl Config {
+    /// The id this replica's writes are stamped with: `node_id` alone without an incarnation,
+    /// else the incarnation in the high 20 bits and `node_id` (below 4096) in the low 12.
+    pub fn dot_node_id(&self) -> u32 {
+        if self.incarnation == 0 {
+            return self.node_id;
+        }
+        debug_assert!(self.node_id < MAX_NODE_ID_WITH_INCARNATION);
+        (self.incarnation << INCARNATION_SHIFT) | self.node_id
+    }
+
     /// Sets a parameter at start-up (immutable ones included), validating it.
     pub fn set_initial(&mut self, name: &str, value: &str) -> Result<(), String> {
         self.set_inner(name, value, true)

@@ -96,6 +96,7 @@ impl Core {
         let repl = (config.cluster_size > 1).then(|| {
             Box::new(Replicator::new(
                 NodeId(config.node_id),
+                NodeId(config.dot_node_id()),
                 config.cluster_size,
                 now_ms,
             ))

@@ -26,5 +26,5 @@ pub mod time;
 
 pub use buggify::Buggify;
 pub use client::ConnId;
-pub use config::Config;
+pub use config::{Config, MAX_INCARNATION, MAX_NODE_ID_WITH_INCARNATION};
 pub use node::{Input, Micros, Node, NodeId, Output, ProcessStats};

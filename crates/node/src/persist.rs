@@ -25,7 +25,7 @@ use crate::io::{Input, Output};
 pub mod state;
 
 use state::Snapshot;
-pub use state::{Persist, SnapshotKind};
+pub use state::{Persist, SnapshotKind, UploadFigures};
 
 /// Keys put into one snapshot slice at most (whole slots; a slot holds ~1/16384 of the keys).
 pub const SNAPSHOT_SLICE_KEYS: usize = 4096;
@@ -197,9 +197,15 @@ impl Core {
             data: Bytes::from(data),
             resume,
         });
-        if self.config.appendfsync == Fsync::Always {
+        if self.acks_wait_for_persisted() {
             self.request_sync(now_ms);
         }
+    }
+
+    /// Replies wait for `Persisted`: under `appendfsync always`, and under `s3-durability
+    /// sync`, where the driver reports a record persisted once it is uploaded too.
+    fn acks_wait_for_persisted(&self) -> bool {
+        self.config.appendfsync == Fsync::Always || self.config.ack_after_upload
     }
 
     fn request_sync(&mut self, now_ms: u64) {
@@ -222,7 +228,7 @@ impl Core {
     /// Whether `conn`'s pending output must wait for its record; if so it is taken into the
     /// held queue and true returned.
     pub(crate) fn persist_hold(&mut self, conn: ConnId) -> bool {
-        let always = self.config.appendfsync == Fsync::Always;
+        let always = self.acks_wait_for_persisted();
         let p = &mut self.persist;
         let Some(c) = self.clients.get_mut(&conn) else {
             return false;
@@ -282,17 +288,16 @@ impl Core {
         }
     }
 
-    /// MISCONF for write commands while the disk fails: always under `always` (nothing could
-    /// be acknowledged), and under the other policies once the backlog passes its bound.
+    /// MISCONF for write commands while the disk fails: always under `always` and
+    /// `s3-durability sync` (nothing could be acknowledged), and under the other policies once
+    /// the backlog passes its bound.
     pub(crate) fn persist_refuses_writes(&self) -> Option<String> {
         let p = &self.persist;
         let fault = p.fault.as_ref()?;
         if !self.config.appendonly {
             return None;
         }
-        if self.config.appendfsync == Fsync::Always
-            || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT
-        {
+        if self.acks_wait_for_persisted() || p.unsynced_bytes > MAX_UNSYNCED_BYTES_ON_FAULT {
             return Some(format!(
                 "MISCONF Errors writing to the AOF file: {fault}. Commands that may modify the data set are disabled until the disk accepts writes again (see INFO persistence)."
             ));
@@ -686,6 +691,23 @@ pub(crate) fn write_info(core: &Core, now_ms: u64, t: &mut String) {
             p.last_snapshot_error.as_deref().unwrap_or(""),
             p.loaded_keys,
             p.loaded_records,
+        );
+    }
+    if let Some(u) = &p.upload {
+        let _ = write!(
+            t,
+            "s3_durability:{}\r\ns3_lag_bytes:{}\r\ns3_lag_segments:{}\r\ns3_max_lag_bytes:{}\r\ns3_uploaded_seq:{}\r\ns3_uploads:{}\r\ns3_upload_errors:{}\r\ns3_last_upload_ok:{}\r\ns3_last_error:{}\r\ns3_backlog_resets:{}\r\ns3_snapshots_uploaded:{}\r\n",
+            u.mode,
+            u.lag_bytes,
+            u.lag_segments,
+            u.max_lag_bytes,
+            u.uploaded_seq,
+            u.uploads,
+            u.upload_errors,
+            u8::from(u.last_upload_ok),
+            u.last_error,
+            u.backlog_resets,
+            u.snapshots_uploaded,
         );
     }
 }

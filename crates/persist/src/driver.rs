@@ -6,10 +6,13 @@ use std::io;
 
 use lattice_node::{Input, Micros, Node, Output};
 
+use crate::upload::{AckMode, Call, ObjectReply, Uploader};
 use crate::{Dir, Kind, Store};
 
 /// The figures recovery reports, for the start-up log line.
 pub struct Loaded {
+    /// The last record loaded (the log continues after it).
+    pub last_seq: u64,
     pub keys: u64,
     pub records: u64,
     /// Repairs made (torn tails cut, leftovers removed), for the driver's log.
@@ -29,6 +32,8 @@ pub struct Persister<D: Dir> {
     /// Events worth a line in the driver's log (failures, recoveries, snapshots), taken with
     /// [`Persister::take_log`].
     log: Vec<String>,
+    /// What goes to the object store, when a bucket is configured.
+    upload: Option<Uploader>,
 }
 
 impl<D: Dir> Persister<D> {
@@ -48,6 +53,7 @@ impl<D: Dir> Persister<D> {
         );
         node.enable_persistence();
         let loaded = Loaded {
+            last_seq: rec.last_seq,
             keys: rec.snapshot_keys,
             records: rec.records,
             notes: rec.notes.clone(),
@@ -59,6 +65,7 @@ impl<D: Dir> Persister<D> {
                 failing: false,
                 sync_wanted: false,
                 log: Vec::new(),
+                upload: None,
             },
             loaded,
         ))
@@ -70,9 +77,17 @@ impl<D: Dir> Persister<D> {
             Output::Append { seq, data, resume } => {
                 let kind = if resume { Kind::Resume } else { Kind::Batch };
                 self.store.append(kind, seq, &data);
+                if let Some(u) = self.upload.as_mut() {
+                    u.record(kind, seq, &data);
+                }
             }
             Output::Sync { .. } => self.sync_wanted = true,
-            Output::SnapshotBegin { seq } => self.store.snapshot_begin(seq),
+            Output::SnapshotBegin { seq } => {
+                self.store.snapshot_begin(seq);
+                if let Some(u) = self.upload.as_mut() {
+                    u.snapshot_begin(seq);
+                }
+            }
             Output::SnapshotChunk { data } => self.store.snapshot_chunk(&data),
             Output::SnapshotEnd { keys } => {
                 let result = self.store.snapshot_end(keys);
@@ -80,12 +95,97 @@ impl<D: Dir> Persister<D> {
                     Ok(bytes) => format!("snapshot of {keys} keys written ({bytes} bytes)"),
                     Err(e) => format!("snapshot failed: {e}"),
                 });
+                self.snapshot_to_upload(result.is_ok());
                 node.handle(now, Input::SnapshotDone { result });
                 self.report(node, now);
             }
             other => return Some(other),
         }
         None
+    }
+
+    /// Hands a snapshot just published to the uploader (or tells it the snapshot failed).
+    fn snapshot_to_upload(&mut self, published: bool) {
+        let Some(u) = self.upload.as_mut() else {
+            return;
+        };
+        let Some((seq, name, manifest)) = self.store.published_snapshot().filter(|_| published)
+        else {
+            u.snapshot_failed();
+            return;
+        };
+        match self.store.dir.read(&name) {
+            Ok(data) => u.snapshot_published(
+                seq,
+                self.store.synced_seq(),
+                data.into(),
+                manifest.into_bytes().into(),
+            ),
+            Err(e) => {
+                self.log
+                    .push(format!("reading {name} back for the upload failed: {e}"));
+                u.snapshot_failed();
+            }
+        }
+    }
+
+    /// Uploads to an object store from now on (see [`Uploader`]). Under [`AckMode::Sync`] the
+    /// node must have been configured with `ack_after_upload`.
+    pub fn attach_uploader(&mut self, uploader: Uploader, node: &mut Node) {
+        node.set_upload_figures({
+            let mut u = uploader;
+            let f = u.figures();
+            self.upload = Some(u);
+            f
+        });
+    }
+
+    /// The next object-store call to make, if one is due. First asks the node for a
+    /// snapshot when the uploader needs a new base and none is being taken.
+    pub fn poll_call(&mut self, node: &mut Node, now: Micros) -> Option<Call> {
+        let u = self.upload.as_mut()?;
+        if u.wants_snapshot() && !self.store.snapshot_in_progress() {
+            node.request_snapshot();
+        }
+        let call = u.poll_call(now.0);
+        node.set_upload_figures(u.figures());
+        call
+    }
+
+    /// The answer to an object-store call; under `sync` it may release acknowledgements.
+    pub fn call_done(
+        &mut self,
+        node: &mut Node,
+        now: Micros,
+        id: u64,
+        result: Result<ObjectReply, String>,
+    ) {
+        let Some(u) = self.upload.as_mut() else {
+            return;
+        };
+        if let Err(e) = &result {
+            if u.figures().last_upload_ok {
+                self.log.push(format!("object store call failed: {e}"));
+            }
+        } else if !u.figures().last_upload_ok {
+            self.log.push("the object store answers again".to_string());
+        }
+        u.done(now.0, id, result);
+        self.report(node, now);
+    }
+
+    /// When the uploader needs polling again without other news, in µs of node time.
+    pub fn upload_timeout(&self) -> Option<u64> {
+        self.upload.as_ref()?.poll_timeout()
+    }
+
+    /// True when an object-store call could be made now.
+    pub fn upload_has_work(&self, now: Micros) -> bool {
+        self.upload.as_ref().is_some_and(|u| u.has_work(now.0))
+    }
+
+    pub fn uploader(&self) -> Option<&Uploader> {
+        self.upload.as_ref()
     }
 
     /// Makes every record durable and tells the node (or tells it why not).
@@ -131,11 +231,23 @@ impl<D: Dir> Persister<D> {
         );
     }
 
+    /// Tells the node how far its records are durable: synced, and under `s3-durability
+    /// sync` uploaded as well.
     fn report(&mut self, node: &mut Node, now: Micros) {
         let synced = self.store.synced_seq();
-        if synced > self.reported {
-            self.reported = synced;
-            node.handle(now, Input::Persisted { seq: synced });
+        let mut durable = synced;
+        if let Some(u) = self.upload.as_mut() {
+            u.synced(synced, now.0);
+            // The planted bug acknowledges after the local fsync alone; the simulator's
+            // bucket check must catch it.
+            if u.mode() == AckMode::Sync && !cfg!(feature = "planted-upload-bug") {
+                durable = durable.min(u.uploaded_seq());
+            }
+            node.set_upload_figures(u.figures());
+        }
+        if durable > self.reported {
+            self.reported = durable;
+            node.handle(now, Input::Persisted { seq: durable });
         }
     }
 

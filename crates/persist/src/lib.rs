@@ -4,7 +4,9 @@
 //! new state of every key a batch of commands changed) and snapshot chunks. A driver hands them
 //! to a [`Store`], which frames them into files through the [`Dir`] trait: the server implements
 //! it over a local directory, the simulator over a simulated disk that loses unsynced bytes and
-//! tears writes when it crashes. An object-store backend is another `Dir`.
+//! tears writes when it crashes. The [`Uploader`] decides what goes to an
+//! object store (sealed pieces of the synced log, snapshots, a manifest) and when; its drivers
+//! make the calls.
 //!
 //! Files:
 //! - `log-<first seq>.aof`: segments of framed records, in sequence-number order.
@@ -18,8 +20,13 @@
 mod driver;
 mod frame;
 mod store;
+mod upload;
 
 pub use driver::{Loaded, Persister};
 
 pub use frame::{encode_frame, scan, Frame, Kind, ScanEnd, FORMAT_VERSION, FRAME_HEADER};
 pub use store::{Dir, Recovered, Store, MAX_SEGMENT_BYTES};
+pub use upload::{
+    parse_piece_key, plan_restore, AckMode, Call, ObjectReply, ObjectRequest, RestorePlan, Start,
+    UploadConfig, Uploader, MANIFEST_KEY,
+};

@@ -25,11 +25,11 @@ pub trait Dir {
     fn remove(&mut self, name: &str) -> io::Result<()>;
 }
 
-fn segment_name(first_seq: u64) -> String {
+pub(crate) fn segment_name(first_seq: u64) -> String {
     format!("log-{first_seq:020}.aof")
 }
 
-fn snapshot_name(seq: u64) -> String {
+pub(crate) fn snapshot_name(seq: u64) -> String {
     format!("snap-{seq:020}.snap")
 }
 
@@ -80,7 +80,17 @@ pub struct Store<D: Dir> {
     /// Sealed segments not yet synced (rotation syncs them first, so normally none).
     snapshot: Option<SnapshotWriter>,
     snapshot_bytes: u64,
+    /// The published snapshot's sequence number (0: none).
+    snapshot_seq: u64,
     max_segment_bytes: u64,
+}
+
+/// The manifest's text naming snapshot `name` taken at record `seq`, checksummed.
+pub(crate) fn manifest_text(name: &str, seq: u64) -> String {
+    let mut text = format!("{MANIFEST_HEADER}\nsnapshot {name}\nseq {seq}\n");
+    let crc = crc32fast::hash(text.as_bytes());
+    text.push_str(&format!("crc32 {crc:08x}\n"));
+    text
 }
 
 impl<D: Dir> Store<D> {
@@ -211,6 +221,7 @@ impl<D: Dir> Store<D> {
             synced_seq: rec.last_seq,
             snapshot: None,
             snapshot_bytes: rec.snapshot_bytes,
+            snapshot_seq: rec.snapshot_seq,
             max_segment_bytes: MAX_SEGMENT_BYTES,
         };
         Ok((store, rec))
@@ -378,9 +389,7 @@ impl<D: Dir> Store<D> {
             self.dir.sync(&w.tmp).map_err(e)?;
             let name = snapshot_name(w.seq);
             self.dir.rename(&w.tmp, &name).map_err(e)?;
-            let mut text = format!("{MANIFEST_HEADER}\nsnapshot {name}\nseq {}\n", w.seq);
-            let crc = crc32fast::hash(text.as_bytes());
-            text.push_str(&format!("crc32 {crc:08x}\n"));
+            let text = manifest_text(&name, w.seq);
             let tmp = format!("{MANIFEST}.tmp");
             let _ = self.dir.remove(&tmp);
             self.dir.append(&tmp, text.as_bytes()).map_err(e)?;
@@ -404,6 +413,7 @@ impl<D: Dir> Store<D> {
                 // Segments sealed before the snapshot began are gone.
                 self.sealed_bytes = 0;
                 self.snapshot_bytes = bytes;
+                self.snapshot_seq = w.seq;
                 Ok(bytes)
             }
             Err(e) => {
@@ -413,13 +423,26 @@ impl<D: Dir> Store<D> {
         }
     }
 
+    /// The published snapshot: its sequence number, file name and manifest text (None
+    /// before the first).
+    pub fn published_snapshot(&self) -> Option<(u64, String, String)> {
+        let name = snapshot_name(self.snapshot_seq);
+        (self.snapshot_bytes > 0).then(|| {
+            (
+                self.snapshot_seq,
+                name.clone(),
+                manifest_text(&name, self.snapshot_seq),
+            )
+        })
+    }
+
     /// True while a snapshot is being written.
     pub fn snapshot_in_progress(&self) -> bool {
         self.snapshot.is_some()
     }
 }
 
-fn parse_manifest(text: &[u8]) -> Result<(String, u64), String> {
+pub(crate) fn parse_manifest(text: &[u8]) -> Result<(String, u64), String> {
     let bad = |why: &str| format!("{MANIFEST}: {why}");
     let text = std::str::from_utf8(text).map_err(|_| bad("not text"))?;
     let Some(cut) = text.find("crc32 ") else {

@@ -80,6 +80,12 @@ impl<D: Dir> Router<D> {
         self.persist.as_ref()
     }
 
+    /// The persister with the node it feeds, for the object-store driver's calls (the
+    /// uploader reads the node's figures and reports into it).
+    pub fn persister_and_node_mut(&mut self) -> Option<(&mut Persister<D>, &mut Node)> {
+        Some((self.persist.as_mut()?, &mut self.node))
+    }
+
     /// The node's time for a clock reading: never behind a time already handed in.
     pub fn now(&mut self, clock_us: u64) -> Micros {
         self.last_now_us = self.last_now_us.max(clock_us);

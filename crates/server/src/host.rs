@@ -30,6 +30,8 @@ pub struct Host {
     link_stats: Arc<LinkStats>,
     /// Scratch for the loops the last drain gave mail.
     to_wake: Vec<usize>,
+    /// Wakes the object-store task when there is something to upload (a bucket configured).
+    pub upload_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 struct PeerLink {
@@ -55,6 +57,7 @@ impl Host {
             next_link_generation: 1,
             link_stats,
             to_wake: Vec::new(),
+            upload_wake: None,
         }
     }
 
@@ -120,7 +123,34 @@ impl Host {
         };
         let close_own = self.router.drain(now, own, own_out);
         self.carry_out(current_loop);
+        if let (Some(p), Some(wake)) = (self.router.persister(), self.upload_wake.as_ref()) {
+            if p.upload_has_work(now) {
+                wake.notify_one();
+            }
+        }
         close_own
+    }
+
+    /// The next object-store call the uploader wants made.
+    pub fn poll_upload(&mut self, now: Micros) -> Option<lattice_persist::Call> {
+        let (p, node) = self.router.persister_and_node_mut()?;
+        p.poll_call(node, now)
+    }
+
+    /// When the uploader next wants polling, in µs of the node's clock.
+    pub fn upload_timeout(&self) -> Option<u64> {
+        self.router.persister()?.upload_timeout()
+    }
+
+    /// An object-store call's answer.
+    pub fn upload_done(&mut self, id: u64, result: Result<lattice_persist::ObjectReply, String>) {
+        let now = self.now();
+        if let Some((p, node)) = self.router.persister_and_node_mut() {
+            p.call_done(node, now, id, result);
+            for line in p.take_log() {
+                tracing::warn!("persistence: {line}");
+            }
+        }
     }
 
     /// The syscall side of what the router handed back: loops woken for their mail, peer

@@ -5,8 +5,10 @@ mod cluster;
 mod disk;
 mod event_loop;
 mod host;
+mod incarnation;
 mod nap;
 mod process;
+mod s3;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,6 +63,65 @@ struct Args {
     /// agree on having one and on its value.
     #[arg(long)]
     cluster_secret: Option<String>,
+    /// S3 bucket the data directory is uploaded to (sealed log pieces, snapshots, a manifest);
+    /// a node whose directory is empty restores from it. Credentials: the standard AWS chain
+    /// (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws files, ...).
+    #[arg(long)]
+    s3_bucket: Option<String>,
+    /// Key prefix inside the bucket (one node's files), e.g. `lattice/node1/`.
+    #[arg(long)]
+    s3_prefix: Option<String>,
+    /// Endpoint URL of an S3-compatible server instead of AWS (path-style addressing).
+    #[arg(long)]
+    s3_endpoint: Option<String>,
+    /// Region (default: AWS_REGION / the profile's, else us-east-1).
+    #[arg(long)]
+    s3_region: Option<String>,
+    /// `async` (default): writes are acknowledged after the local fsync and the upload
+    /// follows with a bounded lag shown in INFO persistence. `sync`: acknowledged only once
+    /// uploaded too.
+    #[arg(long)]
+    s3_durability: Option<String>,
+}
+
+/// The `--s3-*` keys as given by the config file and the flags.
+#[derive(Default)]
+struct S3Args {
+    bucket: Option<String>,
+    prefix: Option<String>,
+    endpoint: Option<String>,
+    region: Option<String>,
+    durability: Option<String>,
+}
+
+/// Validates the S3 keys. None means no bucket.
+fn s3_settings(a: S3Args) -> Result<Option<s3::S3Settings>, String> {
+    let mode = match a.durability.as_deref() {
+        None | Some("async") => lattice_persist::AckMode::Async,
+        Some("sync") => lattice_persist::AckMode::Sync,
+        Some(other) => {
+            return Err(format!(
+                "invalid s3-durability '{other}': expected async or sync"
+            ))
+        }
+    };
+    let Some(bucket) = a.bucket.filter(|b| !b.is_empty()) else {
+        if a.prefix.is_some()
+            || a.endpoint.is_some()
+            || a.region.is_some()
+            || a.durability.is_some()
+        {
+            return Err("the s3-* settings need s3-bucket".into());
+        }
+        return Ok(None);
+    };
+    Ok(Some(s3::S3Settings {
+        bucket,
+        prefix: a.prefix.unwrap_or_default(),
+        endpoint: a.endpoint,
+        region: a.region,
+        mode,
+    }))
 }
 
 /// Environment variable read for the cluster secret when neither the flag nor the config file
@@ -76,6 +137,7 @@ struct Settings {
     nap_us: u64,
     node: Config,
     cluster: Option<ClusterSettings>,
+    s3: Option<s3::S3Settings>,
 }
 
 /// The cluster keys as given by the config file, the environment and the flags.
@@ -125,6 +187,12 @@ fn cluster_settings(
         .ok_or("--seeds needs --node-id (a number >= 1, different on every replica)".to_string())?;
     if node_id == 0 {
         return Err("--node-id must be a number >= 1".into());
+    }
+    if node_id >= lattice_node::MAX_NODE_ID_WITH_INCARNATION {
+        return Err(format!(
+            "--node-id must be below {} in a cluster (the rest of a write's stamp is the replica's incarnation)",
+            lattice_node::MAX_NODE_ID_WITH_INCARNATION
+        ));
     }
     let port = c.cluster_port.ok_or(
         "--seeds needs --cluster-port (the port on --bind where replicas reach this node)"
@@ -184,6 +252,7 @@ fn settings(args: Args) -> Result<Settings, String> {
     let mut nap_us = nap::NAP_US;
     let mut node = Config::default();
     let mut cluster = ClusterArgs::default();
+    let mut s3 = S3Args::default();
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -238,6 +307,11 @@ fn settings(args: Args) -> Result<Settings, String> {
                     )
                 }
                 "cluster-secret" => cluster.secret = Some(text),
+                "s3-bucket" => s3.bucket = Some(text),
+                "s3-prefix" => s3.prefix = Some(text),
+                "s3-endpoint" => s3.endpoint = Some(text),
+                "s3-region" => s3.region = Some(text),
+                "s3-durability" => s3.durability = Some(text),
                 _ => node
                     .set_initial(&key, &text)
                     .map_err(|e| format!("config key '{key}': {e}"))?,
@@ -281,6 +355,24 @@ fn settings(args: Args) -> Result<Settings, String> {
         cluster.secret = Some(s);
     }
     let cluster = cluster_settings(cluster, &bind, port)?;
+    for (flag, key) in [
+        (args.s3_bucket, &mut s3.bucket),
+        (args.s3_prefix, &mut s3.prefix),
+        (args.s3_endpoint, &mut s3.endpoint),
+        (args.s3_region, &mut s3.region),
+        (args.s3_durability, &mut s3.durability),
+    ] {
+        if flag.is_some() {
+            *key = flag;
+        }
+    }
+    let s3 = s3_settings(s3)?;
+    if s3.is_some() && cluster.is_some() {
+        return Err("s3-bucket is for standalone nodes: clustered nodes do not persist yet".into());
+    }
+    if let Some(s) = &s3 {
+        node.ack_after_upload = s.mode == lattice_persist::AckMode::Sync;
+    }
     if let Some(c) = &cluster {
         node.node_id = c.auth.node_id.0;
         node.cluster_size = c.peers.len() + 1;
@@ -296,6 +388,7 @@ fn settings(args: Args) -> Result<Settings, String> {
         nap_us,
         node,
         cluster,
+        s3,
     })
 }
 
@@ -307,7 +400,7 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let settings = match settings(Args::parse()) {
+    let mut settings = match settings(Args::parse()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("lattice-server: {e}");
@@ -320,6 +413,18 @@ fn main() {
             settings.dir.display()
         );
         std::process::exit(2);
+    }
+    if settings.cluster.is_some() {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        match incarnation::next(&settings.dir, now_ms) {
+            Ok(n) => settings.node.incarnation = n,
+            Err(e) => {
+                eprintln!("lattice-server: {e}");
+                std::process::exit(2);
+            }
+        }
     }
     // Clients are served by event loops on their own threads (`--threads` of them; with one,
     // connections run in the order their input arrived, Redis's own behaviour, which its test
@@ -362,13 +467,46 @@ async fn run(s: Settings) -> Result<(), String> {
     // The node's randomness (RANDOMKEY, run id) needs no secrecy; any varying seed will do.
     let seed = now.0 ^ ((std::process::id() as u64) << 32);
     let cluster_size = s.node.cluster_size;
+    let (incarnation, dot_id) = (s.node.incarnation, s.node.dot_node_id());
     let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
     // A standalone node recovers its data directory and persists to it. A clustered node
     // keeps today's behaviour, starting empty and catching up from its peers (its per-key
     // replication metadata is not persisted yet: docs/ARCHITECTURE.md §33).
+    let bucket = match &s.s3 {
+        Some(cfg) => Some(s3::Bucket::connect(cfg).await),
+        None => None,
+    };
+    let mut upload_start = lattice_persist::Start::LocalData;
+    let mut restored_pieces = Vec::new();
+    if let (Some(b), Some(cfg)) = (&bucket, &s.s3) {
+        let empty = std::fs::read_dir(&s.dir)
+            .map_err(|e| format!("cannot read {}: {e}", s.dir.display()))?
+            .next()
+            .is_none();
+        if empty {
+            let started = std::time::Instant::now();
+            let r = s3::restore(b, &s.dir).await.map_err(|e| {
+                format!(
+                    "cannot restore from s3://{}/{}: {e}",
+                    cfg.bucket, cfg.prefix
+                )
+            })?;
+            tracing::info!(
+                "restored {} from s3://{}/{}: {} objects, {} bytes, {} ms",
+                s.dir.display(),
+                cfg.bucket,
+                cfg.prefix,
+                r.objects,
+                r.bytes,
+                started.elapsed().as_millis()
+            );
+            upload_start = r.start;
+            restored_pieces = r.pieces;
+        }
+    }
     let persister = if s.cluster.is_none() {
         let started = std::time::Instant::now();
-        let (p, loaded) =
+        let (mut p, loaded) =
             lattice_persist::Persister::recover(disk::LocalDir::new(&s.dir), &mut node, now)
                 .map_err(|e| format!("cannot load the data directory {}: {e}", s.dir.display()))?;
         for note in &loaded.notes {
@@ -381,14 +519,57 @@ async fn run(s: Settings) -> Result<(), String> {
             loaded.records,
             started.elapsed().as_millis()
         );
+        if let (Some(b), lattice_persist::Start::Restored { last_seq, .. }) =
+            (&bucket, &upload_start)
+        {
+            if loaded.last_seq != *last_seq {
+                // Recovery stopped before the chain's end (a resume point): the records after
+                // it are not part of this history; the bucket gets a new base instead.
+                tracing::warn!(
+                    "the bucket's log continues past record {} where recovery stopped; its pieces after it are removed and a new base is uploaded",
+                    loaded.last_seq
+                );
+                b.drop_pieces_after(&restored_pieces, loaded.last_seq)
+                    .await?;
+                upload_start = lattice_persist::Start::LocalData;
+            }
+        }
+        if let Some(cfg) = &s.s3 {
+            let config = lattice_persist::UploadConfig {
+                mode: cfg.mode,
+                ..Default::default()
+            };
+            p.attach_uploader(
+                lattice_persist::Uploader::new(config, upload_start),
+                &mut node,
+            );
+        }
         Some(p)
     } else {
-        tracing::info!("clustered node: persistence off, state comes from the peers");
+        tracing::info!(
+            "clustered node: persistence off, state comes from the peers; incarnation {} \
+             (writes stamped as replica {})",
+            incarnation,
+            dot_id
+        );
         None
     };
     let link_stats = Arc::new(LinkStats::default());
-    let host = Host::new(node, persister, now, link_stats, loops.clone());
+    let mut host = Host::new(node, persister, now, link_stats, loops.clone());
+    let wake = Arc::new(tokio::sync::Notify::new());
+    if bucket.is_some() {
+        host.upload_wake = Some(wake.clone());
+    }
     let shared = Arc::new(Shared::new(host, s.port));
+    if let (Some(b), Some(cfg)) = (bucket, &s.s3) {
+        tracing::info!(
+            "uploading to s3://{}/{} (s3-durability {})",
+            cfg.bucket,
+            cfg.prefix,
+            cfg.mode.name()
+        );
+        tokio::spawn(s3::run(shared.clone(), b, wake));
+    }
     if let Some(c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));
         let authenticated = c.auth.secret.is_some();

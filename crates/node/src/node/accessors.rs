@@ -45,6 +45,18 @@ impl Node {
         self.core.enable_persistence();
     }
 
+    /// Starts a background snapshot (as BGREWRITEAOF) unless one runs; the driver asks for one
+    /// when the object store needs a fresh base. Returns whether one started.
+    pub fn request_snapshot(&mut self) -> bool {
+        self.core
+            .start_snapshot(crate::persist::SnapshotKind::Background, None)
+    }
+
+    /// The object-store upload's figures for INFO persistence.
+    pub fn set_upload_figures(&mut self, figures: crate::persist::UploadFigures) {
+        self.core.persist.upload = Some(figures);
+    }
+
     /// Recovery: applies one snapshot chunk or log record read back from disk, through the
     /// same code that applies RESTORE payloads. Nothing is logged for it.
     pub fn load(&mut self, now: Micros, data: &[u8]) -> Result<u64, String> {

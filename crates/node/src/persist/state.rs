@@ -71,6 +71,29 @@ pub struct Persist {
     pub last_sync_ms: u64,
     pub loaded_keys: u64,
     pub loaded_records: u64,
+    /// The object-store upload's figures, set by the driver when a bucket is configured.
+    pub upload: Option<UploadFigures>,
+}
+
+/// What INFO persistence shows of the upload to the object store (the `s3_` fields). The
+/// driver's uploader owns these numbers; the node only prints them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UploadFigures {
+    /// `async` (acknowledged after the local fsync) or `sync` (after the upload).
+    pub mode: &'static str,
+    /// Synced log bytes and pieces not yet in the bucket, and the most bytes seen waiting.
+    pub lag_bytes: u64,
+    pub lag_segments: u64,
+    pub max_lag_bytes: u64,
+    /// Last record the bucket holds as a restorable chain (snapshot plus pieces).
+    pub uploaded_seq: u64,
+    pub uploads: u64,
+    pub upload_errors: u64,
+    pub last_upload_ok: bool,
+    pub last_error: String,
+    /// Times the backlog passed its bound and was replaced by a fresh snapshot to upload.
+    pub backlog_resets: u64,
+    pub snapshots_uploaded: u64,
 }
 
 impl Persist {

@@ -155,6 +155,10 @@ pub struct ReplStats {
 
 pub struct Replicator {
     node: NodeId,
+    /// The id this process's writes are stamped with (dots, clock ties): the node id plus its
+    /// incarnation (`Config::incarnation`), so a replica restarted without its state never
+    /// issues a dot its peers have already seen from it.
+    dot_node: NodeId,
     cluster_size: usize,
     pub hlc: HlcClock,
     counter: VersionVector,
@@ -208,11 +212,12 @@ fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
 }
 
 impl Replicator {
-    pub fn new(node: NodeId, cluster_size: usize, now_ms: u64) -> Replicator {
+    pub fn new(node: NodeId, dot_node: NodeId, cluster_size: usize, now_ms: u64) -> Replicator {
         Replicator {
             node,
+            dot_node,
             cluster_size,
-            hlc: HlcClock::new(node),
+            hlc: HlcClock::new(dot_node),
             counter: VersionVector::new(),
             seen: CausalContext::new(),
             frontier: VersionVector::new(),
@@ -328,7 +333,7 @@ impl Replicator {
         let (shared_key, entry) = self.keys.get_or_insert_keyed(h, key, KeyEntry::fresh);
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
-            node: self.node,
+            node: self.dot_node,
             ts,
             counter: &mut self.counter,
             issued: &mut self.seen,
