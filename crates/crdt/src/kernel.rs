@@ -126,17 +126,7 @@ impl<K: Ord + Clone, P: Crdt> DotKernel<K, P> {
     /// holds, and every dot of ours is in our context. So if each dot both contexts hold sits
     /// on one of `other`'s keys here, our other keys keep all their dots and need no visit.
     fn join_small(&mut self, other: &Self) -> bool {
-        let Some(dots) = other.cc.dots_within(SMALL_DELTA_DOTS) else {
-            return false;
-        };
-        let reaches_only_carried_keys = dots.iter().all(|&d| {
-            !self.cc.contains(d)
-                || other
-                    .entries
-                    .keys()
-                    .any(|k| self.entries.get(k).is_some_and(|m| m.get(&d).is_some()))
-        });
-        if !reaches_only_carried_keys {
+        if !self.reaches_only_carried_keys(other) {
             return false;
         }
         for (key, theirs) in &other.entries {
@@ -170,6 +160,21 @@ impl<K: Ord + Clone, P: Crdt> DotKernel<K, P> {
         }
         self.cc.merge(&other.cc);
         true
+    }
+
+    /// Whether `other` is a small delta whose context holds none of our dots but those on
+    /// the keys it carries: joining it changes no other key of ours.
+    pub(crate) fn reaches_only_carried_keys(&self, other: &Self) -> bool {
+        let Some(dots) = other.cc.dots_within(SMALL_DELTA_DOTS) else {
+            return false;
+        };
+        dots.iter().all(|&d| {
+            !self.cc.contains(d)
+                || other
+                    .entries
+                    .keys()
+                    .any(|k| self.entries.get(k).is_some_and(|m| m.get(&d).is_some()))
+        })
     }
 
     /// Fold the stable frontier into the context (see [`CausalContext::raise_to`]). Afterwards

@@ -359,10 +359,50 @@ impl<V: Clone> Rga<V> {
             .count()
     }
 
-    /// Whether the sequence holds no element at all, not even a tombstone. O(1).
+    /// Elements held, tombstones and orphans included. O(1), unlike [`Rga::len`].
     #[must_use]
-    pub fn holds_no_elements(&self) -> bool {
-        self.elems.is_empty()
+    pub fn elements_held(&self) -> usize {
+        self.elems.len()
+    }
+
+    /// When merging `delta` only pushes new live elements at the ends (each anchored at the
+    /// head or the tail, with an id above every id held here and a dot not seen here), the
+    /// values it puts in front and at the back, each in document order; None otherwise.
+    /// Lets a replica apply a list push to its copy of the list in the size of the push.
+    #[must_use]
+    pub fn end_pushes<'a>(&self, delta: &'a Rga<V>) -> Option<(Vec<&'a V>, Vec<&'a V>)> {
+        if delta.elems.len() > crate::kernel::SMALL_DELTA_DOTS {
+            return None;
+        }
+        let floor = self.max_elem_id();
+        let mut front = Vec::new();
+        let mut back = Vec::new();
+        for (&id, e) in &delta.elems {
+            let Slot::Live { value, .. } = &e.slot else {
+                return None;
+            };
+            if floor.is_some_and(|f| id <= f) || self.cc.contains(e.dot) {
+                return None;
+            }
+            match e.anchor {
+                Anchor::Head => front.push(value),
+                Anchor::Tail => back.push(value),
+                Anchor::After(_) => return None,
+            }
+        }
+        // No other element of `delta` reaches ours: its context holds its own dots only.
+        let own: Vec<Dot> = delta.elems.values().map(|e| e.dot).collect();
+        let reaches_ours = delta
+            .cc
+            .dots_within(crate::kernel::SMALL_DELTA_DOTS)?
+            .into_iter()
+            .any(|d| !own.contains(&d) && self.cc.contains(d));
+        if reaches_ours {
+            return None;
+        }
+        // Head children come in descending id order, tail children in ascending order.
+        front.reverse();
+        Some((front, back))
     }
 
     /// The greatest element id held (tombstones included). O(log n), unlike [`Rga::max_id`],

@@ -18,7 +18,12 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, NodeId, Output};
+use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
+
+#[path = "repl_large_values/probe.rs"]
+#[allow(dead_code)] // this probe uses only its node builder
+mod probe;
+use probe::node;
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -38,27 +43,6 @@ unsafe impl GlobalAlloc for Counting {
 }
 #[global_allocator]
 static A: Counting = Counting;
-
-fn node(id: u32, size: usize, now: Micros) -> Node {
-    let mut config = Config::default();
-    config.node_id = id;
-    config.cluster_size = size;
-    let mut n = Node::new(config, u64::from(id), Buggify::disabled(), now);
-    n.handle(
-        now,
-        Input::Connected {
-            conn: ConnId(1),
-            peer_addr: "127.0.0.1:1".into(),
-            local_addr: "127.0.0.1:2".into(),
-        },
-    );
-    for p in 1..=size as u32 {
-        if p != id {
-            n.handle(now, Input::PeerUp { peer: NodeId(p) });
-        }
-    }
-    n
-}
 
 fn main() {
     let keys: usize = std::env::args()

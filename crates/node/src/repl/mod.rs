@@ -35,6 +35,7 @@
 
 mod apply;
 pub mod dirty;
+pub mod hint;
 mod keymap;
 pub mod merkle;
 pub mod state;
@@ -49,8 +50,9 @@ use lattice_store::Value;
 
 use hashbrown::HashTable;
 
+use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Full, Intent, KeyState, Stamper};
+use self::state::{Full, Intent, KeyState, Patch, Stamper};
 use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -129,6 +131,9 @@ struct KeyEntry {
     /// Listed in `gc_queue` or `gc_sweep` (so a key written many times between GC rounds is
     /// listed once).
     gc_queued: bool,
+    /// `digest` (and the Merkle tree) predate the last change: the state is a large
+    /// collection, digested when the tree is next read (listed in `stale_digests`).
+    digest_stale: bool,
 }
 
 impl KeyEntry {
@@ -137,6 +142,7 @@ impl KeyEntry {
             state: KeyState::default(),
             digest: 0,
             gc_queued: false,
+            digest_stale: false,
         }
     }
 }
@@ -197,6 +203,14 @@ pub struct Replicator {
     pub stats: ReplStats,
     /// Reused serialization buffer for key digests (no allocation per digest).
     scratch: Vec<u8>,
+    /// Keys whose digest waits for the next read of the Merkle tree (see
+    /// `KeyEntry::digest_stale`): digesting a 100,000-element hash after each HSET cost the
+    /// whole hash per write; now it costs it once per anti-entropy comparison.
+    stale_digests: Vec<KeyId>,
+    /// For the keys the last peer message changed: how to update their store values without
+    /// rebuilding them (see [`KeyState::patch_for`]); None for a key that needs a rebuild.
+    /// Valid until the next message.
+    patches: BTreeMap<Bytes, Option<Patch>>,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -205,6 +219,34 @@ type KeyId = (u64, Bytes);
 fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
     state.digest(key, scratch).map_or(0, |d| d | 1)
+}
+
+/// Brings `entry`'s digest and the Merkle tree up to date after its state changed, or lists
+/// it for [`Replicator::refresh_digests`] when its state is a large collection. Returns
+/// whether the digest may have changed (always true for a deferred one).
+fn redigest(
+    h: u64,
+    key: &Bytes,
+    entry: &mut KeyEntry,
+    merkle: &mut Merkle,
+    stale: &mut Vec<KeyId>,
+    scratch: &mut Vec<u8>,
+) -> bool {
+    if entry.state.digest_is_costly() {
+        if !entry.digest_stale {
+            entry.digest_stale = true;
+            stale.push((h, key.clone()));
+        }
+        return true;
+    }
+    entry.digest_stale = false;
+    let digest = key_digest(key, &entry.state, scratch);
+    if digest == entry.digest {
+        return false;
+    }
+    merkle.update(merkle::leaf_of(h), entry.digest, digest);
+    entry.digest = digest;
+    true
 }
 
 impl Replicator {
@@ -231,6 +273,8 @@ impl Replicator {
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
             scratch: Vec::new(),
+            stale_digests: Vec::new(),
+            patches: BTreeMap::new(),
         }
     }
 
@@ -312,12 +356,14 @@ impl Replicator {
     /// delta for every peer. `overwrote`: a command wrote the string value, so it takes a new
     /// stamp even if the bytes are the ones already captured (a later `SET` of the same value
     /// must still win over an older concurrent write elsewhere).
+    /// `hint`: what the command says it changed on `key` (see [`ChangeHint`]).
     pub fn capture(
         &mut self,
         key: &[u8],
         now_value: Option<(&Value, Option<u64>)>,
         intent: Intent,
         overwrote: bool,
+        hint: Option<ChangeHint<'_>>,
         now_ms: u64,
     ) {
         let h = lattice_store::key_hash(key);
@@ -333,17 +379,25 @@ impl Replicator {
             counter: &mut self.counter,
             issued: &mut self.seen,
         };
+        // A key whose deadline passed expired during the command: the store's value before it
+        // was not this state's, so only the full comparison can explain the new one.
+        let hint = hint.filter(|_| entry.state.deadline_ms().is_none_or(|d| d > now_ms));
         let delta = entry
             .state
-            .capture(frontier, now_value, intent, overwrote, &mut st);
+            .capture(frontier, now_value, intent, overwrote, hint, &mut st);
         if delta == Full::default() {
             return; // unchanged: no new metadata, nothing to send
         }
-        let digest = key_digest(key, &entry.state, &mut self.scratch);
-        self.merkle.update(merkle::leaf_of(h), entry.digest, digest);
-        entry.digest = digest;
+        redigest(
+            h,
+            shared_key,
+            entry,
+            &mut self.merkle,
+            &mut self.stale_digests,
+            &mut self.scratch,
+        );
         // A state in compact form holds nothing GC could drop: only the others wait for it.
-        if !entry.gc_queued && !entry.state.is_compact() {
+        if !entry.gc_queued && entry.state.may_hold_garbage() {
             entry.gc_queued = true;
             self.gc_queue.push((h, shared_key.clone()));
         }
@@ -367,7 +421,7 @@ impl Replicator {
     pub fn keys_with_content(&self) -> Vec<Bytes> {
         self.keys
             .iter_ordered()
-            .filter(|s| s.entry.digest != 0)
+            .filter(|s| s.entry.digest != 0 || s.entry.digest_stale)
             .map(|s| s.key.clone())
             .collect()
     }
@@ -562,6 +616,7 @@ impl Replicator {
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
+                self.refresh_digests();
                 let root = self.merkle.root();
                 self.send_ae(
                     id,
@@ -672,7 +727,7 @@ impl Replicator {
                 self.stats.keys_collected += 1;
                 continue;
             }
-            if had_tombstones {
+            if had_tombstones && !e.digest_stale {
                 let d = key_digest(&id.1, &e.state, &mut self.scratch);
                 if d != e.digest {
                     self.merkle.update(merkle::leaf_of(id.0), e.digest, d);
@@ -760,6 +815,7 @@ impl Replicator {
     fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
+        self.patches.clear();
         let hashes: Vec<u64> = entries
             .iter()
             .map(|b| lattice_store::key_hash(&b.key))
@@ -787,20 +843,34 @@ impl Replicator {
             let h = hashes[i];
             let frontier = &self.frontier;
             let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
-            let before = entry.digest;
+            // A delta into a large collection: the store is patched instead of rebuilt (and a
+            // key merged twice in one message is rebuilt).
+            let patch = (deltas && entry.state.digest_is_costly())
+                .then(|| entry.state.patch_for(&st))
+                .flatten();
             entry.state.merge(frontier, &st);
-            if !entry.gc_queued && !entry.state.is_compact() {
+            if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
                 self.gc_queue.push((h, b.key.clone()));
             }
-            let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
-            entry.digest = digest;
-            if digest != before {
-                self.merkle.update(merkle::leaf_of(h), before, digest);
+            let moved = redigest(
+                h,
+                &b.key,
+                entry,
+                &mut self.merkle,
+                &mut self.stale_digests,
+                &mut self.scratch,
+            );
+            if moved || patch.is_some() {
                 changed.push(b.key.clone());
+                let first = !self.patches.contains_key(&b.key);
+                self.patches.insert(b.key.clone(), patch.filter(|_| first));
             }
-            if !deltas && Some(digest) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
-                in_sync.push(b.key.clone());
+            if !deltas {
+                let ours = key_digest(&b.key, &entry.state, &mut self.scratch);
+                if Some(ours) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
+                    in_sync.push(b.key.clone());
+                }
             }
         }
         (changed, in_sync)
@@ -819,6 +889,7 @@ impl Replicator {
             self.stats.bad_messages += 1;
             return;
         }
+        self.refresh_digests();
         let width = merkle::width(d.level);
         let mut differing = Vec::new();
         for (&i, &theirs) in d.index.iter().zip(d.digest.iter()) {
@@ -908,7 +979,31 @@ impl Replicator {
 
     /// Root of the Merkle tree: equal on replicas holding equal contents.
     pub fn digest(&mut self) -> u64 {
+        self.refresh_digests();
         self.merkle.root()
+    }
+
+    /// Digests the keys whose digest was deferred (see `KeyEntry::digest_stale`): before
+    /// anything reads the Merkle tree.
+    fn refresh_digests(&mut self) {
+        for (h, key) in std::mem::take(&mut self.stale_digests) {
+            let Some(e) = self.keys.get_mut(h, &key) else {
+                continue; // collected since
+            };
+            if !e.digest_stale {
+                continue; // digested since (its state became small)
+            }
+            e.digest_stale = false;
+            let digest = key_digest(&key, &e.state, &mut self.scratch);
+            self.merkle.update(merkle::leaf_of(h), e.digest, digest);
+            e.digest = digest;
+        }
+    }
+
+    /// How to update the store value of `key` after the last peer message (see
+    /// [`KeyState::patch_for`]); None: rebuild it from the state.
+    pub fn take_patch(&mut self, key: &[u8]) -> Option<Patch> {
+        self.patches.remove(key).flatten()
     }
 
     pub fn info(&self, now_ms: u64, out: &mut String) {

@@ -40,6 +40,8 @@ use lattice_store::list::End;
 use lattice_store::{Hash, List, Set, Str, Value, ZSet};
 use serde::{Deserialize, Serialize};
 
+use super::hint::ChangeHint;
+
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -357,7 +359,7 @@ impl Full {
         if self.hash.entries().is_empty()
             && self.set.entries().is_empty()
             && self.zset.entries().is_empty()
-            && self.list.max_id().is_none()
+            && self.list.elements_held() == 0
         {
             // A string (or tombstone) alone, the common case: the same fields laid out by hand,
             // several times cheaper than going through serde.
@@ -366,7 +368,7 @@ impl Full {
         }
         // Lists are cloned without their context (their elements are private to the RGA);
         // the other components are serialized borrowed.
-        let list = self.list.max_id().map(|_| self.list.stripped());
+        let list = (self.list.elements_held() > 0).then(|| self.list.stripped());
         codec()
             .serialize_into(
                 &mut *scratch,
@@ -415,7 +417,7 @@ impl Full {
             && self.set.is_empty()
             && self.zset.is_empty()
             && self.list.is_empty()
-            && self.list.max_id().is_none()
+            && self.list.elements_held() == 0
             && self.expiry == LwwRegister::default()
             && self.stamps[1..].iter().all(|h| *h == Hlc::ZERO)
             && self.removals.covered_by(frontier, None)
@@ -477,6 +479,31 @@ impl Full {
             && self.contexts().iter().all(|c| c.cloud().is_empty())
     }
 
+    /// Whether GC may find something to drop here: the exact [`Full::is_compact`] when that is
+    /// cheap, else yes (it counts a list's tombstones). For the write paths, which must not
+    /// cost the size of the value; the GC visit itself asks the exact question.
+    pub fn may_hold_garbage(&self) -> bool {
+        self.is_empty()
+            || self.list.elements_held() > 0
+            || self.contexts().iter().any(|c| !c.cloud().is_empty())
+    }
+
+    /// Elements held across the collection components (list tombstones included). O(1).
+    fn elements_held(&self) -> usize {
+        self.hash.len() + self.set.len() + self.zset.len() + self.list.elements_held()
+    }
+
+    /// Whether component `k` of this delta is its default: it writes nothing of that type.
+    fn leaves_kind(&self, k: Kind) -> bool {
+        match k {
+            Kind::Str => self.string == OrMap::default(),
+            Kind::Hash => self.hash == OrMap::default(),
+            Kind::Set => self.set == OrSet::default(),
+            Kind::ZSet => self.zset == OrMap::default(),
+            Kind::List => self.list == Rga::default(),
+        }
+    }
+
     /// Tombstones held (list elements removed but not yet collected), a GC metric.
     pub fn tombstones(&self) -> usize {
         self.list.tombstones()
@@ -529,11 +556,14 @@ impl Full {
     /// Records what a local command did to this key. `now` is the store's value after the
     /// command (None: the key is gone) with its deadline; the state's visible value is what the
     /// key held before. Applies the operations here and returns them as a delta.
+    /// `hint`: what the command says it changed (see [`ChangeHint`]); the capture then looks
+    /// at those elements only, when they explain the new value.
     pub fn capture(
         &mut self,
         now: Option<(&Value, Option<u64>)>,
         intent: Intent,
         overwrote: bool,
+        hint: Option<ChangeHint<'_>>,
         st: &mut Stamper<'_>,
     ) -> Full {
         let mut delta = Full::default();
@@ -568,49 +598,62 @@ impl Full {
                 }
             }
             Value::Hash(h) => {
-                let gone: Vec<Bytes> = self
-                    .hash
-                    .keys()
-                    .filter(|f| !h.contains(f))
-                    .cloned()
-                    .collect();
-                for f in gone {
-                    delta.hash.absorb(self.hash.remove(&f));
-                    wrote = true;
-                    removed = true;
+                let mut field = |f: &[u8], now: Option<&[u8]>, this: &mut Full| {
+                    this.capture_field(f, now, intent, &mut delta, st)
+                };
+                // The named fields first; when they account for every field, nothing else
+                // changed and the comparison of the whole hash is skipped.
+                let named = hint.as_ref().and_then(ChangeHint::elements);
+                let hinted = named.is_some();
+                for f in named.into_iter().flatten() {
+                    let (w, r) = field(f, h.get(f), self);
+                    wrote |= w;
+                    removed |= r;
                 }
-                for (f, v) in h.iter() {
-                    let old = self.hash.get(f).map(|r| r.into_owned());
-                    if old.as_ref().is_some_and(|r| r.value()[..] == *v) {
-                        continue;
-                    }
-                    let reg = Reg::written(old, v, intent, st.node, ts);
-                    let dot = st.dot();
-                    delta
+                if !hinted || self.hash.len() != h.len() {
+                    let gone: Vec<Bytes> = self
                         .hash
-                        .absorb(self.hash.put(Bytes::copy_from_slice(f), reg, dot));
-                    wrote = true;
+                        .keys()
+                        .filter(|f| !h.contains(f))
+                        .cloned()
+                        .collect();
+                    for f in gone {
+                        let (w, r) = field(&f, None, self);
+                        wrote |= w;
+                        removed |= r;
+                    }
+                    for (f, v) in h.iter() {
+                        wrote |= field(f, Some(v), self).0;
+                    }
                 }
             }
             Value::Set(s) => {
-                let gone: Vec<Bytes> = self
-                    .set
-                    .iter()
-                    .filter(|m| !s.contains(m))
-                    .cloned()
-                    .collect();
-                for m in gone {
-                    delta.set.absorb(self.set.remove(&m));
-                    wrote = true;
-                    removed = true;
+                let mut member = |m: &[u8], now: bool, this: &mut Full| {
+                    this.capture_member(m, now, &mut delta, st)
+                };
+                // As for hashes: the named members, and the whole set only when they do not
+                // account for it.
+                let named = hint.as_ref().and_then(ChangeHint::elements);
+                let hinted = named.is_some();
+                for m in named.into_iter().flatten() {
+                    let (w, r) = member(m, s.contains(m), self);
+                    wrote |= w;
+                    removed |= r;
                 }
-                for m in s.iter() {
-                    if !self.set.contains(&m[..]) {
-                        let dot = st.dot();
-                        delta
-                            .set
-                            .absorb(self.set.add(Bytes::copy_from_slice(&m), dot));
-                        wrote = true;
+                if !hinted || self.set.len() != s.len() {
+                    let gone: Vec<Bytes> = self
+                        .set
+                        .iter()
+                        .filter(|m| !s.contains(m))
+                        .cloned()
+                        .collect();
+                    for m in gone {
+                        let (w, r) = member(&m, false, self);
+                        wrote |= w;
+                        removed |= r;
+                    }
+                    for m in s.iter() {
+                        wrote |= member(&m, true, self).0;
                     }
                 }
             }
@@ -653,7 +696,16 @@ impl Full {
                 }
             }
             Value::List(l) => {
-                wrote |= self.capture_list(l, &mut delta, st);
+                let pushed = match hint {
+                    Some(ChangeHint::Pushed { end, count }) if count <= l.len() => {
+                        Some((end, count))
+                    }
+                    _ => None,
+                };
+                wrote |= match pushed {
+                    Some((end, count)) => self.capture_push(l, end, count, &mut delta, st),
+                    None => self.capture_list(l, &mut delta, st),
+                };
             }
             Value::Stream(_) => {} // filtered out above
         }
@@ -731,9 +783,103 @@ impl Full {
         true
     }
 
+    /// A push the command reported (see [`ChangeHint::Pushed`]): the last `count` elements of
+    /// `new` at the tail, or its first `count` at the head, inserted at that end of the RGA
+    /// with fresh ids. Costs the push, not the list. The caller vouches that the key did not
+    /// expire during the command, so the list before it was this state's.
+    fn capture_push(
+        &mut self,
+        new: &List,
+        end: End,
+        count: usize,
+        delta: &mut Full,
+        st: &mut Stamper<'_>,
+    ) -> bool {
+        // Inserted in the order that leaves each new element where the store has it: a head
+        // push lands before every element (so the last one inserted is first), a tail push
+        // after every element.
+        // Each end is read from that end (reversing a `take` or `skip` walks the whole list),
+        // then put in insertion order: a head push inserts its last element first.
+        let mut values: Vec<&[u8]> = match end {
+            End::Head => new.iter().take(count).collect(),
+            End::Tail => new.iter().rev().take(count).collect(),
+        };
+        values.reverse();
+        for (i, v) in values.into_iter().enumerate() {
+            let id = self.fresh_list_id(Hlc {
+                logical: st.ts.logical.wrapping_add(i as u32),
+                ..st.ts
+            });
+            let dot = st.dot();
+            let value = Bytes::copy_from_slice(v);
+            let d = match end {
+                End::Head => self.list.push_front(id, dot, value),
+                End::Tail => self.list.push_back(id, dot, value),
+            };
+            if let Ok(d) = d {
+                delta.list.absorb(d);
+            }
+        }
+        count > 0
+    }
+
+    /// One hash field after a local command: `now` is its value in the store (None: gone).
+    /// Returns (whether anything was written, whether it was a removal).
+    fn capture_field(
+        &mut self,
+        f: &[u8],
+        now: Option<&[u8]>,
+        intent: Intent,
+        delta: &mut Full,
+        st: &mut Stamper<'_>,
+    ) -> (bool, bool) {
+        let Some(v) = now else {
+            if !self.hash.contains_key(f) {
+                return (false, false);
+            }
+            delta.hash.absorb(self.hash.remove(f));
+            return (true, true);
+        };
+        let old = self.hash.get(f).map(|r| r.into_owned());
+        if old.as_ref().is_some_and(|r| r.value()[..] == *v) {
+            return (false, false);
+        }
+        let reg = Reg::written(old, v, intent, st.node, st.ts);
+        let dot = st.dot();
+        delta
+            .hash
+            .absorb(self.hash.put(Bytes::copy_from_slice(f), reg, dot));
+        (true, false)
+    }
+
+    /// One set member after a local command: `now` is whether the store's set holds it.
+    /// Returns (whether anything was written, whether it was a removal).
+    fn capture_member(
+        &mut self,
+        m: &[u8],
+        now: bool,
+        delta: &mut Full,
+        st: &mut Stamper<'_>,
+    ) -> (bool, bool) {
+        match (now, self.set.contains(m)) {
+            (true, false) => {
+                let dot = st.dot();
+                delta
+                    .set
+                    .absorb(self.set.add(Bytes::copy_from_slice(m), dot));
+                (true, false)
+            }
+            (false, true) => {
+                delta.set.absorb(self.set.remove(m));
+                (true, true)
+            }
+            _ => (false, false),
+        }
+    }
+
     /// List ids must be unique and, for the RGA order, greater than every id already present.
     fn fresh_list_id(&self, candidate: Hlc) -> Hlc {
-        match self.list.max_id() {
+        match self.list.max_elem_id() {
             Some(max) if max >= candidate => Hlc {
                 wall_ms: max.wall_ms,
                 logical: max.logical.saturating_add(1),
@@ -915,6 +1061,7 @@ impl KeyState {
         now: Option<(&Value, Option<u64>)>,
         intent: Intent,
         overwrote: bool,
+        hint: Option<ChangeHint<'_>>,
         st: &mut Stamper<'_>,
     ) -> Full {
         // The common write, a plain assignment of a persistent string over nothing or over a
@@ -961,7 +1108,9 @@ impl KeyState {
                 return delta;
             }
         }
-        let delta = self.full_mut(frontier).capture(now, intent, overwrote, st);
+        let delta = self
+            .full_mut(frontier)
+            .capture(now, intent, overwrote, hint, st);
         self.recompact(frontier);
         delta
     }
@@ -1066,6 +1215,67 @@ impl KeyState {
         }
     }
 
+    /// See [`Full::may_hold_garbage`].
+    pub fn may_hold_garbage(&self) -> bool {
+        match &self.repr {
+            Repr::Empty => true,
+            Repr::Str(_) => false,
+            Repr::Full(f) => f.may_hold_garbage(),
+        }
+    }
+
+    /// Whether digesting this state costs the size of a large collection, so the replicator
+    /// digests it once per anti-entropy comparison instead of after every write.
+    pub fn digest_is_costly(&self) -> bool {
+        matches!(&self.repr, Repr::Full(f) if f.elements_held() > COSTLY_DIGEST_ELEMENTS)
+    }
+
+    /// How to bring the store's value up to date after `delta` is merged into this state,
+    /// when the merge changes only what `delta` names of a hash, set or list and leaves the
+    /// type and the deadline alone; None when the value must be rebuilt from the state.
+    /// Asked before the merge.
+    pub fn patch_for(&self, delta: &Full) -> Option<Patch> {
+        let Repr::Full(f) = &self.repr else {
+            return None;
+        };
+        let kind = f.visible_kind()?;
+        let alone = KINDS
+            .iter()
+            .all(|&k| k == kind || (f.is_empty_kind(k) && delta.leaves_kind(k)));
+        if !alone || delta.expiry != LwwRegister::default() {
+            return None;
+        }
+        match kind {
+            Kind::Hash if f.hash.delta_changes_only_its_keys(&delta.hash) => Some(Patch::Fields(
+                delta.hash.entries().keys().cloned().collect(),
+            )),
+            Kind::Set if f.set.delta_changes_only_its_keys(&delta.set) => Some(Patch::Members(
+                delta.set.entries().keys().cloned().collect(),
+            )),
+            Kind::List => {
+                let (front, back) = f.list.end_pushes(&delta.list)?;
+                Some(Patch::Ends {
+                    front: front.into_iter().cloned().collect(),
+                    back: back.into_iter().cloned().collect(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The value clients read for hash field `f` (None: no such field, or not a hash).
+    pub fn field_value(&self, f: &[u8]) -> Option<Bytes> {
+        match &self.repr {
+            Repr::Full(full) => full.hash.get(f).map(|r| r.value()),
+            _ => None,
+        }
+    }
+
+    /// Whether the set holds `m`.
+    pub fn has_member(&self, m: &[u8]) -> bool {
+        matches!(&self.repr, Repr::Full(full) if full.set.contains(m))
+    }
+
     pub fn materialize(&self, limits: &Limits) -> Option<Value> {
         match &self.repr {
             Repr::Empty => None,
@@ -1073,6 +1283,21 @@ impl KeyState {
             Repr::Full(f) => f.materialize(limits),
         }
     }
+}
+
+/// Collection elements above which a state's digest is computed lazily (see
+/// [`KeyState::digest_is_costly`]): below it a digest costs about as much as the write.
+const COSTLY_DIGEST_ELEMENTS: usize = 64;
+
+/// How a replica updates its store value after a merge (see [`KeyState::patch_for`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// Read these hash fields again from the state (a field it no longer has is deleted).
+    Fields(Vec<Bytes>),
+    /// Read these set members again from the state.
+    Members(Vec<Bytes>),
+    /// Push `front` before the first element and `back` after the last, each in list order.
+    Ends { front: Vec<Bytes>, back: Vec<Bytes> },
 }
 
 /// The encoding of states on the wire and under digests: variable-length integers (most
@@ -1228,8 +1453,13 @@ mod tests {
         fn write(&mut self, value: Option<Value>, intent: Intent) -> Full {
             self.wall += 1;
             let mut st = stamper_for(self.node, self.wall, &mut self.counter, &mut self.issued);
-            self.state
-                .capture(value.as_ref().map(|v| (v, None)), intent, true, &mut st)
+            self.state.capture(
+                value.as_ref().map(|v| (v, None)),
+                intent,
+                true,
+                None,
+                &mut st,
+            )
         }
 
         fn value(&self) -> Option<Value> {
@@ -1488,7 +1718,7 @@ mod tests {
                 let (mut counter, mut issued) = (counter, issued);
                 let mut st = stamper_for(rs[who].node, rs[who].wall, &mut counter, &mut issued);
                 let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent, true,
-                                         &mut st);
+                                         None, &mut st);
                 prop_assert_eq!(&dk, &d);
                 if sync_from != who {
                     let other = rs[sync_from].state.clone();
@@ -1521,12 +1751,26 @@ mod tests {
         let (mut counter, mut issued) = (VersionVector::new(), CausalContext::new());
         let mut k = KeyState::default();
         let mut st = stamper_for(1, 10, &mut counter, &mut issued);
-        let d = k.capture(&none, Some((&s("v"), None)), Intent::Assign, true, &mut st);
+        let d = k.capture(
+            &none,
+            Some((&s("v"), None)),
+            Intent::Assign,
+            true,
+            None,
+            &mut st,
+        );
         assert!(k.is_compact_form(), "{k:?}");
         assert_eq!(*k.expand(&none), d);
         // Overwritten while the old dot is above the frontier: full until GC passes it.
         let mut st = stamper_for(1, 11, &mut counter, &mut issued);
-        k.capture(&none, Some((&s("w"), None)), Intent::Assign, true, &mut st);
+        k.capture(
+            &none,
+            Some((&s("w"), None)),
+            Intent::Assign,
+            true,
+            None,
+            &mut st,
+        );
         assert!(!k.is_compact_form());
         let frontier: VersionVector = [(NodeId(1), 1)].into_iter().collect();
         k.gc(&frontier);
