@@ -8,7 +8,8 @@ export CARGO_TERM_COLOR ?= never
 .PHONY: crash-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause \
-        jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test
+        jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
+        fuzz fuzz-quick
 
 ## Build release binaries and run one node on 127.0.0.1:$(PORT) with ./data as its directory.
 run:
@@ -19,7 +20,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster jepsen-quick crash-test
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test sim-cluster jepsen-quick crash-test fuzz-quick
 	@echo "make test: all layers passed"
 
 ## Real-process crash test: kill -9 under write load, restart, every acknowledged write checked
@@ -29,6 +30,20 @@ CRASH_RUNS ?= 3
 crash-test:
 	$(CARGO) build --release -p lattice-server
 	python3 scripts/crash-test.py --runs $(CRASH_RUNS) --modes always,everysec --servers lattice
+
+## Coverage-guided fuzzing of the three decoders that read outside bytes (client requests,
+## peer messages, persistence records) with libFuzzer, instrumented as cargo fuzz's
+## `--sanitizer none` mode does, which works on the stable toolchain (scripts/fuzz.sh sets the
+## flags itself, so no fuzzing tool needs installing). `fuzz-quick` (in `make test`) gives each
+## target FUZZ_QUICK_S seconds, `make fuzz` FUZZ_S seconds. A crash, a timeout or an allocation
+## over the limits fails the run and leaves the input under fuzz/artifacts/<target>/.
+FUZZ_TARGETS := resp_request peer_message persist_record
+FUZZ_QUICK_S ?= 20
+FUZZ_S ?= 600
+fuzz-quick:
+	./scripts/fuzz.sh $(FUZZ_QUICK_S) $(FUZZ_TARGETS)
+fuzz:
+	./scripts/fuzz.sh $(FUZZ_S) $(FUZZ_TARGETS)
 
 deps:
 	@missing=""; \
@@ -47,6 +62,7 @@ deps:
 ## and unordered std maps.
 lint:
 	$(CARGO) fmt --all -- --check
+	rustfmt --edition 2021 --check fuzz/fuzz_targets/*.rs
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## The pure crates may not depend on tokio, mio, socket2 or getrandom.

@@ -684,6 +684,9 @@ impl Core {
                 }
                 OP_CMD => {
                     let n = get_varint(data, &mut at)?;
+                    if n == 0 {
+                        return Err(format!("logged command with no arguments at byte {}", at - 1));
+                    }
                     let mut args = Vec::new();
                     for _ in 0..n.min(1 << 20) {
                         args.push(Bytes::copy_from_slice(get_bytes(data, &mut at)?));
@@ -834,5 +837,24 @@ pub(crate) fn write_info(core: &Core, now_ms: u64, t: &mut String) {
             p.loaded_keys,
             p.loaded_records,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Buggify, Config, Micros, Node};
+
+    /// Damaged record payloads are load errors, never panics (both found by fuzzing the
+    /// persistence-record decoder: a logged command with no arguments reached dispatch).
+    #[test]
+    fn damaged_payloads_are_errors() {
+        let now = Micros::from_millis(1_700_000_000_000);
+        let mut node = Node::new(Config::default(), 1, Buggify::disabled(), now);
+        for payload in [&[super::OP_CMD, 0][..], &[super::OP_CMD], &[super::OP_SET, 9]] {
+            assert!(node.load(now, payload).is_err(), "{payload:?} loaded");
+            node.check_invariants();
+        }
+        let err = node.load(now, &[super::OP_CMD, 0]).unwrap_err();
+        assert!(err.contains("no arguments"), "{err}");
     }
 }
