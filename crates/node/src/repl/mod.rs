@@ -134,6 +134,8 @@ struct KeyEntry {
     /// `digest` (and the Merkle tree) predate the last change: the state is a large
     /// collection, digested when the tree is next read (listed in `stale_digests`).
     digest_stale: bool,
+    /// The `Replicator::messages_merged` number of the last message merged into this state.
+    merged_in: u32,
 }
 
 impl KeyEntry {
@@ -143,6 +145,7 @@ impl KeyEntry {
             digest: 0,
             gc_queued: false,
             digest_stale: false,
+            merged_in: 0,
         }
     }
 }
@@ -211,6 +214,8 @@ pub struct Replicator {
     /// rebuilding them (see [`KeyState::patch_for`]); None for a key that needs a rebuild.
     /// Valid until the next message.
     patches: BTreeMap<Bytes, Option<Patch>>,
+    /// Messages whose states were merged so far (wrapping; see `KeyEntry::merged_in`).
+    messages_merged: u32,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -275,6 +280,7 @@ impl Replicator {
             scratch: Vec::new(),
             stale_digests: Vec::new(),
             patches: BTreeMap::new(),
+            messages_merged: 0,
         }
     }
 
@@ -816,6 +822,7 @@ impl Replicator {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
         self.patches.clear();
+        self.messages_merged = self.messages_merged.wrapping_add(1);
         let hashes: Vec<u64> = entries
             .iter()
             .map(|b| lattice_store::key_hash(&b.key))
@@ -845,9 +852,12 @@ impl Replicator {
             let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
             // A delta into a large collection: the store is patched instead of rebuilt (and a
             // key merged twice in one message is rebuilt).
-            let patch = (deltas && entry.state.digest_is_costly())
-                .then(|| entry.state.patch_for(&st))
-                .flatten();
+            let costly = deltas && entry.state.digest_is_costly();
+            let patch = costly.then(|| entry.state.patch_for(&st)).flatten();
+            // A patch is relative to the state before this message: a key merged a second
+            // time in the message (which a sender never does) is rebuilt instead.
+            let again = entry.merged_in == self.messages_merged;
+            entry.merged_in = self.messages_merged;
             entry.state.merge(frontier, &st);
             if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
@@ -863,8 +873,11 @@ impl Replicator {
             );
             if moved || patch.is_some() {
                 changed.push(b.key.clone());
-                let first = !self.patches.contains_key(&b.key);
-                self.patches.insert(b.key.clone(), patch.filter(|_| first));
+            }
+            if again {
+                self.patches.insert(b.key.clone(), None);
+            } else if patch.is_some() {
+                self.patches.insert(b.key.clone(), patch);
             }
             if !deltas {
                 let ours = key_digest(&b.key, &entry.state, &mut self.scratch);

@@ -449,6 +449,25 @@ impl Full {
         })
     }
 
+    /// When this delta is a plain string assignment and nothing else (one dot, no counter
+    /// parts, its stamp the string's type stamp, every other component and the deadline
+    /// untouched): its dot and register.
+    fn plain_assignment(&self) -> Option<(Dot, &Reg)> {
+        let mut entries = self.string.entries().values();
+        let dots = entries.next()?;
+        if entries.next().is_some() || dots.len() != 1 {
+            return None;
+        }
+        let (dot, reg) = dots.iter().next()?;
+        let alone = reg.parts.is_empty()
+            && reg.base_ts == self.stamps[Kind::Str as usize]
+            && self.stamps[1..].iter().all(|h| *h == Hlc::ZERO)
+            && KINDS[1..].iter().all(|&k| self.leaves_kind(k))
+            && self.expiry == LwwRegister::default()
+            && self.removals.is_empty();
+        alone.then_some((*dot, reg))
+    }
+
     /// Drops causal metadata below the stable frontier (see `lattice_crdt::Crdt::gc`).
     pub fn gc(&mut self, stable: &VersionVector) {
         self.string.gc(stable);
@@ -1117,8 +1136,45 @@ impl KeyState {
 
     /// Joins `other` (a delta or a peer's state) into this state.
     pub fn merge(&mut self, frontier: &VersionVector, other: &Full) {
+        if let Some(c) = self.merged_assignment(frontier, other) {
+            self.repr = Repr::Str(c);
+            return;
+        }
         self.full_mut(frontier).merge(other);
         self.recompact(frontier);
+    }
+
+    /// The common replicated write, a plain string assignment arriving at a key that holds
+    /// nothing here or a compact string it overwrote, joined without expanding either side
+    /// into a `Full`: the compact result when the join is exactly that, else None (the
+    /// general join decides). Exactness: in the full forms, the delta's dot joins because our
+    /// context (the frontier, plus our string's dot) lacks it; our string's dot leaves because
+    /// the delta's context holds it; the result's context is the frontier plus the new dot
+    /// because ours was the frontier plus a dot it covers and the delta's adds nothing else.
+    fn merged_assignment(&self, frontier: &VersionVector, other: &Full) -> Option<CompactStr> {
+        let (dot, reg) = other.plain_assignment()?;
+        if frontier.contains(dot) {
+            return None;
+        }
+        let old_ts = match &self.repr {
+            Repr::Empty => Hlc::ZERO,
+            Repr::Str(c) => {
+                let overwritten = c.dot != dot
+                    && frontier.contains(c.dot)
+                    && other.string.context().contains(c.dot);
+                if !overwritten {
+                    return None;
+                }
+                c.ts
+            }
+            Repr::Full(_) => return None,
+        };
+        let exact = reg.base_ts >= old_ts && other.string.context().covered_by(frontier, Some(dot));
+        exact.then(|| CompactStr {
+            dot,
+            ts: reg.base_ts,
+            value: reg.base.to_vec().into_boxed_slice(),
+        })
     }
 
     /// Drops causal metadata below `stable` (the new applied frontier) and compacts.
@@ -1741,6 +1797,46 @@ mod tests {
                 k.gc(&frontier);
                 prop_assert_eq!(&*k.expand(&frontier), &r.state);
                 prop_assert_eq!(k.digest(b"k", &mut scratch), r.state.digest(b"k", &mut scratch));
+            }
+        }
+    }
+
+    proptest! {
+        /// Joining a delta into a compact state without expanding it (`merged_assignment`)
+        /// gives the general join of the full forms, at any frontier.
+        #[test]
+        fn compact_joins_are_the_general_join(ops in proptest::collection::vec((op(), 0..3usize), 1..40),
+                                              at in 0..40usize) {
+            // States held at some point of a random history, GC'd to the counters of that
+            // point, joined with every delta of the history (most later ones carry dots above
+            // that frontier, observed or concurrent).
+            let mut rs = [Replica::new(1), Replica::new(2), Replica::new(3)];
+            let mut deltas = Vec::new();
+            let mut held = Vec::new();
+            let mut frontier = VersionVector::new();
+            for (i, ((who, kind, arg), sync_from)) in ops.into_iter().enumerate() {
+                if i == at {
+                    for r in &rs {
+                        frontier.raise(NodeId(r.node), r.counter.get(NodeId(r.node)));
+                    }
+                    held = rs.iter().map(|r| r.state.clone()).collect();
+                }
+                deltas.push(apply(&mut rs[who], kind, arg));
+                if sync_from != who {
+                    let other = rs[sync_from].state.clone();
+                    rs[who].state.merge(&other);
+                }
+            }
+            for mut full in held {
+                full.gc(&frontier);
+                let held = KeyState::compacted(full, &frontier);
+                for d in &deltas {
+                    let mut fast = held.clone();
+                    fast.merge(&frontier, d);
+                    let mut general = held.expand(&frontier).into_owned();
+                    general.merge(d);
+                    prop_assert_eq!(&*fast.expand(&frontier), &general);
+                }
             }
         }
     }
