@@ -1093,6 +1093,9 @@ impl Replicator {
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
+    if st.encode_assignment_into(scratch) {
+        return;
+    }
     state::codec()
         .serialize_into(&mut *scratch, st)
         .expect("in-memory states always encode");

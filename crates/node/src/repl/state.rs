@@ -42,6 +42,8 @@ use serde::{Deserialize, Serialize};
 
 use super::hint::ChangeHint;
 
+mod assign_wire;
+
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -514,12 +516,13 @@ impl Full {
 
     /// Whether component `k` of this delta is its default: it writes nothing of that type.
     fn leaves_kind(&self, k: Kind) -> bool {
+        // Empty entries and an empty context: the default, without building one to compare.
         match k {
-            Kind::Str => self.string == OrMap::default(),
-            Kind::Hash => self.hash == OrMap::default(),
-            Kind::Set => self.set == OrSet::default(),
-            Kind::ZSet => self.zset == OrMap::default(),
-            Kind::List => self.list == Rga::default(),
+            Kind::Str => self.string.is_empty() && self.string.context().is_empty(),
+            Kind::Hash => self.hash.is_empty() && self.hash.context().is_empty(),
+            Kind::Set => self.set.is_empty() && self.set.context().is_empty(),
+            Kind::ZSet => self.zset.is_empty() && self.zset.context().is_empty(),
+            Kind::List => self.list.elements_held() == 0 && self.list.context().is_empty(),
         }
     }
 
