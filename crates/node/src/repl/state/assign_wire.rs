@@ -103,8 +103,10 @@ mod tests {
             if let Some(o) = old {
                 cc.insert(Dot::new(NodeId(node % 7 + 1), o));
             }
-            let mut delta = Full::default();
-            delta.string = OrMap::singleton((), d, Reg::assigned(Bytes::from(value), ts), cc);
+            let mut delta = Full {
+                string: OrMap::singleton((), d, Reg::assigned(Bytes::from(value), ts), cc),
+                ..Full::default()
+            };
             delta.stamps[Kind::Str as usize] = ts;
             let mut ours = Vec::new();
             prop_assert!(delta.encode_assignment_into(&mut ours));
