@@ -52,7 +52,7 @@ use hashbrown::HashTable;
 
 use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Full, Intent, KeyState, Patch, Stamper};
+use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
 use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -835,17 +835,25 @@ impl Replicator {
                     self.keys.prefetch(hashes[j], &entries[j].key);
                 }
             }
-            let Ok(st) = state::codec().deserialize::<Full>(&b.state) else {
-                self.stats.bad_messages += 1;
-                continue;
+            // The commonest delta, a string assignment, is read and joined without a `Full`.
+            let incoming = match deltas.then(|| Assignment::decode(&b.state)).flatten() {
+                Some(a) => Incoming::Assignment(a),
+                None => match state::codec().deserialize::<Full>(&b.state) {
+                    Ok(st) => Incoming::Full(Box::new(st)),
+                    Err(_) => {
+                        self.stats.bad_messages += 1;
+                        continue;
+                    }
+                },
             };
             if deltas {
                 self.stats.deltas_applied += 1;
             } else {
                 self.stats.states_applied += 1;
             }
-            for c in st.contexts() {
-                self.seen.merge(c);
+            match &incoming {
+                Incoming::Assignment(a) => self.seen.merge(&a.cc),
+                Incoming::Full(st) => st.contexts().iter().for_each(|c| self.seen.merge(c)),
             }
             let h = hashes[i];
             let frontier = &self.frontier;
@@ -853,12 +861,18 @@ impl Replicator {
             // A delta into a large collection: the store is patched instead of rebuilt (and a
             // key merged twice in one message is rebuilt).
             let costly = deltas && entry.state.digest_is_costly();
-            let patch = costly.then(|| entry.state.patch_for(&st)).flatten();
+            let patch = match &incoming {
+                Incoming::Full(st) if costly => entry.state.patch_for(st),
+                _ => None,
+            };
             // A patch is relative to the state before this message: a key merged a second
             // time in the message (which a sender never does) is rebuilt instead.
             let again = entry.merged_in == self.messages_merged;
             entry.merged_in = self.messages_merged;
-            entry.state.merge(frontier, &st);
+            match &incoming {
+                Incoming::Assignment(a) => entry.state.merge_assignment(frontier, a),
+                Incoming::Full(st) => entry.state.merge(frontier, st),
+            }
             if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
                 self.gc_queue.push((h, b.key.clone()));
@@ -879,7 +893,8 @@ impl Replicator {
             } else if patch.is_some() {
                 self.patches.insert(b.key.clone(), patch);
             }
-            if !deltas {
+            // Only a States message (anti-entropy) asks whether the sender holds the same.
+            if let (false, Incoming::Full(st)) = (deltas, &incoming) {
                 let ours = key_digest(&b.key, &entry.state, &mut self.scratch);
                 if Some(ours) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
                     in_sync.push(b.key.clone());
@@ -1088,6 +1103,12 @@ impl Replicator {
             assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
         }
     }
+}
+
+/// A received key state: a plain string assignment read by hand, or any state in general form.
+enum Incoming {
+    Assignment(Assignment),
+    Full(Box<Full>),
 }
 
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).

@@ -43,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use super::hint::ChangeHint;
 
 mod assign_wire;
+pub use assign_wire::Assignment;
 
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1139,12 +1140,24 @@ impl KeyState {
 
     /// Joins `other` (a delta or a peer's state) into this state.
     pub fn merge(&mut self, frontier: &VersionVector, other: &Full) {
-        if let Some(c) = self.merged_assignment(frontier, other) {
+        let compact = other.plain_assignment().and_then(|(dot, reg)| {
+            self.merged_assignment(frontier, dot, reg, other.string.context())
+        });
+        if let Some(c) = compact {
             self.repr = Repr::Str(c);
             return;
         }
         self.full_mut(frontier).merge(other);
         self.recompact(frontier);
+    }
+
+    /// [`KeyState::merge`] of a decoded plain assignment: joined compact when it can be,
+    /// else in its full form.
+    pub fn merge_assignment(&mut self, frontier: &VersionVector, a: &Assignment) {
+        match self.merged_assignment(frontier, a.dot, &a.reg, &a.cc) {
+            Some(c) => self.repr = Repr::Str(c),
+            None => self.merge(frontier, &a.to_full()),
+        }
     }
 
     /// The common replicated write, a plain string assignment arriving at a key that holds
@@ -1154,17 +1167,21 @@ impl KeyState {
     /// context (the frontier, plus our string's dot) lacks it; our string's dot leaves because
     /// the delta's context holds it; the result's context is the frontier plus the new dot
     /// because ours was the frontier plus a dot it covers and the delta's adds nothing else.
-    fn merged_assignment(&self, frontier: &VersionVector, other: &Full) -> Option<CompactStr> {
-        let (dot, reg) = other.plain_assignment()?;
+    fn merged_assignment(
+        &self,
+        frontier: &VersionVector,
+        dot: Dot,
+        reg: &Reg,
+        context: &CausalContext,
+    ) -> Option<CompactStr> {
         if frontier.contains(dot) {
             return None;
         }
         let old_ts = match &self.repr {
             Repr::Empty => Hlc::ZERO,
             Repr::Str(c) => {
-                let overwritten = c.dot != dot
-                    && frontier.contains(c.dot)
-                    && other.string.context().contains(c.dot);
+                let overwritten =
+                    c.dot != dot && frontier.contains(c.dot) && context.contains(c.dot);
                 if !overwritten {
                     return None;
                 }
@@ -1172,7 +1189,7 @@ impl KeyState {
             }
             Repr::Full(_) => return None,
         };
-        let exact = reg.base_ts >= old_ts && other.string.context().covered_by(frontier, Some(dot));
+        let exact = reg.base_ts >= old_ts && context.covered_by(frontier, Some(dot));
         exact.then(|| CompactStr {
             dot,
             ts: reg.base_ts,

@@ -1,13 +1,129 @@
-//! The wire encoding of the commonest delta, a plain string assignment, written by hand.
+//! The wire encoding of the commonest delta, a plain string assignment, written and read by
+//! hand.
 //!
 //! The flush encoded every queued delta through serde and bincode: about 3,600 instructions per
 //! replicated SET on the writer, most of it walking the eight components of a `Full` that holds
-//! one string. This writes the same bytes directly (the test below compares them with serde's
-//! on random deltas), so peers see no difference and the protocol is unchanged.
+//! one string; a replica decoded it into a `Full` (maps allocated and freed per write). This
+//! writes the same bytes directly (the tests compare them with serde's on random deltas), so
+//! peers see no difference and the protocol is unchanged, and reads them into an
+//! [`Assignment`] that a compact state joins without building a `Full`.
 
-use lattice_crdt::{CausalContext, Dot, Hlc};
+use bytes::Bytes;
+use lattice_crdt::{CausalContext, Dot, Hlc, NodeId, OrMap, VersionVector};
 
-use super::{Full, Kind};
+use super::{Full, Kind, Reg};
+
+/// The presence mask of a plain assignment: the string component (bit 0) and the type stamps
+/// (bit 6).
+const ASSIGNMENT_MASK: u8 = 1 | 1 << 6;
+
+/// A plain string assignment delta ([`Full::plain_assignment`]) as a replica receives it.
+#[derive(Debug, PartialEq)]
+pub struct Assignment {
+    pub dot: Dot,
+    pub reg: Reg,
+    /// The string component's causal context.
+    pub cc: CausalContext,
+}
+
+impl Assignment {
+    /// Reads a delta in exactly the layout [`Full::encode_assignment_into`] writes; None for
+    /// anything else (which the general decoder reads).
+    pub fn decode(bytes: &[u8]) -> Option<Assignment> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.byte()? != ASSIGNMENT_MASK || r.varint()? != 1 || r.varint()? != 1 {
+            return None;
+        }
+        let dot = r.dot()?;
+        let base_ts = r.hlc()?;
+        let len = usize::try_from(r.varint()?).ok()?;
+        let base = Bytes::copy_from_slice(r.take(len)?);
+        if r.varint()? != 0 {
+            return None; // counter parts: not a plain assignment
+        }
+        let mut vv = VersionVector::new();
+        for _ in 0..r.varint()? {
+            let node = r.node()?;
+            vv.raise(node, r.varint()?);
+        }
+        let mut cc = CausalContext::from_vv(&vv);
+        for _ in 0..r.varint()? {
+            cc.insert(r.dot()?);
+        }
+        if r.hlc()? != base_ts {
+            return None;
+        }
+        for _ in 1..5 {
+            if r.hlc()? != Hlc::ZERO {
+                return None;
+            }
+        }
+        (r.at == bytes.len()).then(|| Assignment {
+            dot,
+            reg: Reg::assigned(base, base_ts),
+            cc,
+        })
+    }
+
+    /// The delta in the general form.
+    pub fn to_full(&self) -> Full {
+        let mut full = Full {
+            string: OrMap::singleton((), self.dot, self.reg.clone(), self.cc.clone()),
+            ..Full::default()
+        };
+        full.stamps[Kind::Str as usize] = self.reg.base_ts;
+        full
+    }
+}
+
+/// A cursor over bincode's encoding; every read is None past the end or on a malformed value.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n)?;
+        let out = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(out)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        Some(match self.byte()? {
+            n @ 0..=250 => u64::from(n),
+            251 => u64::from(u16::from_le_bytes(self.take(2)?.try_into().ok()?)),
+            252 => u64::from(u32::from_le_bytes(self.take(4)?.try_into().ok()?)),
+            253 => u64::from_le_bytes(self.take(8)?.try_into().ok()?),
+            _ => return None,
+        })
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.varint()?).ok()
+    }
+
+    fn node(&mut self) -> Option<NodeId> {
+        Some(NodeId(self.u32()?))
+    }
+
+    fn dot(&mut self) -> Option<Dot> {
+        let node = self.node()?;
+        let counter = self.varint()?;
+        (counter >= 1).then(|| Dot::new(node, counter))
+    }
+
+    fn hlc(&mut self) -> Option<Hlc> {
+        let wall_ms = self.varint()?;
+        let logical = self.u32()?;
+        Some(Hlc::new(wall_ms, logical, self.node()?))
+    }
+}
 
 /// bincode's variable-length integer (`with_varint_encoding`): one byte below 251, else a
 /// marker byte and the little-endian u16, u32 or u64.
@@ -56,8 +172,7 @@ impl Full {
         let Some((d, reg)) = self.plain_assignment() else {
             return false;
         };
-        // The presence mask: the string component (bit 0) and the type stamps (bit 6).
-        out.push(1 | 1 << 6);
+        out.push(ASSIGNMENT_MASK);
         // string: one key (the unit key writes nothing) holding one dot.
         varint(out, 1);
         varint(out, 1);
@@ -77,11 +192,10 @@ impl Full {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{codec, Reg};
+    use super::super::codec;
     use super::*;
     use bincode::Options as _;
     use bytes::Bytes;
-    use lattice_crdt::{NodeId, OrMap};
     use proptest::prelude::*;
 
     proptest! {
@@ -110,7 +224,14 @@ mod tests {
             delta.stamps[Kind::Str as usize] = ts;
             let mut ours = Vec::new();
             prop_assert!(delta.encode_assignment_into(&mut ours));
-            prop_assert_eq!(ours, codec().serialize(&delta).unwrap());
+            let theirs = codec().serialize(&delta).unwrap();
+            prop_assert_eq!(&ours, &theirs);
+            let read = Assignment::decode(&theirs).expect("a plain assignment");
+            prop_assert_eq!(read.to_full(), delta);
+            // Cut short anywhere: not read.
+            for cut in 0..theirs.len() {
+                prop_assert!(Assignment::decode(&theirs[..cut]).is_none());
+            }
         }
     }
 
@@ -119,5 +240,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(!Full::default().encode_assignment_into(&mut out));
         assert!(out.is_empty());
+        let empty = codec().serialize(&Full::default()).unwrap();
+        assert!(Assignment::decode(&empty).is_none());
     }
 }
