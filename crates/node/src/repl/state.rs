@@ -396,7 +396,10 @@ impl Full {
         let groups = self.string.entries().values();
         string_digest_bytes(
             key,
-            groups.map(|dots| dots.iter()),
+            groups.map(|dots| {
+                dots.iter()
+                    .map(|(d, r)| (d, r.base_ts, &r.base[..], &r.parts))
+            }),
             &self.expiry,
             self.stamps,
             out,
@@ -1250,12 +1253,13 @@ impl KeyState {
             Repr::Empty => None,
             Repr::Str(c) => {
                 scratch.clear();
-                let reg = c.reg();
+                // The register read in place (a `Reg` would copy the value to digest it).
+                static NO_PARTS: BTreeMap<NodeId, Part> = BTreeMap::new();
                 let mut stamps = [Hlc::ZERO; 5];
                 stamps[Kind::Str as usize] = c.ts;
                 string_digest_bytes(
                     key,
-                    std::iter::once(std::iter::once((&c.dot, &reg))),
+                    std::iter::once(std::iter::once((&c.dot, c.ts, &c.value[..], &NO_PARTS))),
                     &LwwRegister::default(),
                     stamps,
                     scratch,
@@ -1428,7 +1432,7 @@ fn string_digest_bytes<'a, G, D>(
     out: &mut Vec<u8>,
 ) where
     G: Iterator<Item = D>,
-    D: ExactSizeIterator<Item = (&'a Dot, &'a Reg)>,
+    D: ExactSizeIterator<Item = (&'a Dot, Hlc, &'a [u8], &'a BTreeMap<NodeId, Part>)>,
 {
     fn put_u64(out: &mut Vec<u8>, v: u64) {
         out.extend_from_slice(&v.to_le_bytes());
@@ -1442,14 +1446,14 @@ fn string_digest_bytes<'a, G, D>(
     out.extend_from_slice(key);
     for dots in groups {
         put_u64(out, dots.len() as u64);
-        for (dot, reg) in dots {
+        for (dot, base_ts, base, parts) in dots {
             out.extend_from_slice(&dot.node.0.to_le_bytes());
             put_u64(out, dot.counter);
-            put_hlc(out, reg.base_ts);
-            put_u64(out, reg.base.len() as u64);
-            out.extend_from_slice(&reg.base);
-            put_u64(out, reg.parts.len() as u64);
-            for (node, p) in &reg.parts {
+            put_hlc(out, base_ts);
+            put_u64(out, base.len() as u64);
+            out.extend_from_slice(base);
+            put_u64(out, parts.len() as u64);
+            for (node, p) in parts {
                 out.extend_from_slice(&node.0.to_le_bytes());
                 put_u64(out, p.seq);
                 out.extend_from_slice(&p.int.to_le_bytes());
