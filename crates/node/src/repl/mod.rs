@@ -100,6 +100,8 @@ pub enum Effect {
 
 struct Unacked {
     data: Bytes,
+    /// When it was last transmitted.
+    sent_ms: u64,
     due_ms: u64,
     rto_ms: u64,
     tries: u32,
@@ -525,6 +527,7 @@ impl Replicator {
                     seq,
                     Unacked {
                         data: data.clone(),
+                        sent_ms: now_ms,
                         due_ms: now_ms + RTO_INITIAL_MS,
                         rto_ms: RTO_INITIAL_MS,
                         tries: 0,
@@ -594,6 +597,7 @@ impl Replicator {
                     u.tries += 1;
                     u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
                     u.due_ms = now_ms + u.rto_ms;
+                    u.sent_ms = now_ms;
                     resend = Some(u.data.clone());
                 }
             }
@@ -763,14 +767,21 @@ impl Replicator {
         let p = self.peers.entry(peer).or_default();
         let silent_ms = p.last_heard_ms.map_or(0, |t| now_ms.saturating_sub(t));
         p.last_heard_ms = Some(now_ms);
-        if silent_ms >= PEER_SILENCE_MS {
-            // Heard again after a silence (it was paused, cut off or overloaded): what it
-            // missed goes out now instead of at a retransmit timer that backed off meanwhile
-            // (up to RTO_MAX_MS later), and an anti-entropy round repairs whatever was dropped.
-            if let Some(u) = p.unacked.values_mut().next() {
+        // A message from the peer shows the link carries messages again. Our oldest message it
+        // has not acknowledged, if it already timed out once (lost, most likely while the link
+        // was cut), goes again now instead of at its backed-off timer (up to RTO_MAX_MS later):
+        // at most once per RTO_INITIAL_MS, like a first timeout. After a partition of a second
+        // this, not the next anti-entropy round, is what repairs the peer first.
+        if let Some(u) = p.unacked.values_mut().next() {
+            let timed_out = u.tries > 0 && now_ms.saturating_sub(u.sent_ms) >= RTO_INITIAL_MS;
+            if timed_out || silent_ms >= PEER_SILENCE_MS {
                 u.due_ms = now_ms;
                 u.rto_ms = RTO_INITIAL_MS;
             }
+        }
+        if silent_ms >= PEER_SILENCE_MS {
+            // Heard again after a silence (it was paused, cut off or overloaded): an
+            // anti-entropy round repairs whatever was dropped.
             if p.up {
                 p.needs_ae = true;
                 p.next_ae_ms = now_ms;
