@@ -78,8 +78,12 @@ const AE_FOLLOW_UP_MS: u64 = 10;
 const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// Period of GC rounds.
 const GC_INTERVAL_MS: u64 = 1_000;
-/// A live peer reports at least every `GC_INTERVAL_MS`; hearing from it after this long means
-/// it was unreachable, so it is caught up at once (see `on_message`).
+/// Period of the report of our seen-set every live peer receives even when no deltas flow: GC
+/// needs fresh reports, and a report is what tells a peer the link works again after a cut
+/// (it then resends what timed out at once, see `on_message`). Four small messages a second.
+const REPORT_INTERVAL_MS: u64 = 250;
+/// A live peer reports at least every `REPORT_INTERVAL_MS`; hearing from it after this long
+/// means it was unreachable, so it is caught up at once (see `on_message`).
 const PEER_SILENCE_MS: u64 = 1_500;
 /// Keys one GC step visits at most (see `Replicator::gc_sweep`): about a millisecond of work.
 const GC_KEYS_PER_STEP: usize = 4_096;
@@ -176,6 +180,7 @@ pub struct Replicator {
     /// Previous GC round's (min, max) of the replicas' seen frontiers.
     gc_prev: Option<(VersionVector, VersionVector)>,
     next_gc_ms: u64,
+    next_report_ms: u64,
     /// States by (leaf, key): anti-entropy reads whole leaves.
     keys: keymap::KeyMap<KeyEntry>,
     merkle: Merkle,
@@ -267,6 +272,7 @@ impl Replicator {
             frontier: VersionVector::new(),
             gc_prev: None,
             next_gc_ms: now_ms + GC_INTERVAL_MS,
+            next_report_ms: now_ms + REPORT_INTERVAL_MS,
             keys: keymap::KeyMap::default(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
@@ -551,7 +557,7 @@ impl Replicator {
 
     /// When [`Replicator::tick`] next has work.
     pub fn next_deadline_ms(&self, now_ms: u64) -> u64 {
-        let mut next = self.next_gc_ms;
+        let mut next = self.next_gc_ms.min(self.next_report_ms);
         if !self.gc_sweep.is_empty() {
             // The next slice of the sweep, after the client batches waiting now.
             next = next.min(now_ms + 1);
@@ -644,6 +650,9 @@ impl Replicator {
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
             self.gc_round();
+        }
+        if now_ms >= self.next_report_ms {
+            self.next_report_ms = now_ms + REPORT_INTERVAL_MS;
             // Tell every peer what we have merged, even when no deltas flow (acks carry it
             // otherwise): GC needs fresh reports from everyone to make progress.
             let report = self.seen_report(REPORT_ONLY_SEQ);
