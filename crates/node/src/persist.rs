@@ -685,7 +685,10 @@ impl Core {
                 OP_CMD => {
                     let n = get_varint(data, &mut at)?;
                     if n == 0 {
-                        return Err(format!("logged command with no arguments at byte {}", at - 1));
+                        return Err(format!(
+                            "logged command with no arguments at byte {}",
+                            at - 1
+                        ));
                     }
                     let mut args = Vec::new();
                     for _ in 0..n.min(1 << 20) {
@@ -850,7 +853,11 @@ mod tests {
     fn damaged_payloads_are_errors() {
         let now = Micros::from_millis(1_700_000_000_000);
         let mut node = Node::new(Config::default(), 1, Buggify::disabled(), now);
-        for payload in [&[super::OP_CMD, 0][..], &[super::OP_CMD], &[super::OP_SET, 9]] {
+        for payload in [
+            &[super::OP_CMD, 0][..],
+            &[super::OP_CMD],
+            &[super::OP_SET, 9],
+        ] {
             assert!(node.load(now, payload).is_err(), "{payload:?} loaded");
             node.check_invariants();
         }

@@ -80,11 +80,14 @@ impl Frame {
 ///
 /// RESP3 types are written as RESP3 (`Null` as `_`, maps as `%`, ...); the only RESP2-specific
 /// form is [`Frame::NullArray`] (`*-1`). Doubles are written as `inf`, `-inf`, `nan` or the
-/// shortest decimal that reads back as the same `f64`. Simple strings and errors are written
-/// as given: the caller keeps CR and LF out of them.
+/// shortest decimal that reads back as the same `f64`. Simple strings are written as given: the
+/// caller keeps CR and LF out of them. An error holding CR or LF (which a RESP3 blob error can
+/// carry) is written as a blob error, so that encoding what the decoder returned reads back
+/// the same.
 pub fn encode_frame(frame: &Frame, out: &mut BytesMut) {
     match frame {
         Frame::Simple(s) => line(out, b'+', s),
+        Frame::Error(s) if memchr::memchr2(b'\r', b'\n', s).is_some() => blob(out, b'!', &[], s),
         Frame::Error(s) => line(out, b'-', s),
         Frame::Integer(n) => len_line(out, b':', *n),
         Frame::Bulk(data) => blob(out, b'$', &[], data),
@@ -181,6 +184,11 @@ mod tests {
     fn encodes_every_type() {
         assert_eq!(enc(&Frame::Simple("OK".into())), b"+OK\r\n");
         assert_eq!(enc(&Frame::Error("ERR x".into())), b"-ERR x\r\n");
+        // Found by fuzzing: a blob error's CR LF must not end up inside a `-` line.
+        assert_eq!(
+            enc(&Frame::Error("ERR a\r\nb".into())),
+            b"!8\r\nERR a\r\nb\r\n"
+        );
         assert_eq!(enc(&Frame::Integer(-42)), b":-42\r\n");
         assert_eq!(enc(&Frame::Bulk("hi".into())), b"$2\r\nhi\r\n");
         assert_eq!(enc(&Frame::Bulk(Bytes::new())), b"$0\r\n\r\n");

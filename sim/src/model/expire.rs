@@ -37,23 +37,18 @@ fn pexpireat(m: &mut Model, cx: &mut Cx) -> Check {
 /// then the NX/XX/GT/LT conditions (a key without deadline counts as an infinite one for GT/LT),
 /// then delete-if-past or set.
 fn expire_generic(m: &mut Model, cx: &mut Cx, seconds: bool, relative: bool, cmd: &str) -> Check {
-    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    // The documented options, as a set of flags: any other word is an error naming it.
+    let mut flags = [false; 4];
     for opt in &cx.args[3..] {
-        if is(opt, "nx") {
-            nx = true;
-        } else if is(opt, "xx") {
-            xx = true;
-        } else if is(opt, "gt") {
-            gt = true;
-        } else if is(opt, "lt") {
-            lt = true;
-        } else {
+        let Some(i) = ["nx", "xx", "gt", "lt"].iter().position(|o| is(opt, o)) else {
             return Check::err(&format!(
                 "ERR Unsupported option {}",
                 String::from_utf8_lossy(opt)
             ));
-        }
+        };
+        flags[i] = true;
     }
+    let [nx, xx, gt, lt] = flags;
     if nx && (xx || gt || lt) {
         return Check::err("ERR NX and XX, GT or LT options at the same time are not compatible");
     }

@@ -539,21 +539,17 @@ fn uniform(z: &ZSet) -> bool {
     it.next().is_none_or(|first| it.all(|s| s == first))
 }
 
-/// Redis's rank normalisation: `None` when the range is empty.
+/// The ranks a ZRANGE-style `start stop` selects, as Redis documents them: negative indexes
+/// count from the end (-1 is the last member); out-of-range indexes are no error: a start past
+/// the end or after the stop selects nothing, a stop past the end means the last member.
+/// `None` when nothing is selected. Written as a filter over the ranks, not as the node's
+/// clamping arithmetic, so that the model checks the node instead of repeating it.
 fn rank_span(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let mut s = if start < 0 { start + len } else { start };
-    let mut e = if end < 0 { end + len } else { end };
-    if s < 0 {
-        s = 0;
-    }
-    if s > e || s >= len {
-        return None;
-    }
-    if e >= len {
-        e = len - 1;
-    }
-    Some((s as usize, e as usize))
+    let from_end = |i: i64| if i < 0 { i + len as i64 } else { i };
+    let (first, last) = (from_end(start), from_end(end));
+    let mut picked = (0..len).filter(|&r| (first..=last).contains(&(r as i64)));
+    let lo = picked.next()?;
+    Some((lo, picked.next_back().unwrap_or(lo)))
 }
 
 /// The members a range selects, in reply order (`rev`: from the highest), after LIMIT.
