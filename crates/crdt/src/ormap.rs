@@ -181,6 +181,14 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
         &self.kernel.entries
     }
 
+    /// Whether joining `delta` can change no key of this map but the keys `delta` carries
+    /// (a small delta of writes; a removal names keys by their dots alone, so it does not
+    /// qualify). A replica then updates its copy of the value key by key.
+    #[must_use]
+    pub fn delta_changes_only_its_keys(&self, delta: &Self) -> bool {
+        self.kernel.reaches_only_carried_keys(&delta.kernel)
+    }
+
     /// The causal context (for metrics: `context().cloud().len()`).
     #[must_use]
     pub fn context(&self) -> &CausalContext {

@@ -96,6 +96,14 @@ impl<E: Ord + Clone> OrSet<E> {
         self.kernel.entries.is_empty()
     }
 
+    /// Whether joining `delta` can change no key of this set but the keys `delta` carries
+    /// (a small delta of writes; a removal names keys by their dots alone, so it does not
+    /// qualify). A replica then updates its copy of the value key by key.
+    #[must_use]
+    pub fn delta_changes_only_its_keys(&self, delta: &Self) -> bool {
+        self.kernel.reaches_only_carried_keys(&delta.kernel)
+    }
+
     /// The causal context (for metrics: `context().cloud().len()`).
     #[must_use]
     pub fn context(&self) -> &CausalContext {

@@ -391,6 +391,23 @@ impl CausalContext {
     pub fn is_empty(&self) -> bool {
         self.vv.is_empty() && self.cloud.is_empty()
     }
+
+    /// Every dot of this context, when there are at most `limit` of them (None otherwise).
+    /// A delta's context names a handful of dots; a joined state's covers ranges too long to
+    /// list. Small-delta joins use this to see which of the receiver's entries a delta can
+    /// remove without visiting all of them.
+    #[must_use]
+    pub fn dots_within(&self, limit: usize) -> Option<Vec<Dot>> {
+        let in_vv: u64 = self.vv.iter().map(|(_, c)| c).sum();
+        if in_vv.saturating_add(self.cloud.len() as u64) > limit as u64 {
+            return None;
+        }
+        let ranges = self
+            .vv
+            .iter()
+            .flat_map(|(node, c)| (1..=c).map(move |k| Dot::new(node, k)));
+        Some(ranges.chain(self.cloud.iter()).collect())
+    }
 }
 
 impl Crdt for CausalContext {

@@ -5,7 +5,9 @@
 //!
 //! It also times every call into a node during the replicated load (a batch of 1,000 client
 //! SETs, one peer message, one timer tick) and prints the slowest of each kind: a call is what
-//! a server runs while it holds the node, so a slow one is a stall every client sees.
+//! a server runs while it holds the node, so a slow one is a stall every client sees. And each
+//! node's time over all its calls per SET, against the standalone node's (CPU per write,
+//! without the network).
 //!
 //!   cargo run --release -p lattice-node --example repl_memory [KEYS]
 
@@ -18,7 +20,12 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, NodeId, Output};
+use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
+
+#[path = "repl_large_values/probe.rs"]
+#[allow(dead_code)] // this probe uses only its node builder
+mod probe;
+use probe::node;
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -39,27 +46,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-fn node(id: u32, size: usize, now: Micros) -> Node {
-    let mut config = Config::default();
-    config.node_id = id;
-    config.cluster_size = size;
-    let mut n = Node::new(config, u64::from(id), Buggify::disabled(), now);
-    n.handle(
-        now,
-        Input::Connected {
-            conn: ConnId(1),
-            peer_addr: "127.0.0.1:1".into(),
-            local_addr: "127.0.0.1:2".into(),
-        },
-    );
-    for p in 1..=size as u32 {
-        if p != id {
-            n.handle(now, Input::PeerUp { peer: NodeId(p) });
-        }
-    }
-    n
-}
-
 fn main() {
     let keys: usize = std::env::args()
         .nth(1)
@@ -69,12 +55,14 @@ fn main() {
     // Standalone first.
     let base = LIVE.load(Ordering::Relaxed);
     let mut alone = node(1, 1, Micros::from_millis(now_ms));
+    let mut alone_busy = Duration::ZERO;
     for i in 0..keys {
         let args = vec![
             Bytes::from_static(b"SET"),
             Bytes::from(format!("key:{i:012}")),
             value.clone(),
         ];
+        let t = Instant::now();
         alone.handle(
             Micros::from_millis(now_ms),
             Input::Request {
@@ -83,6 +71,7 @@ fn main() {
             },
         );
         while alone.poll_output().is_some() {}
+        alone_busy += t.elapsed();
     }
     let standalone = LIVE.load(Ordering::Relaxed) - base;
     drop(alone);
@@ -91,14 +80,16 @@ fn main() {
         .map(|i| node(i, 3, Micros::from_millis(now_ms)))
         .collect();
     let mut wire: VecDeque<(usize, usize, Bytes)> = VecDeque::new();
-    // The slowest call per node and kind: 0 a client batch, 1 a peer message, 2 a timer.
-    let mut slowest = [[Duration::ZERO; 3]; 3];
-    let mut pump = |nodes: &mut Vec<Node>, slowest: &mut [[Duration; 3]; 3], now_ms: u64| loop {
+    // The slowest call per node and kind: 0 a client batch, 1 a peer message, 2 a timer; and
+    // 3 the node's time over all its calls.
+    let mut slowest = [[Duration::ZERO; 4]; 3];
+    let mut pump = |nodes: &mut Vec<Node>, slowest: &mut [[Duration; 4]; 3], now_ms: u64| loop {
         let now = Micros::from_millis(now_ms);
         for (i, n) in nodes.iter_mut().enumerate() {
             let t = Instant::now();
             n.handle_timeout(now);
             slowest[i][2] = slowest[i][2].max(t.elapsed());
+            slowest[i][3] += t.elapsed();
             while let Some(o) = n.poll_output() {
                 if let Output::PeerSend { peer, data } = o {
                     wire.push_back((peer.0 as usize - 1, i, data));
@@ -112,6 +103,7 @@ fn main() {
         let peer = NodeId(from as u32 + 1);
         nodes[to].handle(now, Input::PeerMessage { peer, data });
         slowest[to][1] = slowest[to][1].max(t.elapsed());
+        slowest[to][3] += t.elapsed();
     };
     let load = Instant::now();
     for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
@@ -131,6 +123,7 @@ fn main() {
             nodes[0].handle(Micros::from_millis(now_ms), Input::Request { conn, args });
         }
         slowest[0][0] = slowest[0][0].max(t.elapsed());
+        slowest[0][3] += t.elapsed();
         now_ms += 3;
         pump(&mut nodes, &mut slowest, now_ms);
     }
@@ -170,13 +163,21 @@ fn main() {
         "replicated load: {:.2} s for all three nodes on one thread",
         load.as_secs_f64()
     );
+    let per_set_ns = |d: Duration| d.as_nanos() as f64 / keys as f64;
+    println!(
+        "standalone: {:.0} ns of node time per SET",
+        per_set_ns(alone_busy)
+    );
     for (i, s) in slowest.iter().enumerate() {
         println!(
-            "node {}: slowest client batch {:.1} ms, peer message {:.1} ms, timer {:.1} ms",
+            "node {}: slowest client batch {:.1} ms, peer message {:.1} ms, timer {:.1} ms; \
+             {:.0} ns of node time per SET ({:.2}x standalone)",
             i + 1,
             s[0].as_secs_f64() * 1e3,
             s[1].as_secs_f64() * 1e3,
-            s[2].as_secs_f64() * 1e3
+            s[2].as_secs_f64() * 1e3,
+            per_set_ns(s[3]),
+            per_set_ns(s[3]) / per_set_ns(alone_busy)
         );
     }
 }

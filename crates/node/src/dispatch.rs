@@ -165,7 +165,7 @@ impl Core {
         }
         if let Some(intent) = intent {
             if self.repl.as_ref().is_some_and(|r| !r.dirty.is_empty()) {
-                self.capture_dirty(intent, !spec.has(Flag::KeepsValue));
+                self.capture_after(intent, !spec.has(Flag::KeepsValue), spec.name, call.args);
             }
         }
         self.stats.total_commands_processed += 1;

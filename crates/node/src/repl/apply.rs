@@ -4,7 +4,8 @@
 use bytes::Bytes;
 use lattice_store::Value;
 
-use super::state::Intent;
+use super::hint::ChangeHint;
+use super::state::{Intent, Patch};
 use crate::ctx::Core;
 
 impl Core {
@@ -13,6 +14,28 @@ impl Core {
     /// caller settled deferred captures of the other intent before the command ran.
     /// `overwrote`: the command writes values, not only deadlines (`crate::command::Flag::KeepsValue`).
     pub(crate) fn capture_dirty(&mut self, intent: Intent, overwrote: bool) {
+        self.capture_dirty_hinted(intent, overwrote, None);
+    }
+
+    /// [`Core::capture_dirty`] after the command `name` with `args` (name first): a command
+    /// that changed only its own key passes on what its arguments say it changed there
+    /// ([`ChangeHint`]), so a write to a large collection costs the change. `overwrote` as for
+    /// [`Core::capture_dirty`].
+    pub(crate) fn capture_after(
+        &mut self,
+        intent: Intent,
+        overwrote: bool,
+        name: &str,
+        args: &[Bytes],
+    ) {
+        let only_key = self.repl.as_ref().is_some_and(|r| {
+            r.dirty.len() == 1 && args.get(1).is_some_and(|k| r.dirty.get(0).1 == &k[..])
+        });
+        let hint = only_key.then(|| ChangeHint::of(name, args)).flatten();
+        self.capture_dirty_hinted(intent, overwrote, hint);
+    }
+
+    fn capture_dirty_hinted(&mut self, intent: Intent, overwrote: bool, hint: Option<ChangeHint>) {
         let Some(repl) = self.repl.as_mut() else {
             return;
         };
@@ -43,7 +66,7 @@ impl Core {
         dirty.clear();
         std::mem::swap(&mut repl.dirty, &mut dirty);
         if !keys.is_empty() {
-            self.capture_keys(&keys, intent);
+            self.capture_keys(&keys, intent, hint);
         }
     }
 
@@ -57,7 +80,7 @@ impl Core {
             return;
         }
         let (keys, intent) = repl.take_deferred();
-        self.capture_keys(&keys, intent);
+        self.capture_keys(&keys, intent, None);
     }
 
     /// Settles the deferred capture of `key` alone, if it has one.
@@ -69,10 +92,11 @@ impl Core {
             return;
         };
         let intent = repl.deferred_intent();
-        self.capture_keys(&[(Bytes::copy_from_slice(key), overwrote)], intent);
+        self.capture_keys(&[(Bytes::copy_from_slice(key), overwrote)], intent, None);
     }
 
-    fn capture_keys(&mut self, keys: &[(Bytes, bool)], intent: Intent) {
+    /// `hint` is about the only key of `keys`, if given.
+    fn capture_keys(&mut self, keys: &[(Bytes, bool)], intent: Intent, hint: Option<ChangeHint>) {
         let Some(repl) = self.repl.as_mut() else {
             return;
         };
@@ -84,6 +108,7 @@ impl Core {
                 entry.map(|e| (&e.value, e.expire_at_ms())),
                 intent,
                 *overwrote,
+                hint,
                 now_ms,
             );
         }
@@ -102,7 +127,7 @@ impl Core {
         let now_ms = self.now.as_millis();
         if let Some(repl) = self.repl.as_mut() {
             for key in repl.keys_with_content() {
-                repl.capture(&key, None, Intent::Assign, false, now_ms);
+                repl.capture(&key, None, Intent::Assign, false, None, now_ms);
             }
         }
     }
@@ -110,6 +135,15 @@ impl Core {
     /// Makes the store hold what the replicated state of `key` says.
     pub(crate) fn apply_remote(&mut self, key: &Bytes) {
         let limits = self.config.encoding;
+        let Some(repl) = self.repl.as_mut() else {
+            return;
+        };
+        if let Some(patch) = repl.take_patch(key) {
+            if self.apply_patch(key, &patch) {
+                self.touched_by_peer(key);
+                return;
+            }
+        }
         let Some(repl) = self.repl.as_ref() else {
             return;
         };
@@ -141,6 +175,77 @@ impl Core {
             }
         }
         self.touched_by_peer(key);
+    }
+
+    /// Updates the store value of `key` element by element after a merge (see
+    /// [`super::state::KeyState::patch_for`]); false, having changed nothing, when the store
+    /// does not hold the value the patch applies to (then the caller rebuilds it).
+    fn apply_patch(&mut self, key: &[u8], patch: &Patch) -> bool {
+        let now_ms = self.now.as_millis();
+        let limits = self.config.encoding;
+        let (Some(repl), Some(stored)) = (self.repl.as_ref(), self.db.get_raw(key)) else {
+            return false;
+        };
+        let Some(st) = repl.state(key) else {
+            return false;
+        };
+        let fits = !stored.is_expired(now_ms)
+            && stored.expire_at_ms() == st.deadline_ms()
+            && matches!(
+                (patch, &stored.value),
+                (Patch::Fields(_), Value::Hash(_))
+                    | (Patch::Members(_), Value::Set(_))
+                    | (Patch::Ends { .. }, Value::List(_))
+            );
+        if !fits {
+            return false;
+        }
+        let Some(entry) = self.db.get_live(key, now_ms, |_| {}) else {
+            return false;
+        };
+        let emptied = match (patch, &mut entry.value) {
+            (Patch::Fields(fields), Value::Hash(h)) => {
+                let compact = lattice_store::hash::Limits {
+                    max_entries: limits.hash_max_entries,
+                    max_value: limits.hash_max_value,
+                };
+                for f in fields {
+                    match st.field_value(f) {
+                        Some(v) => {
+                            h.insert(f, &v, compact);
+                        }
+                        None => {
+                            h.remove(f);
+                        }
+                    }
+                }
+                h.is_empty()
+            }
+            (Patch::Members(members), Value::Set(s)) => {
+                for m in members {
+                    if st.has_member(m) {
+                        s.insert(m, limits.set_max_intset_entries);
+                    } else {
+                        s.remove(m);
+                    }
+                }
+                s.is_empty()
+            }
+            (Patch::Ends { front, back }, Value::List(l)) => {
+                for v in front.iter().rev() {
+                    l.push(lattice_store::list::End::Head, v);
+                }
+                for v in back {
+                    l.push(lattice_store::list::End::Tail, v);
+                }
+                l.is_empty()
+            }
+            _ => unreachable!("checked above"),
+        };
+        if emptied {
+            self.db.remove(key);
+        }
+        true
     }
 
     /// Panics unless every key's store value equals its materialized replicated state.

@@ -35,6 +35,7 @@
 
 pub(crate) mod apply;
 pub mod dirty;
+pub mod hint;
 mod keymap;
 pub mod merkle;
 pub mod state;
@@ -49,8 +50,9 @@ use lattice_store::Value;
 
 use hashbrown::HashTable;
 
+use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Full, Intent, KeyState, Stamper};
+use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
 use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -76,8 +78,12 @@ const AE_FOLLOW_UP_MS: u64 = 10;
 const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// Period of GC rounds.
 const GC_INTERVAL_MS: u64 = 1_000;
-/// A live peer reports at least every `GC_INTERVAL_MS`; hearing from it after this long means
-/// it was unreachable, so it is caught up at once (see `on_message`).
+/// Period of the report of our seen-set every live peer receives even when no deltas flow: GC
+/// needs fresh reports, and a report is what tells a peer the link works again after a cut
+/// (it then resends what timed out at once, see `on_message`). Four small messages a second.
+const REPORT_INTERVAL_MS: u64 = 250;
+/// A live peer reports at least every `REPORT_INTERVAL_MS`; hearing from it after this long
+/// means it was unreachable, so it is caught up at once (see `on_message`).
 const PEER_SILENCE_MS: u64 = 1_500;
 /// Keys one GC step visits at most (see `Replicator::gc_sweep`): about a millisecond of work.
 const GC_KEYS_PER_STEP: usize = 4_096;
@@ -98,6 +104,8 @@ pub enum Effect {
 
 struct Unacked {
     data: Bytes,
+    /// When it was last transmitted.
+    sent_ms: u64,
     due_ms: u64,
     rto_ms: u64,
     tries: u32,
@@ -129,6 +137,11 @@ struct KeyEntry {
     /// Listed in `gc_queue` or `gc_sweep` (so a key written many times between GC rounds is
     /// listed once).
     gc_queued: bool,
+    /// `digest` (and the Merkle tree) predate the last change: the state is a large
+    /// collection, digested when the tree is next read (listed in `stale_digests`).
+    digest_stale: bool,
+    /// The `Replicator::messages_merged` number of the last message merged into this state.
+    merged_in: u32,
 }
 
 impl KeyEntry {
@@ -137,6 +150,8 @@ impl KeyEntry {
             state: KeyState::default(),
             digest: 0,
             gc_queued: false,
+            digest_stale: false,
+            merged_in: 0,
         }
     }
 }
@@ -169,6 +184,7 @@ pub struct Replicator {
     /// Previous GC round's (min, max) of the replicas' seen frontiers.
     gc_prev: Option<(VersionVector, VersionVector)>,
     next_gc_ms: u64,
+    next_report_ms: u64,
     /// States by (leaf, key): anti-entropy reads whole leaves.
     keys: keymap::KeyMap<KeyEntry>,
     merkle: Merkle,
@@ -201,6 +217,16 @@ pub struct Replicator {
     pub stats: ReplStats,
     /// Reused serialization buffer for key digests (no allocation per digest).
     scratch: Vec<u8>,
+    /// Keys whose digest waits for the next read of the Merkle tree (see
+    /// `KeyEntry::digest_stale`): digesting a 100,000-element hash after each HSET cost the
+    /// whole hash per write; now it costs it once per anti-entropy comparison.
+    stale_digests: Vec<KeyId>,
+    /// For the keys the last peer message changed: how to update their store values without
+    /// rebuilding them (see [`KeyState::patch_for`]); None for a key that needs a rebuild.
+    /// Valid until the next message.
+    patches: BTreeMap<Bytes, Option<Patch>>,
+    /// Messages whose states were merged so far (wrapping; see `KeyEntry::merged_in`).
+    messages_merged: u32,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -209,6 +235,34 @@ type KeyId = (u64, Bytes);
 fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
     state.digest(key, scratch).map_or(0, |d| d | 1)
+}
+
+/// Brings `entry`'s digest and the Merkle tree up to date after its state changed, or lists
+/// it for [`Replicator::refresh_digests`] when its state is a large collection. Returns
+/// whether the digest may have changed (always true for a deferred one).
+fn redigest(
+    h: u64,
+    key: &Bytes,
+    entry: &mut KeyEntry,
+    merkle: &mut Merkle,
+    stale: &mut Vec<KeyId>,
+    scratch: &mut Vec<u8>,
+) -> bool {
+    if entry.state.digest_is_costly() {
+        if !entry.digest_stale {
+            entry.digest_stale = true;
+            stale.push((h, key.clone()));
+        }
+        return true;
+    }
+    entry.digest_stale = false;
+    let digest = key_digest(key, &entry.state, scratch);
+    if digest == entry.digest {
+        return false;
+    }
+    merkle.update(merkle::leaf_of(h), entry.digest, digest);
+    entry.digest = digest;
+    true
 }
 
 impl Replicator {
@@ -223,6 +277,7 @@ impl Replicator {
             frontier: VersionVector::new(),
             gc_prev: None,
             next_gc_ms: now_ms + GC_INTERVAL_MS,
+            next_report_ms: now_ms + REPORT_INTERVAL_MS,
             keys: keymap::KeyMap::default(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
@@ -236,6 +291,9 @@ impl Replicator {
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
             scratch: Vec::new(),
+            stale_digests: Vec::new(),
+            patches: BTreeMap::new(),
+            messages_merged: 0,
         }
     }
 
@@ -317,12 +375,14 @@ impl Replicator {
     /// delta for every peer. `overwrote`: a command wrote the string value, so it takes a new
     /// stamp even if the bytes are the ones already captured (a later `SET` of the same value
     /// must still win over an older concurrent write elsewhere).
+    /// `hint`: what the command says it changed on `key` (see [`ChangeHint`]).
     pub fn capture(
         &mut self,
         key: &[u8],
         now_value: Option<(&Value, Option<u64>)>,
         intent: Intent,
         overwrote: bool,
+        hint: Option<ChangeHint<'_>>,
         now_ms: u64,
     ) {
         let h = lattice_store::key_hash(key);
@@ -338,17 +398,25 @@ impl Replicator {
             counter: &mut self.counter,
             issued: &mut self.seen,
         };
+        // A key whose deadline passed expired during the command: the store's value before it
+        // was not this state's, so only the full comparison can explain the new one.
+        let hint = hint.filter(|_| entry.state.deadline_ms().is_none_or(|d| d > now_ms));
         let delta = entry
             .state
-            .capture(frontier, now_value, intent, overwrote, &mut st);
+            .capture(frontier, now_value, intent, overwrote, hint, &mut st);
         if delta == Full::default() {
             return; // unchanged: no new metadata, nothing to send
         }
-        let digest = key_digest(key, &entry.state, &mut self.scratch);
-        self.merkle.update(merkle::leaf_of(h), entry.digest, digest);
-        entry.digest = digest;
+        redigest(
+            h,
+            shared_key,
+            entry,
+            &mut self.merkle,
+            &mut self.stale_digests,
+            &mut self.scratch,
+        );
         // A state in compact form holds nothing GC could drop: only the others wait for it.
-        if !entry.gc_queued && !entry.state.is_compact() {
+        if !entry.gc_queued && entry.state.may_hold_garbage() {
             entry.gc_queued = true;
             self.gc_queue.push((h, shared_key.clone()));
         }
@@ -372,7 +440,7 @@ impl Replicator {
     pub fn keys_with_content(&self) -> Vec<Bytes> {
         self.keys
             .iter_ordered()
-            .filter(|s| s.entry.digest != 0)
+            .filter(|s| s.entry.digest != 0 || s.entry.digest_stale)
             .map(|s| s.key.clone())
             .collect()
     }
@@ -470,6 +538,7 @@ impl Replicator {
                     seq,
                     Unacked {
                         data: data.clone(),
+                        sent_ms: now_ms,
                         due_ms: now_ms + RTO_INITIAL_MS,
                         rto_ms: RTO_INITIAL_MS,
                         tries: 0,
@@ -493,7 +562,7 @@ impl Replicator {
 
     /// When [`Replicator::tick`] next has work.
     pub fn next_deadline_ms(&self, now_ms: u64) -> u64 {
-        let mut next = self.next_gc_ms;
+        let mut next = self.next_gc_ms.min(self.next_report_ms);
         if !self.gc_sweep.is_empty() {
             // The next slice of the sweep, after the client batches waiting now.
             next = next.min(now_ms + 1);
@@ -539,6 +608,7 @@ impl Replicator {
                     u.tries += 1;
                     u.rto_ms = (u.rto_ms * 2).min(RTO_MAX_MS);
                     u.due_ms = now_ms + u.rto_ms;
+                    u.sent_ms = now_ms;
                     resend = Some(u.data.clone());
                 }
             }
@@ -567,6 +637,7 @@ impl Replicator {
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
+                self.refresh_digests();
                 let root = self.merkle.root();
                 self.send_ae(
                     id,
@@ -584,6 +655,9 @@ impl Replicator {
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
             self.gc_round();
+        }
+        if now_ms >= self.next_report_ms {
+            self.next_report_ms = now_ms + REPORT_INTERVAL_MS;
             // Tell every peer what we have merged, even when no deltas flow (acks carry it
             // otherwise): GC needs fresh reports from everyone to make progress.
             let report = self.seen_report(REPORT_ONLY_SEQ);
@@ -677,7 +751,7 @@ impl Replicator {
                 self.stats.keys_collected += 1;
                 continue;
             }
-            if had_tombstones {
+            if had_tombstones && !e.digest_stale {
                 let d = key_digest(&id.1, &e.state, &mut self.scratch);
                 if d != e.digest {
                     self.merkle.update(merkle::leaf_of(id.0), e.digest, d);
@@ -707,14 +781,21 @@ impl Replicator {
         let p = self.peers.entry(peer).or_default();
         let silent_ms = p.last_heard_ms.map_or(0, |t| now_ms.saturating_sub(t));
         p.last_heard_ms = Some(now_ms);
-        if silent_ms >= PEER_SILENCE_MS {
-            // Heard again after a silence (it was paused, cut off or overloaded): what it
-            // missed goes out now instead of at a retransmit timer that backed off meanwhile
-            // (up to RTO_MAX_MS later), and an anti-entropy round repairs whatever was dropped.
-            if let Some(u) = p.unacked.values_mut().next() {
+        // A message from the peer shows the link carries messages again. Our oldest message it
+        // has not acknowledged, if it already timed out once (lost, most likely while the link
+        // was cut), goes again now instead of at its backed-off timer (up to RTO_MAX_MS later):
+        // at most once per RTO_INITIAL_MS, like a first timeout. After a partition of a second
+        // this, not the next anti-entropy round, is what repairs the peer first.
+        if let Some(u) = p.unacked.values_mut().next() {
+            let timed_out = u.tries > 0 && now_ms.saturating_sub(u.sent_ms) >= RTO_INITIAL_MS;
+            if timed_out || silent_ms >= PEER_SILENCE_MS {
                 u.due_ms = now_ms;
                 u.rto_ms = RTO_INITIAL_MS;
             }
+        }
+        if silent_ms >= PEER_SILENCE_MS {
+            // Heard again after a silence (it was paused, cut off or overloaded): an
+            // anti-entropy round repairs whatever was dropped.
             if p.up {
                 p.needs_ae = true;
                 p.next_ae_ms = now_ms;
@@ -765,6 +846,8 @@ impl Replicator {
     fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
+        self.patches.clear();
+        self.messages_merged = self.messages_merged.wrapping_add(1);
         let hashes: Vec<u64> = entries
             .iter()
             .map(|b| lattice_store::key_hash(&b.key))
@@ -777,35 +860,70 @@ impl Replicator {
                     self.keys.prefetch(hashes[j], &entries[j].key);
                 }
             }
-            let Ok(st) = state::codec().deserialize::<Full>(&b.state) else {
-                self.stats.bad_messages += 1;
-                continue;
+            // The commonest delta, a string assignment, is read and joined without a `Full`.
+            let incoming = match deltas.then(|| Assignment::decode(&b.state)).flatten() {
+                Some(a) => Incoming::Assignment(a),
+                None => match state::codec().deserialize::<Full>(&b.state) {
+                    Ok(st) => Incoming::Full(Box::new(st)),
+                    Err(_) => {
+                        self.stats.bad_messages += 1;
+                        continue;
+                    }
+                },
             };
             if deltas {
                 self.stats.deltas_applied += 1;
             } else {
                 self.stats.states_applied += 1;
             }
-            for c in st.contexts() {
-                self.seen.merge(c);
+            match &incoming {
+                Incoming::Assignment(a) => self.seen.merge(&a.cc),
+                Incoming::Full(st) => st.contexts().iter().for_each(|c| self.seen.merge(c)),
             }
             let h = hashes[i];
             let frontier = &self.frontier;
             let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
-            let before = entry.digest;
-            entry.state.merge(frontier, &st);
-            if !entry.gc_queued && !entry.state.is_compact() {
+            // A delta into a large collection: the store is patched instead of rebuilt (and a
+            // key merged twice in one message is rebuilt).
+            let costly = deltas && entry.state.digest_is_costly();
+            let patch = match &incoming {
+                Incoming::Full(st) if costly => entry.state.patch_for(st),
+                _ => None,
+            };
+            // A patch is relative to the state before this message: a key merged a second
+            // time in the message (which a sender never does) is rebuilt instead.
+            let again = entry.merged_in == self.messages_merged;
+            entry.merged_in = self.messages_merged;
+            match &incoming {
+                Incoming::Assignment(a) => entry.state.merge_assignment(frontier, a),
+                Incoming::Full(st) => entry.state.merge(frontier, st),
+            }
+            if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
                 self.gc_queue.push((h, b.key.clone()));
             }
-            let digest = key_digest(&b.key, &entry.state, &mut self.scratch);
-            entry.digest = digest;
-            if digest != before {
-                self.merkle.update(merkle::leaf_of(h), before, digest);
+            let moved = redigest(
+                h,
+                &b.key,
+                entry,
+                &mut self.merkle,
+                &mut self.stale_digests,
+                &mut self.scratch,
+            );
+            if moved || patch.is_some() {
                 changed.push(b.key.clone());
             }
-            if !deltas && Some(digest) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
-                in_sync.push(b.key.clone());
+            if again {
+                self.patches.insert(b.key.clone(), None);
+            } else if patch.is_some() {
+                self.patches.insert(b.key.clone(), patch);
+            }
+            // Only a States message (anti-entropy) asks whether the sender holds the same.
+            if let (false, Incoming::Full(st)) = (deltas, &incoming) {
+                let ours = key_digest(&b.key, &entry.state, &mut self.scratch);
+                if Some(ours) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
+                    in_sync.push(b.key.clone());
+                }
             }
         }
         (changed, in_sync)
@@ -824,6 +942,7 @@ impl Replicator {
             self.stats.bad_messages += 1;
             return;
         }
+        self.refresh_digests();
         let width = merkle::width(d.level);
         let mut differing = Vec::new();
         for (&i, &theirs) in d.index.iter().zip(d.digest.iter()) {
@@ -913,7 +1032,31 @@ impl Replicator {
 
     /// Root of the Merkle tree: equal on replicas holding equal contents.
     pub fn digest(&mut self) -> u64 {
+        self.refresh_digests();
         self.merkle.root()
+    }
+
+    /// Digests the keys whose digest was deferred (see `KeyEntry::digest_stale`): before
+    /// anything reads the Merkle tree.
+    fn refresh_digests(&mut self) {
+        for (h, key) in std::mem::take(&mut self.stale_digests) {
+            let Some(e) = self.keys.get_mut(h, &key) else {
+                continue; // collected since
+            };
+            if !e.digest_stale {
+                continue; // digested since (its state became small)
+            }
+            e.digest_stale = false;
+            let digest = key_digest(&key, &e.state, &mut self.scratch);
+            self.merkle.update(merkle::leaf_of(h), e.digest, digest);
+            e.digest = digest;
+        }
+    }
+
+    /// How to update the store value of `key` after the last peer message (see
+    /// [`KeyState::patch_for`]); None: rebuild it from the state.
+    pub fn take_patch(&mut self, key: &[u8]) -> Option<Patch> {
+        self.patches.remove(key).flatten()
     }
 
     pub fn info(&self, now_ms: u64, out: &mut String) {
@@ -987,9 +1130,18 @@ impl Replicator {
     }
 }
 
+/// A received key state: a plain string assignment read by hand, or any state in general form.
+enum Incoming {
+    Assignment(Assignment),
+    Full(Box<Full>),
+}
+
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
+    if st.encode_assignment_into(scratch) {
+        return;
+    }
     state::codec()
         .serialize_into(&mut *scratch, st)
         .expect("in-memory states always encode");

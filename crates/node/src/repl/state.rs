@@ -40,6 +40,11 @@ use lattice_store::list::End;
 use lattice_store::{Hash, List, Set, Str, Value, ZSet};
 use serde::{Deserialize, Serialize};
 
+use super::hint::ChangeHint;
+
+mod assign_wire;
+pub use assign_wire::Assignment;
+
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -357,7 +362,7 @@ impl Full {
         if self.hash.entries().is_empty()
             && self.set.entries().is_empty()
             && self.zset.entries().is_empty()
-            && self.list.max_id().is_none()
+            && self.list.elements_held() == 0
         {
             // A string (or tombstone) alone, the common case: the same fields laid out by hand,
             // several times cheaper than going through serde.
@@ -366,7 +371,7 @@ impl Full {
         }
         // Lists are cloned without their context (their elements are private to the RGA);
         // the other components are serialized borrowed.
-        let list = self.list.max_id().map(|_| self.list.stripped());
+        let list = (self.list.elements_held() > 0).then(|| self.list.stripped());
         codec()
             .serialize_into(
                 &mut *scratch,
@@ -391,7 +396,10 @@ impl Full {
         let groups = self.string.entries().values();
         string_digest_bytes(
             key,
-            groups.map(|dots| dots.iter()),
+            groups.map(|dots| {
+                dots.iter()
+                    .map(|(d, r)| (d, r.base_ts, &r.base[..], &r.parts))
+            }),
             &self.expiry,
             self.stamps,
             out,
@@ -415,7 +423,7 @@ impl Full {
             && self.set.is_empty()
             && self.zset.is_empty()
             && self.list.is_empty()
-            && self.list.max_id().is_none()
+            && self.list.elements_held() == 0
             && self.expiry == LwwRegister::default()
             && self.stamps[1..].iter().all(|h| *h == Hlc::ZERO)
             && self.removals.covered_by(frontier, None)
@@ -447,6 +455,25 @@ impl Full {
         })
     }
 
+    /// When this delta is a plain string assignment and nothing else (one dot, no counter
+    /// parts, its stamp the string's type stamp, every other component and the deadline
+    /// untouched): its dot and register.
+    fn plain_assignment(&self) -> Option<(Dot, &Reg)> {
+        let mut entries = self.string.entries().values();
+        let dots = entries.next()?;
+        if entries.next().is_some() || dots.len() != 1 {
+            return None;
+        }
+        let (dot, reg) = dots.iter().next()?;
+        let alone = reg.parts.is_empty()
+            && reg.base_ts == self.stamps[Kind::Str as usize]
+            && self.stamps[1..].iter().all(|h| *h == Hlc::ZERO)
+            && KINDS[1..].iter().all(|&k| self.leaves_kind(k))
+            && self.expiry == LwwRegister::default()
+            && self.removals.is_empty();
+        alone.then_some((*dot, reg))
+    }
+
     /// Drops causal metadata below the stable frontier (see `lattice_crdt::Crdt::gc`).
     pub fn gc(&mut self, stable: &VersionVector) {
         self.string.gc(stable);
@@ -475,6 +502,32 @@ impl Full {
         !self.is_empty()
             && self.list.tombstones() == 0
             && self.contexts().iter().all(|c| c.cloud().is_empty())
+    }
+
+    /// Whether GC may find something to drop here: the exact [`Full::is_compact`] when that is
+    /// cheap, else yes (it counts a list's tombstones). For the write paths, which must not
+    /// cost the size of the value; the GC visit itself asks the exact question.
+    pub fn may_hold_garbage(&self) -> bool {
+        self.is_empty()
+            || self.list.elements_held() > 0
+            || self.contexts().iter().any(|c| !c.cloud().is_empty())
+    }
+
+    /// Elements held across the collection components (list tombstones included). O(1).
+    fn elements_held(&self) -> usize {
+        self.hash.len() + self.set.len() + self.zset.len() + self.list.elements_held()
+    }
+
+    /// Whether component `k` of this delta is its default: it writes nothing of that type.
+    fn leaves_kind(&self, k: Kind) -> bool {
+        // Empty entries and an empty context: the default, without building one to compare.
+        match k {
+            Kind::Str => self.string.is_empty() && self.string.context().is_empty(),
+            Kind::Hash => self.hash.is_empty() && self.hash.context().is_empty(),
+            Kind::Set => self.set.is_empty() && self.set.context().is_empty(),
+            Kind::ZSet => self.zset.is_empty() && self.zset.context().is_empty(),
+            Kind::List => self.list.elements_held() == 0 && self.list.context().is_empty(),
+        }
     }
 
     /// Tombstones held (list elements removed but not yet collected), a GC metric.
@@ -529,11 +582,14 @@ impl Full {
     /// Records what a local command did to this key. `now` is the store's value after the
     /// command (None: the key is gone) with its deadline; the state's visible value is what the
     /// key held before. Applies the operations here and returns them as a delta.
+    /// `hint`: what the command says it changed (see [`ChangeHint`]); the capture then looks
+    /// at those elements only, when they explain the new value.
     pub fn capture(
         &mut self,
         now: Option<(&Value, Option<u64>)>,
         intent: Intent,
         overwrote: bool,
+        hint: Option<ChangeHint<'_>>,
         st: &mut Stamper<'_>,
     ) -> Full {
         let mut delta = Full::default();
@@ -568,49 +624,62 @@ impl Full {
                 }
             }
             Value::Hash(h) => {
-                let gone: Vec<Bytes> = self
-                    .hash
-                    .keys()
-                    .filter(|f| !h.contains(f))
-                    .cloned()
-                    .collect();
-                for f in gone {
-                    delta.hash.absorb(self.hash.remove(&f));
-                    wrote = true;
-                    removed = true;
+                let mut field = |f: &[u8], now: Option<&[u8]>, this: &mut Full| {
+                    this.capture_field(f, now, intent, &mut delta, st)
+                };
+                // The named fields first; when they account for every field, nothing else
+                // changed and the comparison of the whole hash is skipped.
+                let named = hint.as_ref().and_then(ChangeHint::elements);
+                let hinted = named.is_some();
+                for f in named.into_iter().flatten() {
+                    let (w, r) = field(f, h.get(f), self);
+                    wrote |= w;
+                    removed |= r;
                 }
-                for (f, v) in h.iter() {
-                    let old = self.hash.get(f).map(|r| r.into_owned());
-                    if old.as_ref().is_some_and(|r| r.value()[..] == *v) {
-                        continue;
-                    }
-                    let reg = Reg::written(old, v, intent, st.node, ts);
-                    let dot = st.dot();
-                    delta
+                if !hinted || self.hash.len() != h.len() {
+                    let gone: Vec<Bytes> = self
                         .hash
-                        .absorb(self.hash.put(Bytes::copy_from_slice(f), reg, dot));
-                    wrote = true;
+                        .keys()
+                        .filter(|f| !h.contains(f))
+                        .cloned()
+                        .collect();
+                    for f in gone {
+                        let (w, r) = field(&f, None, self);
+                        wrote |= w;
+                        removed |= r;
+                    }
+                    for (f, v) in h.iter() {
+                        wrote |= field(f, Some(v), self).0;
+                    }
                 }
             }
             Value::Set(s) => {
-                let gone: Vec<Bytes> = self
-                    .set
-                    .iter()
-                    .filter(|m| !s.contains(m))
-                    .cloned()
-                    .collect();
-                for m in gone {
-                    delta.set.absorb(self.set.remove(&m));
-                    wrote = true;
-                    removed = true;
+                let mut member = |m: &[u8], now: bool, this: &mut Full| {
+                    this.capture_member(m, now, &mut delta, st)
+                };
+                // As for hashes: the named members, and the whole set only when they do not
+                // account for it.
+                let named = hint.as_ref().and_then(ChangeHint::elements);
+                let hinted = named.is_some();
+                for m in named.into_iter().flatten() {
+                    let (w, r) = member(m, s.contains(m), self);
+                    wrote |= w;
+                    removed |= r;
                 }
-                for m in s.iter() {
-                    if !self.set.contains(&m[..]) {
-                        let dot = st.dot();
-                        delta
-                            .set
-                            .absorb(self.set.add(Bytes::copy_from_slice(&m), dot));
-                        wrote = true;
+                if !hinted || self.set.len() != s.len() {
+                    let gone: Vec<Bytes> = self
+                        .set
+                        .iter()
+                        .filter(|m| !s.contains(m))
+                        .cloned()
+                        .collect();
+                    for m in gone {
+                        let (w, r) = member(&m, false, self);
+                        wrote |= w;
+                        removed |= r;
+                    }
+                    for m in s.iter() {
+                        wrote |= member(&m, true, self).0;
                     }
                 }
             }
@@ -653,7 +722,16 @@ impl Full {
                 }
             }
             Value::List(l) => {
-                wrote |= self.capture_list(l, &mut delta, st);
+                let pushed = match hint {
+                    Some(ChangeHint::Pushed { end, count }) if count <= l.len() => {
+                        Some((end, count))
+                    }
+                    _ => None,
+                };
+                wrote |= match pushed {
+                    Some((end, count)) => self.capture_push(l, end, count, &mut delta, st),
+                    None => self.capture_list(l, &mut delta, st),
+                };
             }
             Value::Stream(_) => {} // filtered out above
         }
@@ -731,9 +809,103 @@ impl Full {
         true
     }
 
+    /// A push the command reported (see [`ChangeHint::Pushed`]): the last `count` elements of
+    /// `new` at the tail, or its first `count` at the head, inserted at that end of the RGA
+    /// with fresh ids. Costs the push, not the list. The caller vouches that the key did not
+    /// expire during the command, so the list before it was this state's.
+    fn capture_push(
+        &mut self,
+        new: &List,
+        end: End,
+        count: usize,
+        delta: &mut Full,
+        st: &mut Stamper<'_>,
+    ) -> bool {
+        // Inserted in the order that leaves each new element where the store has it: a head
+        // push lands before every element (so the last one inserted is first), a tail push
+        // after every element.
+        // Each end is read from that end (reversing a `take` or `skip` walks the whole list),
+        // then put in insertion order: a head push inserts its last element first.
+        let mut values: Vec<&[u8]> = match end {
+            End::Head => new.iter().take(count).collect(),
+            End::Tail => new.iter().rev().take(count).collect(),
+        };
+        values.reverse();
+        for (i, v) in values.into_iter().enumerate() {
+            let id = self.fresh_list_id(Hlc {
+                logical: st.ts.logical.wrapping_add(i as u32),
+                ..st.ts
+            });
+            let dot = st.dot();
+            let value = Bytes::copy_from_slice(v);
+            let d = match end {
+                End::Head => self.list.push_front(id, dot, value),
+                End::Tail => self.list.push_back(id, dot, value),
+            };
+            if let Ok(d) = d {
+                delta.list.absorb(d);
+            }
+        }
+        count > 0
+    }
+
+    /// One hash field after a local command: `now` is its value in the store (None: gone).
+    /// Returns (whether anything was written, whether it was a removal).
+    fn capture_field(
+        &mut self,
+        f: &[u8],
+        now: Option<&[u8]>,
+        intent: Intent,
+        delta: &mut Full,
+        st: &mut Stamper<'_>,
+    ) -> (bool, bool) {
+        let Some(v) = now else {
+            if !self.hash.contains_key(f) {
+                return (false, false);
+            }
+            delta.hash.absorb(self.hash.remove(f));
+            return (true, true);
+        };
+        let old = self.hash.get(f).map(|r| r.into_owned());
+        if old.as_ref().is_some_and(|r| r.value()[..] == *v) {
+            return (false, false);
+        }
+        let reg = Reg::written(old, v, intent, st.node, st.ts);
+        let dot = st.dot();
+        delta
+            .hash
+            .absorb(self.hash.put(Bytes::copy_from_slice(f), reg, dot));
+        (true, false)
+    }
+
+    /// One set member after a local command: `now` is whether the store's set holds it.
+    /// Returns (whether anything was written, whether it was a removal).
+    fn capture_member(
+        &mut self,
+        m: &[u8],
+        now: bool,
+        delta: &mut Full,
+        st: &mut Stamper<'_>,
+    ) -> (bool, bool) {
+        match (now, self.set.contains(m)) {
+            (true, false) => {
+                let dot = st.dot();
+                delta
+                    .set
+                    .absorb(self.set.add(Bytes::copy_from_slice(m), dot));
+                (true, false)
+            }
+            (false, true) => {
+                delta.set.absorb(self.set.remove(m));
+                (true, true)
+            }
+            _ => (false, false),
+        }
+    }
+
     /// List ids must be unique and, for the RGA order, greater than every id already present.
     fn fresh_list_id(&self, candidate: Hlc) -> Hlc {
-        match self.list.max_id() {
+        match self.list.max_elem_id() {
             Some(max) if max >= candidate => Hlc {
                 wall_ms: max.wall_ms,
                 logical: max.logical.saturating_add(1),
@@ -915,6 +1087,7 @@ impl KeyState {
         now: Option<(&Value, Option<u64>)>,
         intent: Intent,
         overwrote: bool,
+        hint: Option<ChangeHint<'_>>,
         st: &mut Stamper<'_>,
     ) -> Full {
         // The common write, a plain assignment of a persistent string over nothing or over a
@@ -961,15 +1134,70 @@ impl KeyState {
                 return delta;
             }
         }
-        let delta = self.full_mut(frontier).capture(now, intent, overwrote, st);
+        let delta = self
+            .full_mut(frontier)
+            .capture(now, intent, overwrote, hint, st);
         self.recompact(frontier);
         delta
     }
 
     /// Joins `other` (a delta or a peer's state) into this state.
     pub fn merge(&mut self, frontier: &VersionVector, other: &Full) {
+        let compact = other.plain_assignment().and_then(|(dot, reg)| {
+            self.merged_assignment(frontier, dot, reg, other.string.context())
+        });
+        if let Some(c) = compact {
+            self.repr = Repr::Str(c);
+            return;
+        }
         self.full_mut(frontier).merge(other);
         self.recompact(frontier);
+    }
+
+    /// [`KeyState::merge`] of a decoded plain assignment: joined compact when it can be,
+    /// else in its full form.
+    pub fn merge_assignment(&mut self, frontier: &VersionVector, a: &Assignment) {
+        match self.merged_assignment(frontier, a.dot, &a.reg, &a.cc) {
+            Some(c) => self.repr = Repr::Str(c),
+            None => self.merge(frontier, &a.to_full()),
+        }
+    }
+
+    /// The common replicated write, a plain string assignment arriving at a key that holds
+    /// nothing here or a compact string it overwrote, joined without expanding either side
+    /// into a `Full`: the compact result when the join is exactly that, else None (the
+    /// general join decides). Exactness: in the full forms, the delta's dot joins because our
+    /// context (the frontier, plus our string's dot) lacks it; our string's dot leaves because
+    /// the delta's context holds it; the result's context is the frontier plus the new dot
+    /// because ours was the frontier plus a dot it covers and the delta's adds nothing else.
+    fn merged_assignment(
+        &self,
+        frontier: &VersionVector,
+        dot: Dot,
+        reg: &Reg,
+        context: &CausalContext,
+    ) -> Option<CompactStr> {
+        if frontier.contains(dot) {
+            return None;
+        }
+        let old_ts = match &self.repr {
+            Repr::Empty => Hlc::ZERO,
+            Repr::Str(c) => {
+                let overwritten =
+                    c.dot != dot && frontier.contains(c.dot) && context.contains(c.dot);
+                if !overwritten {
+                    return None;
+                }
+                c.ts
+            }
+            Repr::Full(_) => return None,
+        };
+        let exact = reg.base_ts >= old_ts && context.covered_by(frontier, Some(dot));
+        exact.then(|| CompactStr {
+            dot,
+            ts: reg.base_ts,
+            value: reg.base.to_vec().into_boxed_slice(),
+        })
     }
 
     /// Drops causal metadata below `stable` (the new applied frontier) and compacts.
@@ -1025,12 +1253,13 @@ impl KeyState {
             Repr::Empty => None,
             Repr::Str(c) => {
                 scratch.clear();
-                let reg = c.reg();
+                // The register read in place (a `Reg` would copy the value to digest it).
+                static NO_PARTS: BTreeMap<NodeId, Part> = BTreeMap::new();
                 let mut stamps = [Hlc::ZERO; 5];
                 stamps[Kind::Str as usize] = c.ts;
                 string_digest_bytes(
                     key,
-                    std::iter::once(std::iter::once((&c.dot, &reg))),
+                    std::iter::once(std::iter::once((&c.dot, c.ts, &c.value[..], &NO_PARTS))),
                     &LwwRegister::default(),
                     stamps,
                     scratch,
@@ -1066,6 +1295,67 @@ impl KeyState {
         }
     }
 
+    /// See [`Full::may_hold_garbage`].
+    pub fn may_hold_garbage(&self) -> bool {
+        match &self.repr {
+            Repr::Empty => true,
+            Repr::Str(_) => false,
+            Repr::Full(f) => f.may_hold_garbage(),
+        }
+    }
+
+    /// Whether digesting this state costs the size of a large collection, so the replicator
+    /// digests it once per anti-entropy comparison instead of after every write.
+    pub fn digest_is_costly(&self) -> bool {
+        matches!(&self.repr, Repr::Full(f) if f.elements_held() > COSTLY_DIGEST_ELEMENTS)
+    }
+
+    /// How to bring the store's value up to date after `delta` is merged into this state,
+    /// when the merge changes only what `delta` names of a hash, set or list and leaves the
+    /// type and the deadline alone; None when the value must be rebuilt from the state.
+    /// Asked before the merge.
+    pub fn patch_for(&self, delta: &Full) -> Option<Patch> {
+        let Repr::Full(f) = &self.repr else {
+            return None;
+        };
+        let kind = f.visible_kind()?;
+        let alone = KINDS
+            .iter()
+            .all(|&k| k == kind || (f.is_empty_kind(k) && delta.leaves_kind(k)));
+        if !alone || delta.expiry != LwwRegister::default() {
+            return None;
+        }
+        match kind {
+            Kind::Hash if f.hash.delta_changes_only_its_keys(&delta.hash) => Some(Patch::Fields(
+                delta.hash.entries().keys().cloned().collect(),
+            )),
+            Kind::Set if f.set.delta_changes_only_its_keys(&delta.set) => Some(Patch::Members(
+                delta.set.entries().keys().cloned().collect(),
+            )),
+            Kind::List => {
+                let (front, back) = f.list.end_pushes(&delta.list)?;
+                Some(Patch::Ends {
+                    front: front.into_iter().cloned().collect(),
+                    back: back.into_iter().cloned().collect(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The value clients read for hash field `f` (None: no such field, or not a hash).
+    pub fn field_value(&self, f: &[u8]) -> Option<Bytes> {
+        match &self.repr {
+            Repr::Full(full) => full.hash.get(f).map(|r| r.value()),
+            _ => None,
+        }
+    }
+
+    /// Whether the set holds `m`.
+    pub fn has_member(&self, m: &[u8]) -> bool {
+        matches!(&self.repr, Repr::Full(full) if full.set.contains(m))
+    }
+
     pub fn materialize(&self, limits: &Limits) -> Option<Value> {
         match &self.repr {
             Repr::Empty => None,
@@ -1073,6 +1363,21 @@ impl KeyState {
             Repr::Full(f) => f.materialize(limits),
         }
     }
+}
+
+/// Collection elements above which a state's digest is computed lazily (see
+/// [`KeyState::digest_is_costly`]): below it a digest costs about as much as the write.
+const COSTLY_DIGEST_ELEMENTS: usize = 64;
+
+/// How a replica updates its store value after a merge (see [`KeyState::patch_for`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// Read these hash fields again from the state (a field it no longer has is deleted).
+    Fields(Vec<Bytes>),
+    /// Read these set members again from the state.
+    Members(Vec<Bytes>),
+    /// Push `front` before the first element and `back` after the last, each in list order.
+    Ends { front: Vec<Bytes>, back: Vec<Bytes> },
 }
 
 /// The encoding of states on the wire and under digests: variable-length integers (most
@@ -1127,7 +1432,7 @@ fn string_digest_bytes<'a, G, D>(
     out: &mut Vec<u8>,
 ) where
     G: Iterator<Item = D>,
-    D: ExactSizeIterator<Item = (&'a Dot, &'a Reg)>,
+    D: ExactSizeIterator<Item = (&'a Dot, Hlc, &'a [u8], &'a BTreeMap<NodeId, Part>)>,
 {
     fn put_u64(out: &mut Vec<u8>, v: u64) {
         out.extend_from_slice(&v.to_le_bytes());
@@ -1141,14 +1446,14 @@ fn string_digest_bytes<'a, G, D>(
     out.extend_from_slice(key);
     for dots in groups {
         put_u64(out, dots.len() as u64);
-        for (dot, reg) in dots {
+        for (dot, base_ts, base, parts) in dots {
             out.extend_from_slice(&dot.node.0.to_le_bytes());
             put_u64(out, dot.counter);
-            put_hlc(out, reg.base_ts);
-            put_u64(out, reg.base.len() as u64);
-            out.extend_from_slice(&reg.base);
-            put_u64(out, reg.parts.len() as u64);
-            for (node, p) in &reg.parts {
+            put_hlc(out, base_ts);
+            put_u64(out, base.len() as u64);
+            out.extend_from_slice(base);
+            put_u64(out, parts.len() as u64);
+            for (node, p) in parts {
                 out.extend_from_slice(&node.0.to_le_bytes());
                 put_u64(out, p.seq);
                 out.extend_from_slice(&p.int.to_le_bytes());
@@ -1228,8 +1533,13 @@ mod tests {
         fn write(&mut self, value: Option<Value>, intent: Intent) -> Full {
             self.wall += 1;
             let mut st = stamper_for(self.node, self.wall, &mut self.counter, &mut self.issued);
-            self.state
-                .capture(value.as_ref().map(|v| (v, None)), intent, true, &mut st)
+            self.state.capture(
+                value.as_ref().map(|v| (v, None)),
+                intent,
+                true,
+                None,
+                &mut st,
+            )
         }
 
         fn value(&self) -> Option<Value> {
@@ -1488,7 +1798,7 @@ mod tests {
                 let (mut counter, mut issued) = (counter, issued);
                 let mut st = stamper_for(rs[who].node, rs[who].wall, &mut counter, &mut issued);
                 let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent, true,
-                                         &mut st);
+                                         None, &mut st);
                 prop_assert_eq!(&dk, &d);
                 if sync_from != who {
                     let other = rs[sync_from].state.clone();
@@ -1515,18 +1825,72 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Joining a delta into a compact state without expanding it (`merged_assignment`)
+        /// gives the general join of the full forms, at any frontier.
+        #[test]
+        fn compact_joins_are_the_general_join(ops in proptest::collection::vec((op(), 0..3usize), 1..40),
+                                              at in 0..40usize) {
+            // States held at some point of a random history, GC'd to the counters of that
+            // point, joined with every delta of the history (most later ones carry dots above
+            // that frontier, observed or concurrent).
+            let mut rs = [Replica::new(1), Replica::new(2), Replica::new(3)];
+            let mut deltas = Vec::new();
+            let mut held = Vec::new();
+            let mut frontier = VersionVector::new();
+            for (i, ((who, kind, arg), sync_from)) in ops.into_iter().enumerate() {
+                if i == at {
+                    for r in &rs {
+                        frontier.raise(NodeId(r.node), r.counter.get(NodeId(r.node)));
+                    }
+                    held = rs.iter().map(|r| r.state.clone()).collect();
+                }
+                deltas.push(apply(&mut rs[who], kind, arg));
+                if sync_from != who {
+                    let other = rs[sync_from].state.clone();
+                    rs[who].state.merge(&other);
+                }
+            }
+            for mut full in held {
+                full.gc(&frontier);
+                let held = KeyState::compacted(full, &frontier);
+                for d in &deltas {
+                    let mut fast = held.clone();
+                    fast.merge(&frontier, d);
+                    let mut general = held.expand(&frontier).into_owned();
+                    general.merge(d);
+                    prop_assert_eq!(&*fast.expand(&frontier), &general);
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_plain_string_is_held_compact() {
         let none = VersionVector::new();
         let (mut counter, mut issued) = (VersionVector::new(), CausalContext::new());
         let mut k = KeyState::default();
         let mut st = stamper_for(1, 10, &mut counter, &mut issued);
-        let d = k.capture(&none, Some((&s("v"), None)), Intent::Assign, true, &mut st);
+        let d = k.capture(
+            &none,
+            Some((&s("v"), None)),
+            Intent::Assign,
+            true,
+            None,
+            &mut st,
+        );
         assert!(k.is_compact_form(), "{k:?}");
         assert_eq!(*k.expand(&none), d);
         // Overwritten while the old dot is above the frontier: full until GC passes it.
         let mut st = stamper_for(1, 11, &mut counter, &mut issued);
-        k.capture(&none, Some((&s("w"), None)), Intent::Assign, true, &mut st);
+        k.capture(
+            &none,
+            Some((&s("w"), None)),
+            Intent::Assign,
+            true,
+            None,
+            &mut st,
+        );
         assert!(!k.is_compact_form());
         let frontier: VersionVector = [(NodeId(1), 1)].into_iter().collect();
         k.gc(&frontier);
