@@ -4,7 +4,7 @@
 # offending crate and the path that brings it in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pure=(lattice-resp lattice-store lattice-crdt lattice-node lattice-persist lattice-placement)
+pure=(lattice-resp lattice-store lattice-crdt lattice-node lattice-persist lattice-placement lattice-router)
 banned='^(tokio|mio|socket2|getrandom|async-std|smol)$'
 status=0
 for crate in "${pure[@]}"; do

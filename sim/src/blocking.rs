@@ -71,7 +71,7 @@ impl Bench {
     }
 
     fn node(&mut self) -> &mut lattice_node::Node {
-        self.host.node.as_mut().expect("up")
+        self.host.node_mut().expect("up")
     }
 
     pub(crate) fn at(&mut self, virt_ms: u64, conn: u64, args: &[&str]) {

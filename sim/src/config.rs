@@ -47,6 +47,9 @@ pub struct RunConfig {
     pub disruptive_pct: u32,
     /// Percentage of connections a client moves to another node when it reconnects.
     pub roam_pct: u32,
+    /// Event loops per node: its connections are spread over them in turn, and output for a
+    /// connection on another loop travels as mail (crates/router).
+    pub loops: usize,
     /// Replicated mode: every node is a replica of one cluster, the workload is the
     /// replicated one (`crate::cluster`) and the end of the run checks convergence.
     pub replicated: bool,
@@ -140,6 +143,7 @@ impl RunConfig {
             inline_pct: *r.pick(&[0, 2, 10]),
             disruptive_pct: r.range(0, 60) as u32,
             roam_pct: r.range(0, 50) as u32,
+            loops: r.range(1, 3) as usize,
             replicated: false,
             repl_weights: Vec::new(),
         }
@@ -201,8 +205,9 @@ impl RunConfig {
         }
         let _ = write!(
             s,
-            "nodes={} clients={} safety={}ms liveness={}ms latency={}+~{}us chunk={}% nemesis~{}ms",
+            "nodes={} loops={} clients={} safety={}ms liveness={}ms latency={}+~{}us chunk={}% nemesis~{}ms",
             self.nodes,
+            self.loops,
             self.clients,
             self.safety_us / 1000,
             self.liveness_us / 1000,

@@ -164,10 +164,14 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
 }
 
 fn repro(seed: u64, strict: bool, replicated: bool) -> String {
-    let features = if cfg!(feature = "planted-bug") {
-        " --features planted-bug"
-    } else {
-        ""
+    let features = match (
+        cfg!(feature = "planted-bug"),
+        cfg!(feature = "planted-router-bug"),
+    ) {
+        (true, true) => " --features planted-bug,planted-router-bug",
+        (true, false) => " --features planted-bug",
+        (false, true) => " --features planted-router-bug",
+        (false, false) => "",
     };
     let strict = if strict { " --strict" } else { "" };
     let replicated = if replicated { " --replicated" } else { "" };

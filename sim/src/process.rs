@@ -11,9 +11,14 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use lattice_node::{Buggify, Config, Input, Micros, Node, ProcessStats};
+use lattice_router::Router;
 
 use crate::clock::Clock;
+use crate::durability::SimDisk;
 use crate::model::Model;
+
+/// A node with the router the server runs it behind (this world's nodes have no disk).
+pub type NodeRouter = Router<SimDisk>;
 
 /// Virtual time one slice of a long script takes (a slice is about a million Lua instructions:
 /// a few milliseconds on a real core). Without it a script suspended between slices would run
@@ -27,7 +32,10 @@ pub const ID_STRIDE: u32 = 100;
 pub struct Host {
     pub id: usize,
     /// `None` while crashed.
-    pub node: Option<Node>,
+    pub router: Option<NodeRouter>,
+    /// Event loops the node's connections are spread over, and the loop the next one joins.
+    pub loops: usize,
+    pub next_loop: usize,
     pub paused: bool,
     pub clock: Clock,
     pub model: Model,
@@ -52,7 +60,9 @@ impl Host {
     pub fn new(id: usize, clock: Clock, hz: u64, cluster_size: usize) -> Host {
         Host {
             id,
-            node: None,
+            router: None,
+            loops: 1,
+            next_loop: 0,
             paused: false,
             clock,
             model: Model::new(),
@@ -68,13 +78,25 @@ impl Host {
         }
     }
 
-    /// Virtual time at which the node wants its timers fired (None while crashed or with no
-    /// timer): its deadline on its own clock, and while a script runs in slices no earlier
-    /// than one slice from `now`.
+    pub fn node(&self) -> Option<&Node> {
+        self.router.as_ref().map(|r| r.node())
+    }
+
+    pub fn node_mut(&mut self) -> Option<&mut Node> {
+        self.router.as_mut().map(|r| r.node_mut())
+    }
+
+    /// Virtual time at which the router plans to run the node's timers (None while crashed or
+    /// with no timer): the plan on the node's clock, and while a script runs in slices no
+    /// earlier than one slice from `now`.
     pub fn timer_due(&self, now: u64) -> Option<u64> {
-        let node = self.node.as_ref()?;
-        let v = self.clock.virtual_at(node.poll_timeout()?.0, now);
-        Some(if node.script_running() {
+        let router = self.router.as_ref()?;
+        let planned_us = router.planned_timers_us();
+        if planned_us == u64::MAX {
+            return None;
+        }
+        let v = self.clock.virtual_at(planned_us, now);
+        Some(if router.node().script_running() {
             v.max(now + SCRIPT_SLICE_US)
         } else {
             v
@@ -124,7 +146,8 @@ impl Host {
                 tcp_port: 6379,
             }),
         );
-        self.node = Some(node);
+        self.router = Some(Router::new(node, None, self.loops, Micros(now)));
+        self.next_loop = 0;
         self.model = Model::new();
         self.model.config.insert("hz", self.hz.to_string());
         self.paused = false;
@@ -138,8 +161,8 @@ impl Host {
 
     /// Drops the node and everything volatile. Returns the connections it had.
     pub fn crash(&mut self) -> Vec<u64> {
-        if let Some(n) = self.node.take() {
-            self.buggify_fired_before += n.buggify_fired();
+        if let Some(r) = self.router.take() {
+            self.buggify_fired_before += r.node().buggify_fired();
         }
         self.paused = false;
         self.timer_at = None;
@@ -150,15 +173,15 @@ impl Host {
     }
 
     pub fn up(&self) -> bool {
-        self.node.is_some()
+        self.router.is_some()
     }
 
     /// Usable right now: up and not paused.
     pub fn running(&self) -> bool {
-        self.node.is_some() && !self.paused
+        self.router.is_some() && !self.paused
     }
 
     pub fn buggify_fired(&self) -> u64 {
-        self.buggify_fired_before + self.node.as_ref().map_or(0, |n| n.buggify_fired())
+        self.buggify_fired_before + self.node().map_or(0, |n| n.buggify_fired())
     }
 }

@@ -10,16 +10,20 @@
 //! outstanding request must be answered. The run ends with the liveness checks.
 //!
 //! The node driver: bytes the network delivers to a node go through the same `RequestParser`
-//! the server uses; each parsed request is applied to the node's reference model (same `now`)
-//! and then handed to the node. The model's expected reply is queued on the connection; when
-//! the client decodes a reply from its byte stream it is checked against the head of that queue.
+//! the server uses; the requests of one delivery run as one batch through the node's
+//! `lattice_router::Router`, the routing the server runs, each applied to the node's reference
+//! model (same `now`) just before the node runs it. The model's expected reply is queued on the
+//! connection; when the client decodes a reply from its byte stream it is checked against the
+//! head of that queue. A node's connections are spread over its simulated event loops: output
+//! for a connection on another loop is mail, delivered when that loop wakes a moment later.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
-use lattice_node::{ConnId, Input, Micros, Output};
+use lattice_node::{ConnId, Input, Micros};
 use lattice_resp::{decode_frame, Frame, Limits, RequestParser};
+use lattice_router::{Mail, Route};
 
 use crate::check::{Check, Expect, ScanState, Verifier};
 use crate::client::{encode, Client, ReplyMode};
@@ -40,6 +44,13 @@ const MAX_PEER_MESSAGE_BYTES: usize = 16 << 20;
 /// Peer messages kept for a paused node (see `on_peer_tick`).
 const PAUSED_INBOX_MAX: usize = 65_536;
 
+/// Virtual time between mail being posted for another event loop and that loop running (a
+/// thread woken through its eventfd), at most.
+const LOOP_WAKE_MAX_US: u64 = 50;
+
+/// The loop that runs a node's timers (the server's first loop).
+const TIMER_LOOP: usize = 0;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     Safety,
@@ -50,13 +61,31 @@ pub enum Phase {
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {
-    Pipe { conn: u64, to_node: bool },
-    NodeTimer { node: usize, gen: u64 },
-    ClientWake { client: usize },
+    Pipe {
+        conn: u64,
+        to_node: bool,
+    },
+    NodeTimer {
+        node: usize,
+        gen: u64,
+    },
+    /// Event loop `loop_index` of incarnation `incarnation` of host `node` was woken for mail.
+    LoopWake {
+        node: usize,
+        loop_index: usize,
+        incarnation: u32,
+    },
+    ClientWake {
+        client: usize,
+    },
     PeerTick,
-    Heartbeat { node: usize },
+    Heartbeat {
+        node: usize,
+    },
     Nemesis,
-    FaultEnd { id: u64 },
+    FaultEnd {
+        id: u64,
+    },
     Phase(Phase),
 }
 
@@ -83,6 +112,14 @@ impl Ord for Sched {
     }
 }
 
+/// Why a batch ends before the connection's buffer is used up.
+enum Cut {
+    /// The model settles a random outcome from the reply of the request run at this node time.
+    Settle(u64),
+    /// The request closes its own connection (QUIT, CLIENT KILL of itself).
+    Closed,
+}
+
 /// The node side of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NodeSide {
@@ -97,6 +134,11 @@ enum NodeSide {
 struct Conn {
     client: usize,
     node: usize,
+    /// The node's event loop serving it (set when the node accepts it).
+    loop_index: usize,
+    /// Another connection killed it (CLIENT KILL): the node is done with it, though its loop
+    /// may still run requests it read before the close reached it, which the node must ignore.
+    killed: bool,
     addr: String,
     to_node: Pipe,
     to_client: Pipe,
@@ -192,12 +234,14 @@ impl World {
         let cluster_size = if cfg.replicated { cfg.nodes } else { 1 };
         let hosts: Vec<Host> = (0..cfg.nodes)
             .map(|i| {
-                Host::new(
+                let mut host = Host::new(
                     i,
                     Clock::new(cfg.clocks[i].0, cfg.clocks[i].1),
                     cfg.hz,
                     cluster_size,
-                )
+                );
+                host.loops = cfg.loops;
+                host
             })
             .collect();
         let clients = (0..cfg.clients)
@@ -332,6 +376,11 @@ impl World {
         match ev {
             Ev::Pipe { conn, to_node } => self.on_pipe(conn, to_node),
             Ev::NodeTimer { node, gen } => self.on_timer(node, gen),
+            Ev::LoopWake {
+                node,
+                loop_index,
+                incarnation,
+            } => self.on_loop_wake(node, loop_index, incarnation),
             Ev::ClientWake { client } => {
                 if self.clients[client].wake_at.is_some_and(|w| w <= self.now) {
                     self.clients[client].wake_at = None;
@@ -504,16 +553,23 @@ impl World {
                         self.stream_push(id, false, Seg::Rst);
                         continue;
                     }
+                    let host = &mut self.hosts[node];
+                    let loop_index = host.next_loop;
+                    host.next_loop = (loop_index + 1) % host.loops;
                     let addr = {
                         let c = self.conn(id).expect("checked");
                         c.node_side = NodeSide::Open;
+                        c.loop_index = loop_index;
                         c.addr.clone()
                     };
                     let host = &mut self.hosts[node];
                     host.conns.insert(id);
                     host.model.connect(id, addr.clone());
                     let t = host.clock.read(now);
-                    host.node.as_mut().expect("up").handle(
+                    let router = host.router.as_mut().expect("up");
+                    let slot = id as usize;
+                    router.register(ConnId(id), Route { loop_index, slot });
+                    router.handle(
                         Micros(t),
                         Input::Connected {
                             conn: ConnId(id),
@@ -521,7 +577,7 @@ impl World {
                             local_addr: format!("10.0.0.{}:6379", node + 1),
                         },
                     );
-                    self.drain(node);
+                    self.drain(node, Some(id));
                     touched = true;
                 }
                 Seg::Data(b) => {
@@ -541,15 +597,18 @@ impl World {
                     }
                     c.node_side = NodeSide::Done;
                     c.inbuf.clear();
+                    let loop_index = c.loop_index;
                     let host = &mut self.hosts[node];
                     host.conns.remove(&id);
                     host.model.disconnect(id);
                     let t = host.clock.read(now);
-                    host.node
+                    let router = host
+                        .router
                         .as_mut()
-                        .expect("open connections belong to a live node")
-                        .handle(Micros(t), Input::Closed { conn: ConnId(id) });
-                    self.drain(node);
+                        .expect("open connections belong to a live node");
+                    router.unregister(ConnId(id));
+                    router.handle(Micros(t), Input::Closed { conn: ConnId(id) });
+                    self.drain_on(node, None, Some(loop_index));
                     touched = true;
                 }
             }
@@ -562,14 +621,18 @@ impl World {
     /// Runs the invariant checker of the node a step touched (nodes a step did not touch have
     /// not changed), and re-arms its timer.
     fn after_node_step(&mut self, node: usize) {
-        if let Some(n) = self.hosts[node].node.as_ref() {
-            n.check_invariants();
+        if let Some(r) = self.hosts[node].router.as_ref() {
+            r.check_invariants();
             self.stats.invariant_checks += 1;
         }
         self.schedule_timer(node);
     }
 
+    /// Runs everything complete in the connection's buffer as one batch (the server's read
+    /// batch), ending the batch early after a request whose reply the model settles from, or
+    /// that closes the connection.
     fn parse_and_execute(&mut self, id: u64, node: usize) {
+        let mut commands = 0;
         loop {
             let Some(c) = self.conn(id) else {
                 return;
@@ -579,25 +642,69 @@ impl World {
                 return;
             }
             match c.parser.parse(&mut c.inbuf) {
-                Ok(Some(args)) => self.execute(id, node, args),
-                Ok(None) => return,
+                Ok(Some(args)) => {
+                    if commands == 0 {
+                        self.router(node).begin_batch();
+                    }
+                    commands += 1;
+                    if let Some(cut) = self.execute(id, node, args) {
+                        self.end_batch(id, node, commands, None);
+                        commands = 0;
+                        if let Cut::Settle(t) = cut {
+                            self.settle(node, t);
+                        }
+                    }
+                }
+                Ok(None) => break,
                 Err(e) => {
                     let message = e.message().to_string();
                     c.inbuf.clear();
-                    self.protocol_error(id, node, message);
+                    if commands == 0 {
+                        self.router(node).begin_batch();
+                    }
+                    self.protocol_error(id, node, &message);
+                    self.end_batch(id, node, commands, Some(message));
                     return;
                 }
             }
         }
+        if commands > 0 {
+            self.end_batch(id, node, commands, None);
+        }
     }
 
-    fn execute(&mut self, id: u64, node: usize, args: Vec<Bytes>) {
+    fn router(&mut self, node: usize) -> &mut crate::process::NodeRouter {
+        self.hosts[node].router.as_mut().expect("up")
+    }
+
+    /// Ends the batch running for `id`: its output is carried out as the server would.
+    fn end_batch(&mut self, id: u64, node: usize, commands: u64, protocol_error: Option<String>) {
+        let mut own_out = Vec::new();
+        let close =
+            self.router(node)
+                .end_batch(ConnId(id), commands, 0, protocol_error, &mut own_out);
+        self.carry_out(node, Some(id), own_out, close);
+    }
+
+    /// Runs one request of the batch. Returns why the batch must end after it, if it must.
+    fn execute(&mut self, id: u64, node: usize, args: Vec<Bytes>) -> Option<Cut> {
         if self.replicated {
-            return self.execute_replicated(id, node, args);
+            self.execute_replicated(id, node, args);
+            return None;
         }
         let now = self.now;
         let host = &mut self.hosts[node];
         let t = host.clock.read(now);
+        if self.conns[id as usize].as_ref().is_some_and(|c| c.killed) {
+            self.trace(TraceEvent::Request {
+                node: node as u32,
+                conn: id,
+                now_us: t,
+                args: args.clone(),
+            });
+            self.router(node).request(Micros(t), ConnId(id), args);
+            return None;
+        }
         let applied = host.model.apply(id, t, &args);
         if applied.settle {
             self.capture = Some((id, BytesMut::new()));
@@ -632,6 +739,7 @@ impl World {
                 answers: true,
             });
         }
+        let closes_self = applied.close_self || applied.kill.contains(&id);
         if applied.close_self {
             c.expected.push_back(Expect {
                 args: Vec::new(),
@@ -644,6 +752,7 @@ impl World {
         }
         for v in applied.kill {
             if let Some(vc) = self.conn(v) {
+                vc.killed = true;
                 vc.expected.push_back(Expect {
                     args: Vec::new(),
                     check: Check::Close,
@@ -654,14 +763,17 @@ impl World {
                 });
             }
         }
-        self.hosts[node].node.as_mut().expect("up").handle(
-            Micros(t),
-            Input::Request {
-                conn: ConnId(id),
-                args,
-            },
-        );
-        self.drain(node);
+        self.router(node).request(Micros(t), ConnId(id), args);
+        if closes_self {
+            // The batch ends with the connection: the node answers nothing after it.
+            Some(Cut::Closed)
+        } else {
+            applied.settle.then_some(Cut::Settle(t))
+        }
+    }
+
+    /// The model learns a random outcome (a random SPOP) from the reply the batch just wrote.
+    fn settle(&mut self, node: usize, t: u64) {
         if let Some((_, mut out)) = self.capture.take() {
             // The node answers at once: its reply is the last frame it wrote to the connection.
             let mut last = None;
@@ -708,22 +820,17 @@ impl World {
             self.history.executed(op, node, incarnation);
             self.history.is_set(op).map(|k| k.to_vec())
         });
-        let n = self.hosts[node].node.as_mut().expect("up");
-        n.handle(
-            Micros(t),
-            Input::Request {
-                conn: ConnId(id),
-                args,
-            },
-        );
+        let router = self.router(node);
+        router.request(Micros(t), ConnId(id), args);
         if let (Some(op), Some(key)) = (op, set_key) {
-            let stamp = n.string_stamp(&key);
+            let stamp = router.node_mut().string_stamp(&key);
             self.history.stamped(op, stamp);
         }
-        self.drain(node);
     }
 
-    fn protocol_error(&mut self, id: u64, node: usize, message: String) {
+    /// The read ended in bytes that are not RESP: the model expects the error and the close
+    /// (the batch's end hands the node the error).
+    fn protocol_error(&mut self, id: u64, node: usize, message: &str) {
         let t = self.hosts[node].clock.read(self.now);
         let c = self.conn(id).expect("live");
         c.expected.push_back(Expect {
@@ -745,71 +852,175 @@ impl World {
         self.trace(TraceEvent::ProtocolError {
             node: node as u32,
             conn: id,
-            message: message.clone(),
+            message: message.to_string(),
         });
-        self.hosts[node].node.as_mut().expect("up").handle(
-            Micros(t),
-            Input::ProtocolError {
-                conn: ConnId(id),
-                message,
-            },
-        );
-        self.drain(node);
     }
 
-    /// Carries out everything the node wants done.
-    fn drain(&mut self, node: usize) {
+    /// Carries out everything the node wants done after an input for connection `own` (None:
+    /// an input of no connection's, such as a peer message).
+    fn drain(&mut self, node: usize, own: Option<u64>) {
+        let current = own.and_then(|id| self.conns[id as usize].as_ref().map(|c| c.loop_index));
+        self.drain_on(node, own, current);
+    }
+
+    /// [`World::drain`] run by event loop `current` (None: by no loop, as the server's replica
+    /// links are).
+    fn drain_on(&mut self, node: usize, own: Option<u64>, current: Option<usize>) {
+        let host = &mut self.hosts[node];
+        let t = host.clock.read(self.now);
+        let Some(router) = host.router.as_mut() else {
+            return;
+        };
+        let mut own_out = Vec::new();
+        let close = router.drain(Micros(t), own.map(ConnId), &mut own_out);
+        self.carry_out_on(node, own, own_out, close, current);
+    }
+
+    fn carry_out(&mut self, node: usize, own: Option<u64>, own_out: Vec<Bytes>, close: bool) {
+        let current = own.and_then(|id| self.conns[id as usize].as_ref().map(|c| c.loop_index));
+        self.carry_out_on(node, own, own_out, close, current);
+    }
+
+    /// What the server's event loop `current` does with a drain's results: the own
+    /// connection's output, then the loop's own mail (taken right after each batch), peer
+    /// messages, and a wake-up for every other loop that got mail.
+    fn carry_out_on(
+        &mut self,
+        node: usize,
+        own: Option<u64>,
+        own_out: Vec<Bytes>,
+        close: bool,
+        current: Option<usize>,
+    ) {
+        if let Some(id) = own {
+            for data in own_out {
+                self.write_to(node, id, data);
+            }
+            if close {
+                self.node_close(node, id);
+            }
+        }
+        if let Some(l) = current {
+            self.take_loop_mail(node, l);
+        }
+        let Some(router) = self.hosts[node].router.as_mut() else {
+            return;
+        };
+        let sends: Vec<_> = router.take_peer_sends().collect();
+        let mut to_wake = Vec::new();
+        router.take_loops_to_wake(&mut to_wake);
         let mut sent = false;
-        loop {
-            let Some(out) = self.hosts[node].node.as_mut().and_then(|n| n.poll_output()) else {
-                if sent {
-                    self.schedule_peer_tick();
-                }
-                return;
-            };
-            match out {
-                Output::Write { conn, data } => {
-                    if let Some((_, out)) = self.capture.as_mut().filter(|c| c.0 == conn.0) {
-                        out.extend_from_slice(&data);
+        for (peer, data) in sends {
+            sent |= self.peer_send(node, peer.0, data);
+        }
+        if sent {
+            self.schedule_peer_tick();
+        }
+        let incarnation = self.hosts[node].incarnation;
+        for loop_index in to_wake {
+            if Some(loop_index) == current {
+                continue;
+            }
+            let at = self.now + self.rng.range(1, LOOP_WAKE_MAX_US);
+            self.at(
+                at,
+                Ev::LoopWake {
+                    node,
+                    loop_index,
+                    incarnation,
+                },
+            );
+        }
+    }
+
+    /// Event loop `loop_index` of `node` takes its mail.
+    fn take_loop_mail(&mut self, node: usize, loop_index: usize) {
+        let mut mail = Vec::new();
+        match self.hosts[node].router.as_mut() {
+            Some(r) => r.take_mail(loop_index, &mut mail),
+            None => return,
+        }
+        for m in mail {
+            match m {
+                Mail::Write { conn, data, .. } => {
+                    if self.served_by(conn.0, node, loop_index) {
+                        self.write_to(node, conn.0, data);
                     }
-                    self.trace(TraceEvent::Output {
-                        node: node as u32,
-                        conn: conn.0,
-                        data: data.clone(),
-                    });
-                    if self.conn(conn.0).is_some() {
-                        self.stream_write(conn.0, false, data);
+                }
+                Mail::Close { conn, .. } => {
+                    if self.served_by(conn.0, node, loop_index) {
+                        self.node_close(node, conn.0);
                     }
                 }
-                Output::Close { conn } => {
-                    let id = conn.0;
-                    self.trace(TraceEvent::NodeClose {
-                        node: node as u32,
-                        conn: id,
-                    });
-                    let host = &mut self.hosts[node];
-                    host.conns.remove(&id);
-                    host.model.disconnect(id);
-                    if let Some(c) = self.conn(id) {
-                        c.node_side = NodeSide::Done;
-                        c.inbuf.clear();
-                        self.stream_push(id, false, Seg::Fin);
-                    }
-                }
-                Output::PeerSend { peer, data } => {
-                    sent |= self.peer_send(node, peer.0, data);
-                }
-                // This world's nodes have no disk (the durability mode has its own driver).
-                _ => {}
             }
         }
     }
 
+    /// Mail can outlive its connection: it is for `id` only while `loop_index` of `node`
+    /// still serves it.
+    fn served_by(&self, id: u64, node: usize, loop_index: usize) -> bool {
+        self.conns
+            .get(id as usize)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| {
+                c.node == node && c.loop_index == loop_index && c.node_side == NodeSide::Open
+            })
+    }
+
+    fn on_loop_wake(&mut self, node: usize, loop_index: usize, incarnation: u32) {
+        let host = &self.hosts[node];
+        if host.incarnation != incarnation || !host.up() || host.paused {
+            // A paused node's loops take their mail when it resumes.
+            return;
+        }
+        self.take_loop_mail(node, loop_index);
+        self.after_node_step(node);
+    }
+
+    /// Bytes the node wrote to connection `id`.
+    fn write_to(&mut self, node: usize, id: u64, data: Bytes) {
+        if let Some((_, out)) = self.capture.as_mut().filter(|c| c.0 == id) {
+            out.extend_from_slice(&data);
+        }
+        self.trace(TraceEvent::Output {
+            node: node as u32,
+            conn: id,
+            data: data.clone(),
+        });
+        if self.conn(id).is_some() {
+            self.stream_write(id, false, data);
+        }
+    }
+
+    /// The node closed connection `id` (after everything written before).
+    fn node_close(&mut self, node: usize, id: u64) {
+        self.trace(TraceEvent::NodeClose {
+            node: node as u32,
+            conn: id,
+        });
+        let host = &mut self.hosts[node];
+        host.conns.remove(&id);
+        host.model.disconnect(id);
+        if let Some(r) = host.router.as_mut() {
+            r.unregister(ConnId(id));
+        }
+        if let Some(c) = self.conn(id) {
+            c.node_side = NodeSide::Done;
+            c.inbuf.clear();
+            self.stream_push(id, false, Seg::Fin);
+        }
+    }
+
+    /// Re-arms the node's timer event at the router's plan, moved earlier first if the node
+    /// now wants its timers sooner (the server's wake-up of its timer loop).
     fn schedule_timer(&mut self, node: usize) {
         let now = self.now;
         let host = &mut self.hosts[node];
         if !host.running() {
             return;
+        }
+        if let Some(r) = host.router.as_mut() {
+            r.earlier_timer();
         }
         let Some(v) = host.timer_due(now) else {
             return;
@@ -834,12 +1045,14 @@ impl World {
             return; // deferred: re-armed on resume
         }
         let t = host.clock.read(now);
-        host.node.as_mut().expect("up").handle_timeout(Micros(t));
+        let router = host.router.as_mut().expect("up");
+        let next_us = router.run_timers(Micros(t)).map_or(u64::MAX, |d| d.0);
+        router.plan_timers(next_us);
         self.trace(TraceEvent::Timer {
             node: node as u32,
             now_us: t,
         });
-        self.drain(node);
+        self.carry_out_on(node, None, Vec::new(), false, Some(TIMER_LOOP));
         self.after_node_step(node);
     }
 
@@ -940,6 +1153,8 @@ impl World {
         self.conns.push(Some(Conn {
             client: ci,
             node,
+            loop_index: 0,
+            killed: false,
             addr,
             to_node: Pipe::default(),
             to_client: Pipe::default(),
@@ -1356,14 +1571,14 @@ impl World {
         });
         let host = &mut self.hosts[to];
         let t = host.clock.read(self.now);
-        host.node.as_mut().expect("linked hosts are up").handle(
+        host.router.as_mut().expect("linked hosts are up").handle(
             Micros(t),
             Input::PeerMessage {
                 peer: lattice_node::NodeId(from_id),
                 data,
             },
         );
-        self.drain(to);
+        self.drain(to, None);
         self.after_node_step(to);
     }
 
@@ -1382,11 +1597,11 @@ impl World {
         } else {
             Input::PeerDown { peer }
         };
-        host.node
+        host.router
             .as_mut()
             .expect("running")
             .handle(Micros(t), input);
-        self.drain(node);
+        self.drain(node, None);
         self.after_node_step(node);
     }
 
@@ -1817,6 +2032,12 @@ impl World {
             }
             self.ensure_scheduled(id, true);
         }
+        // Mail that waited for the node: every loop takes its own.
+        for l in 0..self.hosts[n].loops {
+            if self.hosts[n].router.as_ref().is_some_and(|r| r.has_mail(l)) {
+                self.take_loop_mail(n, l);
+            }
+        }
         self.hosts[n].timer_at = None;
         self.schedule_timer(n);
     }
@@ -1920,7 +2141,7 @@ impl World {
             let host = &mut self.hosts[h];
             let node_id = host.node_id();
             let t = Micros(host.clock.read(now));
-            let node = host.node.as_mut().expect("checked: running");
+            let node = host.node_mut().expect("checked: running");
             let digest = node.replication_digest();
             // Far above any id the world hands out.
             let conn = ConnId(1 << 40 | h as u64);
@@ -1942,7 +2163,7 @@ impl World {
                     let mut buf = BytesMut::new();
                     // The run is over: other outputs (peer messages) go nowhere.
                     while let Some(out) = node.poll_output() {
-                        if let Output::Write { conn: c, data } = out {
+                        if let lattice_node::Output::Write { conn: c, data } = out {
                             if c == conn {
                                 buf.extend_from_slice(&data);
                             }
@@ -2174,5 +2395,32 @@ mod tests {
         let caught = (0..20).find_map(|seed| short_run(seed).1);
         let msg = caught.expect("the canary must be caught within 20 short runs");
         assert!(msg.contains("is wrong"), "{msg}");
+    }
+
+    /// Seeds of the router plant's check: the same short runs, with and without the plant.
+    const ROUTER_PLANT_SEEDS: std::ops::Range<u64> = 0..12;
+
+    /// The simulator drives the server's router (crates/router): without its planted bug
+    /// these runs pass...
+    #[cfg(not(any(feature = "planted-bug", feature = "planted-router-bug")))]
+    #[test]
+    fn router_plant_absent_runs_pass() {
+        for seed in ROUTER_PLANT_SEEDS {
+            assert_eq!(short_run(seed).1, None, "seed {seed}");
+        }
+    }
+
+    /// ...and with it (a write for another connection on the same event loop delivered to the
+    /// connection whose batch runs) the swarm catches a reply on the wrong connection.
+    #[cfg(feature = "planted-router-bug")]
+    #[test]
+    fn router_plant_is_caught() {
+        let caught: Vec<(u64, String)> = ROUTER_PLANT_SEEDS
+            .filter_map(|seed| short_run(seed).1.map(|f| (seed, f)))
+            .collect();
+        assert!(
+            !caught.is_empty(),
+            "the routing plant must be caught within seeds {ROUTER_PLANT_SEEDS:?}"
+        );
     }
 }

@@ -2,13 +2,14 @@
 //!
 //! A loop waits for readiness, reads each ready socket once, parses and runs what arrived as one
 //! batch under the node lock, and writes every connection's replies once at the end of the turn,
-//! like Redis's event loop. There is no task per connection: the per-wake-up machinery of an
-//! async runtime (waker registration, task scheduling, futures) cost about 1,100 instructions per
-//! request at pipeline depth 1, a quarter of the user-space path (docs/ARCHITECTURE.md §25).
+//! like Redis's event loop. There is no task per connection: an async runtime's per-wake-up
+//! machinery is a large share of a small request's cost (docs/ARCHITECTURE.md §25).
 //!
 //! The first loop also accepts connections (handing each to the loops in turn) and drives the
 //! node's timers. Outputs for a connection that another thread produced (pub/sub, a kill, an
-//! unblocked BLPOP, a replicated write's notification) arrive through its loop's inbox.
+//! unblocked BLPOP, a replicated write's notification) are mail the router (crates/router)
+//! keeps for the connection's loop; the loop takes it when woken and after each batch. What
+//! goes where is the router's; this module is the syscalls around it.
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
@@ -16,9 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use lattice_node::{ConnId, Input};
 use lattice_resp::{Limits, RequestParser};
+use lattice_router::{Mail, OutputQueue};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
@@ -52,35 +54,32 @@ const PUSH_BACKLOG_LIMIT_BYTES: usize = 32 * 1024 * 1024;
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
 
-/// Where a connection lives in its loop's table; also its epoll token. A slot is reused after
-/// its connection closes, so mail names the connection too and is dropped if it has gone.
-pub type Slot = usize;
+/// Where a connection lives in its loop's table; also its epoll token (see
+/// [`lattice_router::Slot`]).
+pub use lattice_router::Slot;
 
-/// What a loop is told by other threads, or by itself while it runs a command.
-pub enum Mail {
-    Write(Slot, ConnId, Bytes),
-    Close(Slot, ConnId),
-    /// A connection accepted by the first loop for this one to serve.
-    Adopt(ConnId, TcpStream),
-}
-
-/// The part of a loop other threads hold: its inbox and the means to wake it.
+/// The part of a loop other threads hold: connections handed to it, and the means to wake it.
 pub struct LoopHandle {
-    inbox: Mutex<Vec<Mail>>,
-    /// Set while the inbox may hold mail the loop has not taken. A burst of posts wakes the
-    /// loop once (one eventfd write), and the loop checks it after every batch it runs.
+    /// Connections accepted by the first loop for this one to serve.
+    adoptions: Mutex<Vec<(ConnId, TcpStream)>>,
+    /// Set while the loop may have adoptions or router mail it has not taken. A burst of posts
+    /// wakes the loop once (one eventfd write), and the loop checks it after every batch.
     pending: AtomicBool,
     waker: Waker,
 }
 
 impl LoopHandle {
-    /// Queues `mail`. `wake` is false when the loop itself is the caller (it takes its mail
-    /// after each batch, before it sleeps), so no system call is made.
-    pub fn post(&self, mail: Mail, wake: bool) {
-        self.inbox.lock().push(mail);
+    /// The router holds mail for this loop. `wake` is false when the loop itself is the caller
+    /// (it takes its mail after each batch, before it sleeps), so no system call is made.
+    pub fn mail_posted(&self, wake: bool) {
         if !self.pending.swap(true, Ordering::AcqRel) && wake {
             let _ = self.waker.wake();
         }
+    }
+
+    fn adopt_later(&self, conn: ConnId, socket: TcpStream) {
+        self.adoptions.lock().push((conn, socket));
+        self.mail_posted(true);
     }
 
     /// Wakes the loop without mail (the timer loop, when the node wants an earlier timer).
@@ -102,7 +101,7 @@ impl LoopSeed {
         Ok(LoopSeed {
             poll,
             handle: Arc::new(LoopHandle {
-                inbox: Mutex::new(Vec::new()),
+                adoptions: Mutex::new(Vec::new()),
                 pending: AtomicBool::new(false),
                 waker,
             }),
@@ -116,20 +115,15 @@ struct Conn {
     parser: RequestParser,
     limits: Limits,
     rbuf: BytesMut,
-    /// Replies not yet written, in order; the first may be partly written already.
-    out: Vec<Bytes>,
-    /// Bytes in `out` while `write_blocked`, the only time it is needed (to bound what other
-    /// connections push to one that is not reading); not kept up to date otherwise, so a
-    /// request pays nothing for it.
-    out_bytes: usize,
+    /// Replies not yet written. While the socket is full, reading pauses (so a client that
+    /// does not read its replies cannot make this server buffer without bound) and writes
+    /// from other connections are bounded.
+    out: OutputQueue,
     /// Close once `out` is written (QUIT, a kill, a protocol error).
     closing: bool,
     /// Input may be waiting: epoll is edge-triggered, so this stays set until a read comes back
     /// short or would block.
     readable: bool,
-    /// The socket's send buffer is full: reading pauses (so a client that does not read its
-    /// replies cannot make this server buffer without bound) until it drains.
-    write_blocked: bool,
     /// Already in the loop's list of connections to write at the end of this turn.
     flush_queued: bool,
     /// The nap window this connection was last counted in (nap.rs).
@@ -162,8 +156,8 @@ pub struct EventLoop {
     // Scratch reused from turn to turn, so a request allocates nothing for them.
     ready: Vec<Slot>,
     batch: Vec<Vec<Bytes>>,
-    runs: Vec<(&'static str, u64)>,
     mail: Vec<Mail>,
+    adoptions: Vec<(ConnId, TcpStream)>,
     nap: NapPolicy,
 }
 
@@ -200,8 +194,8 @@ impl EventLoop {
             to_flush: Vec::new(),
             ready: Vec::new(),
             batch: Vec::new(),
-            runs: Vec::new(),
             mail: Vec::new(),
+            adoptions: Vec::new(),
             nap: NapPolicy::new(nap_us),
         })
     }
@@ -236,7 +230,7 @@ impl EventLoop {
                         };
                         // A reset or hang-up also ends a blocked write: the retry fails and
                         // closes the connection instead of leaving it waiting for space.
-                        if conn.write_blocked
+                        if conn.out.is_blocked()
                             && (event.is_writable() || event.is_write_closed() || event.is_error())
                         {
                             queue_flush(&mut self.to_flush, slot, conn);
@@ -340,7 +334,7 @@ impl EventLoop {
                     if target == self.index {
                         self.adopt(id, socket);
                     } else {
-                        self.loops[target].post(Mail::Adopt(id, socket), true);
+                        self.loops[target].adopt_later(id, socket);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -382,7 +376,7 @@ impl EventLoop {
             self.free_slots.push(slot);
             return;
         }
-        let mut out = Vec::new();
+        let mut out = OutputQueue::new();
         let (limits, closing) = {
             let mut host = self.shared.host.lock();
             host.register(id, self.index, slot);
@@ -391,8 +385,8 @@ impl EventLoop {
                 peer_addr,
                 local_addr,
             });
-            let closing = host.drain(Some(id), &mut out, Some(self.index));
-            self.shared.check_timer(&host, Some(self.index));
+            let closing = host.drain(Some(id), out.replies_mut(), Some(self.index));
+            self.shared.check_timer(&mut host, Some(self.index));
             (limits_of(&host), closing)
         };
         let mut conn = Conn {
@@ -401,12 +395,10 @@ impl EventLoop {
             parser: RequestParser::new(limits),
             limits,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
-            out_bytes: 0,
             out,
             closing,
             // Input that came before registration is reported by the registration itself.
             readable: false,
-            write_blocked: false,
             flush_queued: false,
             nap_mark: 0,
         };
@@ -421,7 +413,7 @@ impl EventLoop {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.closing || conn.write_blocked || !conn.readable {
+        if conn.closing || conn.out.is_blocked() || !conn.readable {
             return;
         }
         let hint = conn.parser.bytes_needed_hint();
@@ -473,14 +465,7 @@ impl EventLoop {
                 Ok(Some(args)) => {
                     self.batch.push(args);
                     if self.batch.len() >= MAX_BATCH {
-                        execute(
-                            &self.shared,
-                            self.index,
-                            conn,
-                            &mut self.batch,
-                            None,
-                            &mut self.runs,
-                        );
+                        execute(&self.shared, self.index, conn, &mut self.batch, None);
                     }
                 }
                 Ok(None) => break,
@@ -496,7 +481,6 @@ impl EventLoop {
             conn,
             &mut self.batch,
             protocol_error,
-            &mut self.runs,
         );
         if conn.parser.limits() != conn.limits {
             conn.parser.set_limits(conn.limits);
@@ -509,40 +493,50 @@ impl EventLoop {
         self.take_mail();
     }
 
+    /// Takes the connections handed to this loop and the router's mail for it, until no more
+    /// arrives meanwhile.
     fn take_mail(&mut self) {
         while self.handle.pending.load(Ordering::Acquire) {
             self.handle.pending.store(false, Ordering::Release);
-            std::mem::swap(&mut *self.handle.inbox.lock(), &mut self.mail);
+            std::mem::swap(&mut *self.handle.adoptions.lock(), &mut self.adoptions);
+            let mut adoptions = std::mem::take(&mut self.adoptions);
+            for (id, socket) in adoptions.drain(..) {
+                self.adopt(id, socket);
+            }
+            self.adoptions = adoptions;
             let mut mail = std::mem::take(&mut self.mail);
+            self.shared
+                .host
+                .lock()
+                .router
+                .take_mail(self.index, &mut mail);
             for m in mail.drain(..) {
                 match m {
-                    Mail::Write(slot, id, data) => {
+                    Mail::Write {
+                        slot,
+                        conn: id,
+                        data,
+                    } => {
                         let Some(conn) = live_conn(&mut self.conns, slot, id) else {
                             continue;
                         };
-                        if conn.write_blocked
-                            && conn.out_bytes + data.len() > PUSH_BACKLOG_LIMIT_BYTES
-                        {
+                        if let Err(e) = conn.out.push_from_other(data, PUSH_BACKLOG_LIMIT_BYTES) {
                             tracing::warn!(
                                 "closing client {}: {} bytes of output unread, over the {} byte limit",
                                 id.0,
-                                conn.out_bytes + data.len(),
+                                e.unread_bytes,
                                 PUSH_BACKLOG_LIMIT_BYTES
                             );
                             self.close(slot);
                             continue;
                         }
-                        if conn.write_blocked {
-                            conn.out_bytes += data.len();
-                        }
-                        conn.out.push(data);
                         queue_flush(&mut self.to_flush, slot, conn);
                     }
-                    Mail::Close(slot, id) => {
+                    Mail::Close { slot, conn: id } => {
                         let Some(conn) = live_conn(&mut self.conns, slot, id) else {
                             continue;
                         };
-                        if conn.write_blocked {
+                        if conn.out.is_blocked() {
                             // Killed (or timed out) while not reading its replies: waiting for
                             // it to read them first could take forever.
                             self.close(slot);
@@ -551,7 +545,6 @@ impl EventLoop {
                             queue_flush(&mut self.to_flush, slot, conn);
                         }
                     }
-                    Mail::Adopt(id, socket) => self.adopt(id, socket),
                 }
             }
             self.mail = mail;
@@ -582,12 +575,13 @@ impl EventLoop {
         conn.flush_queued = false;
         while !conn.out.is_empty() {
             let fd = conn.socket.as_raw_fd();
-            let written = if conn.out.len() == 1 {
-                sys_send(fd, &conn.out[0])
+            let chunks = conn.out.chunks();
+            let written = if chunks.len() == 1 {
+                sys_send(fd, &chunks[0])
             } else {
                 let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-                let count = conn.out.len().min(WRITE_SLICES);
-                for (slice, chunk) in slices.iter_mut().zip(&conn.out[..count]) {
+                let count = chunks.len().min(WRITE_SLICES);
+                for (slice, chunk) in slices.iter_mut().zip(&chunks[..count]) {
                     *slice = IoSlice::new(chunk);
                 }
                 sys_writev(fd, &slices[..count])
@@ -597,28 +591,10 @@ impl EventLoop {
                     self.close(slot);
                     return;
                 }
-                Ok(mut n) => {
-                    if conn.write_blocked {
-                        conn.out_bytes -= n;
-                    }
-                    let mut done = 0;
-                    while n > 0 {
-                        let first = &mut conn.out[done];
-                        if n >= first.len() {
-                            n -= first.len();
-                            done += 1;
-                        } else {
-                            first.advance(n);
-                            n = 0;
-                        }
-                    }
-                    conn.out.drain(..done);
-                }
+                Ok(n) => conn.out.written(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !conn.write_blocked {
-                        conn.write_blocked = true;
-                        conn.out_bytes = conn.out.iter().map(Bytes::len).sum();
-                        if self
+                    if conn.out.block()
+                        && self
                             .poll
                             .registry()
                             .reregister(
@@ -627,9 +603,8 @@ impl EventLoop {
                                 Interest::READABLE | Interest::WRITABLE,
                             )
                             .is_err()
-                        {
-                            self.close(slot);
-                        }
+                    {
+                        self.close(slot);
                     }
                     return;
                 }
@@ -640,8 +615,7 @@ impl EventLoop {
                 }
             }
         }
-        if conn.write_blocked {
-            conn.write_blocked = false;
+        if conn.out.unblock() {
             if self
                 .poll
                 .registry()
@@ -673,7 +647,7 @@ impl EventLoop {
         host.unregister(id);
         host.handle(Input::Closed { conn: id });
         host.drain(None, &mut Vec::new(), Some(self.index));
-        self.shared.check_timer(&host, Some(self.index));
+        self.shared.check_timer(&mut host, Some(self.index));
     }
 
     /// Group commit: if a batch of this turn (or of another loop's) left records to sync, one
@@ -689,7 +663,7 @@ impl EventLoop {
             self.shared
                 .sync_wanted
                 .store(host.sync_wanted(), Ordering::Release);
-            self.shared.check_timer(&host, Some(self.index));
+            self.shared.check_timer(&mut host, Some(self.index));
         }
         self.take_mail();
     }
@@ -701,19 +675,19 @@ impl EventLoop {
         let now = host.now();
         if now.0.saturating_sub(self.last_stats_us) >= STATS_INTERVAL_US {
             self.last_stats_us = now.0;
-            host.node.handle(
+            host.router.handle(
                 now,
                 Input::ProcessStats(crate::process::read(self.shared.port)),
             );
         }
-        host.node.handle_timeout(now);
-        host.drain(None, &mut Vec::new(), Some(self.index));
-        let next = host.node.poll_timeout().map_or(u64::MAX, |t| t.0);
+        let next = host.router.run_timers(now).map_or(u64::MAX, |t| t.0);
+        host.carry_out(Some(self.index));
         let next = next.min(now.0 + MAX_TIMER_SLEEP_US);
+        host.router.plan_timers(next);
         self.shared.timer_deadline_us.store(next, Ordering::Release);
         // A long script runs slice by slice from here, with connections served in between
         // (their requests get BUSY).
-        self.script_running = host.node.script_running();
+        self.script_running = host.node().script_running();
     }
 }
 
@@ -732,7 +706,8 @@ fn queue_flush(to_flush: &mut Vec<Slot>, slot: Slot, conn: &mut Conn) {
 
 // The socket calls go straight to the kernel rather than through the C library's wrappers:
 // with more than one thread in the process those wrappers are cancellation points, and their
-// bookkeeping cost about 80 instructions per request (callgrind, GET at pipeline depth 1).
+// bookkeeping is a visible share of a small request's cost (bench/results/
+// architecture-measurements.md, §25).
 
 /// `recv(2)` into `len` bytes at `buf`.
 ///
@@ -790,7 +765,7 @@ fn syscall_result(n: libc::c_long) -> io::Result<usize> {
 
 fn limits_of(host: &Host) -> Limits {
     Limits {
-        max_bulk_len: host.node.config().proto_max_bulk_len as usize,
+        max_bulk_len: host.node().config().proto_max_bulk_len as usize,
         ..Limits::default()
     }
 }
@@ -803,46 +778,24 @@ fn execute(
     conn: &mut Conn,
     batch: &mut Vec<Vec<Bytes>>,
     protocol_error: Option<String>,
-    runs: &mut Vec<(&'static str, u64)>,
 ) {
     if batch.is_empty() && protocol_error.is_none() {
         return;
     }
-    let id = conn.id;
     let mut host = shared.host.lock();
     let now = host.now();
-    // INFO commandstats time: the batch's time, from the node's clock reading at its start to
-    // one more reading at its end (two clock reads per batch, not two per command), is shared
-    // evenly by its commands (charged once per run of the same command, the common shape of
-    // a pipeline). A wall clock stepped backwards mid-batch charges nothing.
-    let started_us = now.0;
-    let commands = batch.len() as u64;
-    if batch.len() > 1 {
-        for args in batch.iter() {
-            host.node.prefetch(args);
-        }
-    }
-    runs.clear();
-    for args in batch.drain(..) {
-        host.node.handle(now, Input::Request { conn: id, args });
-        if let Some(name) = host.node.last_command(id) {
-            match runs.last_mut() {
-                Some((last, n)) if *last == name => *n += 1,
-                _ => runs.push((name, 1)),
-            }
-        }
-    }
-    // With no command run, `runs` is empty and nothing is charged.
-    let usec = crate::host::clock_us().saturating_sub(started_us);
-    for &(name, n) in runs.iter() {
-        let share = (usec * n).checked_div(commands).unwrap_or(0);
-        host.node.charge_command_time(name, share);
-    }
-    if let Some(message) = protocol_error {
-        host.node
-            .handle(now, Input::ProtocolError { conn: id, message });
-    }
-    conn.closing |= host.drain(Some(id), &mut conn.out, Some(loop_index));
+    // INFO commandstats time: one more clock reading at the batch's end (two per batch, not two
+    // per command). A wall clock stepped backwards mid-batch charges nothing.
+    let closing = host.router.execute(
+        now,
+        conn.id,
+        batch,
+        protocol_error,
+        conn.out.replies_mut(),
+        crate::host::clock_us,
+    );
+    host.carry_out(Some(loop_index));
+    conn.closing |= closing;
     conn.limits = limits_of(&host);
-    shared.check_timer(&host, Some(loop_index));
+    shared.check_timer(&mut host, Some(loop_index));
 }

@@ -1,37 +1,35 @@
-//! The node and everything shared between connection tasks.
+//! The node's router behind the process-wide lock, and the syscall side of its effects.
 //!
-//! One node state machine per process, behind a mutex. The event loops (one per worker thread)
-//! parse requests and do all client socket I/O in parallel; only command execution is
-//! serialised, one lock acquisition per read batch (a whole pipeline). Why, and the
+//! One node per process, owned by a [`Router`] (crates/router) behind a mutex. The event loops
+//! (one per worker thread) parse requests and do all client socket I/O in parallel; only
+//! command execution is serialised, one lock acquisition per read batch (a whole pipeline).
+//! What the router hands back is carried out here: mail for another loop wakes that loop's
+//! eventfd, peer messages go to the link queues, SHUTDOWN ends the process. Why, and the
 //! alternatives, are in docs/ARCHITECTURE.md.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
+use lattice_node::{ConnId, Input, Micros, Node, NodeId};
+use lattice_persist::Persister;
+use lattice_router::{Route, Router};
 use parking_lot::Mutex;
 
 use crate::cluster::{LinkStats, PeerQueue, MAX_FRAME_BYTES};
 use crate::disk::LocalDir;
-use crate::event_loop::{LoopHandle, Mail, Slot};
-use lattice_persist::Persister;
+use crate::event_loop::{LoopHandle, Slot};
 
 pub struct Host {
-    pub node: Node,
-    /// The event loop serving each client connection (an index into `loops`) and the
-    /// connection's slot there.
-    routes: HashMap<ConnId, (usize, Slot), BuildHasherDefault<IdHasher>>,
+    pub router: Router<LocalDir>,
     loops: Arc<[Arc<LoopHandle>]>,
     /// The outgoing link's queue per replica, present between `PeerUp` and `PeerDown`.
     peers: BTreeMap<NodeId, PeerLink>,
     next_link_generation: u64,
     link_stats: Arc<LinkStats>,
-    last_now_us: u64,
-    /// Writes the node's persistence outputs to the data directory (standalone nodes).
-    pub persist: Option<Persister<LocalDir>>,
+    /// Scratch for the loops the last drain gave mail.
+    to_wake: Vec<usize>,
 }
 
 struct PeerLink {
@@ -41,22 +39,27 @@ struct PeerLink {
 }
 
 impl Host {
+    /// `persist` writes the node's persistence outputs to the data directory (standalone
+    /// nodes; None on a clustered node).
     pub fn new(
         node: Node,
+        persist: Option<Persister<LocalDir>>,
         now: Micros,
         link_stats: Arc<LinkStats>,
         loops: Arc<[Arc<LoopHandle>]>,
     ) -> Host {
         Host {
-            node,
-            routes: HashMap::default(),
+            router: Router::new(node, persist, loops.len(), now),
             loops,
             peers: BTreeMap::new(),
             next_link_generation: 1,
             link_stats,
-            last_now_us: now.0,
-            persist: None,
+            to_wake: Vec::new(),
         }
+    }
+
+    pub fn node(&self) -> &Node {
+        self.router.node()
     }
 
     /// Routes `PeerSend`s for `peer` to `queue` from now on. None when `peer` already has an
@@ -87,148 +90,97 @@ impl Host {
 
     /// The node's time: [`clock_us`], and never behind a reading already given.
     pub fn now(&mut self) -> Micros {
-        self.last_now_us = self.last_now_us.max(clock_us());
-        Micros(self.last_now_us)
+        self.router.now(clock_us())
     }
 
     /// `conn` is served by event loop `loop_index`, in its `slot`, from now on.
     pub fn register(&mut self, conn: ConnId, loop_index: usize, slot: Slot) {
-        self.routes.insert(conn, (loop_index, slot));
+        self.router.register(conn, Route { loop_index, slot });
     }
 
     pub fn unregister(&mut self, conn: ConnId) {
-        self.routes.remove(&conn);
+        self.router.unregister(conn);
     }
 
     /// Carries out every pending output. Writes for `own` are appended to `own_out` (the caller
-    /// writes them after releasing the lock); others go to their event loops' inboxes, waking
-    /// a loop unless it is `current_loop`, the caller itself. Returns true when `own` must be
-    /// closed after its writes.
+    /// writes them after releasing the lock); others become mail for their event loops, waking
+    /// each loop unless it is `current_loop`, the caller itself. Returns true when `own` must
+    /// be closed after its writes.
     pub fn drain(
         &mut self,
         own: Option<ConnId>,
         own_out: &mut Vec<Bytes>,
         current_loop: Option<usize>,
     ) -> bool {
-        let mut close_own = false;
-        let now = if self.persist.is_some() {
+        // The clock is read only when records may be written (their sync deadlines need it).
+        let now = if self.router.persister().is_some() {
             self.now()
         } else {
-            Micros(self.last_now_us)
+            self.router.last_now()
         };
-        loop {
-            let mut any = false;
-            while let Some(out) = self.node.poll_output() {
-                any = true;
-                let out = match self.persist.as_mut() {
-                    Some(p) => match p.output(&mut self.node, now, out) {
-                        Some(o) => o,
-                        None => continue,
-                    },
-                    None => out,
-                };
-                close_own |= self.carry_out(out, own, own_out, current_loop, now);
-            }
-            // One write for the batch's records; a sync it completes releases held replies.
-            if let Some(p) = self.persist.as_mut() {
-                p.flush(&mut self.node, now);
-            }
-            if !any {
-                break;
-            }
-        }
+        let close_own = self.router.drain(now, own, own_out);
+        self.carry_out(current_loop);
         close_own
     }
 
-    /// Carries out one output that is not the persister's.
-    fn carry_out(
-        &mut self,
-        out: Output,
-        own: Option<ConnId>,
-        own_out: &mut Vec<Bytes>,
-        current_loop: Option<usize>,
-        now: Micros,
-    ) -> bool {
-        let mut close_own = false;
-        {
-            match out {
-                Output::Write { conn, data } if Some(conn) == own => own_out.push(data),
-                Output::Close { conn } if Some(conn) == own => close_own = true,
-                Output::Write { conn, data } => {
-                    if let Some(&(l, slot)) = self.routes.get(&conn) {
-                        self.loops[l].post(Mail::Write(slot, conn, data), current_loop != Some(l));
-                    }
-                }
-                Output::Close { conn } => {
-                    if let Some(&(l, slot)) = self.routes.get(&conn) {
-                        self.loops[l].post(Mail::Close(slot, conn), current_loop != Some(l));
-                    }
-                }
-                Output::PeerSend { peer, data } => {
-                    // Without a link (it just went down; PeerDown is on its way) or beyond the
-                    // frame limit the message is dropped, and anti-entropy repairs the gap. An
-                    // overflowing queue makes its writer drop the link.
-                    // An empty frame is a link heartbeat; the node has nothing to say in one.
-                    if data.is_empty() {
-                        return close_own;
-                    }
-                    if data.len() > MAX_FRAME_BYTES {
-                        tracing::error!(
-                            "node emitted a {}-byte message for node {}, above the frame limit; dropped",
-                            data.len(),
-                            peer.0
-                        );
-                    }
-                    let sent = data.len() <= MAX_FRAME_BYTES
-                        && self.peers.get(&peer).is_some_and(|l| l.queue.push(data));
-                    if !sent {
-                        self.link_stats
-                            .sends_dropped
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Output::Shutdown => self.shutdown(now),
-                // Without a persister (a clustered node) there is nowhere to write.
-                Output::Append { .. }
-                | Output::Sync { .. }
-                | Output::SnapshotBegin { .. }
-                | Output::SnapshotChunk { .. }
-                | Output::SnapshotEnd { .. } => {}
+    /// The syscall side of what the router handed back: loops woken for their mail, peer
+    /// messages queued on their links, the process stopped after SHUTDOWN.
+    pub fn carry_out(&mut self, current_loop: Option<usize>) {
+        if !self.router.has_effects() {
+            return;
+        }
+        self.router.take_loops_to_wake(&mut self.to_wake);
+        for l in self.to_wake.drain(..) {
+            if let Some(handle) = self.loops.get(l) {
+                handle.mail_posted(current_loop != Some(l));
             }
         }
-        close_own
+        for (peer, data) in self.router.take_peer_sends() {
+            // Without a link (it just went down; PeerDown is on its way) or beyond the frame
+            // limit the message is dropped, and anti-entropy repairs the gap. An overflowing
+            // queue makes its writer drop the link.
+            if data.len() > MAX_FRAME_BYTES {
+                tracing::error!(
+                    "node emitted a {}-byte message for node {}, above the frame limit; dropped",
+                    data.len(),
+                    peer.0
+                );
+            }
+            let sent = data.len() <= MAX_FRAME_BYTES
+                && self.peers.get(&peer).is_some_and(|l| l.queue.push(data));
+            if !sent {
+                self.link_stats
+                    .sends_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if self.router.shutdown_requested() {
+            let now = self.now();
+            self.shutdown(now);
+        }
     }
 
     /// True when the node asked for a sync that has not been done yet.
     pub fn sync_wanted(&self) -> bool {
-        self.persist.as_ref().is_some_and(|p| p.sync_wanted)
+        self.router.sync_wanted()
     }
 
     /// The group commit at the end of an event loop's turn: one sync for the records of every
     /// batch run since the last, then the replies it releases go to their loops.
     pub fn complete_sync(&mut self, current_loop: Option<usize>) {
         let now = self.now();
-        if let Some(p) = self.persist.as_mut() {
-            if p.sync_wanted {
-                p.sync(&mut self.node, now);
-            }
-            for line in p.take_log() {
-                tracing::warn!("persistence: {line}");
-            }
+        for line in self.router.complete_sync(now) {
+            tracing::warn!("persistence: {line}");
         }
         self.drain(None, &mut Vec::new(), current_loop);
     }
 
     /// SHUTDOWN, SIGTERM, SIGINT: the log synced, then the process ends.
     pub fn shutdown(&mut self, now: Micros) -> ! {
-        if let Some(p) = self.persist.as_mut() {
-            while let Some(out) = self.node.poll_output() {
-                let _ = p.output(&mut self.node, now, out);
-            }
-            match p.close(&mut self.node, now) {
-                Ok(()) => tracing::info!("persistence: log synced, exiting"),
-                Err(e) => tracing::error!("persistence: final sync failed: {e}"),
-            }
+        match self.router.close_persistence(now) {
+            Some(Ok(())) => tracing::info!("persistence: log synced, exiting"),
+            Some(Err(e)) => tracing::error!("persistence: final sync failed: {e}"),
+            None => {}
         }
         tracing::info!("lattice-server is now ready to exit, bye bye...");
         std::process::exit(0)
@@ -236,7 +188,7 @@ impl Host {
 
     pub fn handle(&mut self, input: Input) {
         let now = self.now();
-        self.node.handle(now, input);
+        self.router.handle(now, input);
     }
 }
 
@@ -268,9 +220,9 @@ fn monotonic_us() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
-/// The wall clock in µs since the Unix epoch (0 before it). Read with `clock_gettime` directly:
-/// `SystemTime::now().duration_since(..)` cost about 130 instructions per read, and the event
-/// loop reads the clock twice per batch.
+/// The wall clock in µs since the Unix epoch (0 before it). Read with `clock_gettime` directly
+/// rather than through `SystemTime`, whose conversions cost more than the read itself, since
+/// the event loop reads the clock twice per batch.
 fn wall_clock_us() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -317,41 +269,18 @@ impl Shared {
     /// Called with the lock held after handling inputs: if the node now wants waking earlier
     /// than the timer loop plans, move its deadline, and wake it unless it is the caller
     /// (`current_loop`), which reads the deadline before it next sleeps.
-    pub fn check_timer(&self, host: &Host, current_loop: Option<usize>) {
+    pub fn check_timer(&self, host: &mut Host, current_loop: Option<usize>) {
         if host.sync_wanted() {
             self.sync_wanted.store(true, Ordering::Release);
         }
-        if let Some(t) = host.node.poll_timeout() {
-            if t.0 < self.timer_deadline_us.load(Ordering::Acquire) {
-                self.timer_deadline_us.store(t.0, Ordering::Release);
-                if current_loop != Some(0) {
-                    // The first loop drives the timers.
-                    if let Some(timer_loop) = host.loops.first() {
-                        timer_loop.wake();
-                    }
+        if let Some(t) = host.router.earlier_timer() {
+            self.timer_deadline_us.store(t, Ordering::Release);
+            if current_loop != Some(0) {
+                // The first loop drives the timers.
+                if let Some(timer_loop) = host.loops.first() {
+                    timer_loop.wake();
                 }
             }
         }
-    }
-}
-
-/// Hashes connection ids, which are small sequential numbers chosen by this process (no
-/// adversary picks them): one multiplication, whose high bits the table uses, instead of SipHash.
-#[derive(Default)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }

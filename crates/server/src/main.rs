@@ -325,8 +325,8 @@ fn main() {
     // connections run in the order their input arrived, Redis's own behaviour, which its test
     // suite relies on). The tokio runtime runs the replica links and waits for signals: one
     // thread standalone, `--threads` workers in a cluster, where a node catching up decodes
-    // its peers' streams in parallel (`make cluster-pause`, a node paused 3 s under writes:
-    // 1.24-2.05 s to converge after resuming with one runtime thread, 0.96-1.19 s with two).
+    // its peers' streams in parallel and so converges sooner after a pause (`make
+    // cluster-pause`; figures in bench/results/architecture-measurements.md, §25).
     let runtime = if settings.cluster.is_some() && settings.threads > 1 {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(settings.threads)
@@ -387,8 +387,7 @@ async fn run(s: Settings) -> Result<(), String> {
         None
     };
     let link_stats = Arc::new(LinkStats::default());
-    let mut host = Host::new(node, now, link_stats, loops.clone());
-    host.persist = persister;
+    let host = Host::new(node, persister, now, link_stats, loops.clone());
     let shared = Arc::new(Shared::new(host, s.port));
     if let Some(c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));

@@ -2,11 +2,9 @@
 //!
 //! A loop that blocks in `epoll_wait` is woken by the next request to arrive, and the client's
 //! kernel pays for that wake-up inside its `send`: it finds a sleeping waiter, wakes the thread
-//! and interrupts the core it sleeps on. Measured on the 2-core benchmark machine with 50
-//! clients at pipeline depth 1, that wake-up path was 14% of the client's CPU samples against
-//! 5% when the server never slept, and the server slept once per five requests. The faster the
-//! server, the more often it runs out of work and the more wake-ups it costs, so a faster server
-//! made a saturated client slower.
+//! and interrupts the core it sleeps on. The faster the server, the more often it runs out of
+//! work and the more wake-ups it costs, so under many concurrent clients a faster server can
+//! make a saturated client slower (figures: bench/results/architecture-measurements.md, §26).
 //!
 //! Under concurrent load the loop therefore naps for a few microseconds on a timer before it
 //! blocks: requests that arrive meanwhile queue up without waking anyone, and one turn serves
@@ -16,9 +14,8 @@
 //!   whole window of [`WINDOW_US`]: a lone client waiting on each reply is never made to wait
 //!   for a nap;
 //! - never longer than [`CYCLE_SHARE`] of the time those connections' requests take to come
-//!   round again (connections × mean gap between requests, over that window): with 8 busy
-//!   clients, full-length naps made redis-benchmark 19% slower, since 8 requests in flight
-//!   could not cover them; with 16 and more they made it faster;
+//!   round again (connections × mean gap between requests, over that window): a few requests
+//!   in flight cannot cover a long nap, so a nap must shrink with the cycle;
 //! - only after a non-blocking check found nothing (a saturated loop keeps serving);
 //! - not at all for the rest of the window once a nap found nothing to do when it ended (the
 //!   load is too light for naps to gather work, and each empty one is a wasted wake-up);
@@ -30,11 +27,8 @@
 use std::time::Duration;
 
 /// The longest nap (`--nap-us` changes it). The request-cycle cap below is what usually
-/// decides: with 50 busy redis-benchmark clients it comes to about 90 µs, next to the ~350 µs a
-/// request already waits at the median under that load. Measured there (GET, 8 alternating
-/// rounds against Redis): longest nap 0 / 50 / 100 µs gave 0.156 / 0.044 / 0.031 sleeps per
-/// request, 9.97 / 9.83 / 9.47 µs of server CPU per request and 74.8k / 76.6k / 80.6k requests
-/// per second, Redis 10.41 µs and 74.9k.
+/// decides; this bounds the delay a nap adds to a request that arrives during it, which must
+/// stay small next to what a request already waits under the load that allows naps.
 pub const NAP_US: u64 = 100;
 /// The most `--nap-us` accepts: a nap delays requests that arrive during it.
 pub const MAX_NAP_US: u64 = 1_000;

@@ -131,22 +131,28 @@ fn smove(m: &mut Model, cx: &mut Cx) -> Check {
     if !m.db.exists(src, now) {
         return int(0);
     }
-    let present = match (read(m, src, now), read(m, dst, now)) {
+    let (present, in_dst) = match (read(m, src, now), read(m, dst, now)) {
         (Err(e), _) | (_, Err(e)) => return e,
-        (Ok(s), _) => s.is_some_and(|s| s.contains(member)),
+        (Ok(s), Ok(d)) => (
+            s.is_some_and(|s| s.contains(member)),
+            d.is_some_and(|d| d.contains(member)),
+        ),
     };
     if !present || src == dst {
         return int(present as i64);
     }
-    // Redis reports both keys modified, the destination even when it had the member already.
+    // The source is modified; the destination only when the member is new there (a WATCH on
+    // a destination that had it already survives: checked against redis-server 7.0.15).
     m.db.touch(src);
-    m.db.touch(dst);
     let s = write(m, src, now);
     s.remove(member);
     if s.is_empty() {
         m.db.delete(src, now);
     }
-    write(m, dst, now).insert(member.to_vec());
+    if !in_dst {
+        m.db.touch(dst);
+        write(m, dst, now).insert(member.to_vec());
+    }
     int(1)
 }
 
