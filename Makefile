@@ -150,7 +150,7 @@ compat: deps
 
 ## compat-quick fails on any [err] (--strict). The one test skipped on Lattice reads INFO's
 ## rdb_changes_since_last_save, Redis's count of writes since the last RDB save: Lattice has
-## no RDB and reports 0 (docs/ARCHITECTURE.md §28).
+## no RDB and reports 0 (docs/ARCHITECTURE.md §29).
 compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick --strict \
