@@ -717,6 +717,19 @@ mod tests {
         Some(c.request)
     }
 
+    /// An uploader started on an empty restore, past its first call (the LIST of the bucket).
+    fn restored_empty(mode: AckMode) -> Uploader {
+        let mut u = Uploader::new(
+            cfg(mode),
+            Start::Restored {
+                base_seq: 0,
+                last_seq: 0,
+            },
+        );
+        answer(&mut u, 0, true);
+        u
+    }
+
     #[test]
     fn sync_mode_uploads_synced_records_as_one_piece_per_round_trip() {
         let mut u = Uploader::new(
@@ -748,14 +761,7 @@ mod tests {
 
     #[test]
     fn failures_retry_with_backoff_and_late_answers_are_ignored() {
-        let mut u = Uploader::new(
-            cfg(AckMode::Async),
-            Start::Restored {
-                base_seq: 0,
-                last_seq: 0,
-            },
-        );
-        answer(&mut u, 0, true);
+        let mut u = restored_empty(AckMode::Async);
         u.record(Kind::Batch, 1, &[0; 200]);
         u.synced(1, 0);
         let c = u.poll_call(0).unwrap();
@@ -773,14 +779,7 @@ mod tests {
 
     #[test]
     fn a_backlog_past_its_bound_waits_for_a_snapshot() {
-        let mut u = Uploader::new(
-            cfg(AckMode::Async),
-            Start::Restored {
-                base_seq: 0,
-                last_seq: 0,
-            },
-        );
-        answer(&mut u, 0, true);
+        let mut u = restored_empty(AckMode::Async);
         for seq in 1..=20 {
             u.record(Kind::Batch, seq, &[0; 80]);
             u.synced(seq, 0);
