@@ -55,6 +55,17 @@ pub struct RunConfig {
     pub replicated: bool,
     /// Replicated mode: weight of each replicated operation class (`cluster::CLASSES`).
     pub repl_weights: Vec<u32>,
+    /// Replicated runs: keys written into the first replica before its links come up (and
+    /// before clients start), so every other replica, and every replica restarted empty
+    /// later, receives them by an anti-entropy transfer. 0: none.
+    pub preload_keys: usize,
+    /// Replicated runs: keys per anti-entropy slice (`Config::repl_slice_keys`; 0: the
+    /// node's default). Low, so that a few thousand keys take many bounded slices.
+    pub slice_keys: usize,
+    /// Replicated runs: every replica persists to a simulated disk with this `appendfsync`
+    /// policy, and a crashed replica restarts from what its disk kept (a torn or lost tail
+    /// included) instead of empty. None: replicas keep nothing across a crash.
+    pub repl_disk: Option<&'static str>,
 }
 
 impl RunConfig {
@@ -146,6 +157,9 @@ impl RunConfig {
             loops: r.range(1, 3) as usize,
             replicated: false,
             repl_weights: Vec::new(),
+            preload_keys: 0,
+            slice_keys: 0,
+            repl_disk: None,
         }
     }
 
@@ -195,6 +209,15 @@ impl RunConfig {
         // every replica to the same state, and every expiry set during the run (at most 10 s
         // ahead, clocks at most a few seconds apart) has passed on every node by then.
         cfg.drain_us = 30_000_000;
+        // Drawn from a stream of their own, so the rest of a seed's run stays what it was.
+        let mut t = Rand::new(seed ^ 0x4341_5443_4855_5021);
+        if t.pct(40) {
+            cfg.preload_keys = t.range(500, 3_000) as usize;
+            cfg.slice_keys = t.range(8, 128) as usize;
+        }
+        if t.pct(50) {
+            cfg.repl_disk = Some(*t.pick(&["always", "everysec", "no"]));
+        }
         cfg
     }
 
@@ -202,6 +225,16 @@ impl RunConfig {
         let mut s = String::new();
         if self.replicated {
             s.push_str("replicated ");
+            if let Some(p) = self.repl_disk {
+                let _ = write!(s, "disk={p} ");
+            }
+            if self.preload_keys > 0 {
+                let _ = write!(
+                    s,
+                    "preload={} slice={} ",
+                    self.preload_keys, self.slice_keys
+                );
+            }
         }
         let _ = write!(
             s,

@@ -61,7 +61,7 @@ pub struct SimDisk {
 }
 
 impl SimDisk {
-    fn new(seed: u64) -> SimDisk {
+    pub(crate) fn new(seed: u64) -> SimDisk {
         SimDisk {
             files: BTreeMap::new(),
             full: false,
@@ -90,7 +90,7 @@ impl SimDisk {
 
     /// Power loss: unsynced bytes are lost, except a random prefix that made it, whose end
     /// may be garbage.
-    fn crash(&mut self) {
+    pub(crate) fn crash(&mut self) {
         for f in self.files.values_mut() {
             let unsynced = f.data.len() - f.durable;
             if unsynced == 0 {

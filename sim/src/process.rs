@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use lattice_node::{Buggify, Config, Input, Micros, Node, ProcessStats};
+use lattice_persist::Persister;
 use lattice_router::Router;
 
 use crate::clock::Clock;
@@ -54,6 +55,12 @@ pub struct Host {
     pub hz: u64,
     /// Replicas in the cluster (1: a standalone node, as in the single-node swarm).
     pub cluster_size: usize,
+    /// Keys per anti-entropy slice (0: the node's default).
+    pub slice_keys: usize,
+    /// The `appendfsync` policy of a replica that persists (`RunConfig::repl_disk`).
+    pub fsync: Option<&'static str>,
+    /// Its disk while the node is down (while up, the node's persister holds it).
+    pub disk: Option<SimDisk>,
 }
 
 impl Host {
@@ -75,6 +82,9 @@ impl Host {
             buggify_fired_before: 0,
             hz,
             cluster_size,
+            slice_keys: 0,
+            fsync: None,
+            disk: None,
         }
     }
 
@@ -136,10 +146,21 @@ impl Host {
     }
 
     /// Starts a fresh incarnation at virtual time `virt`: empty keyspace, fresh model.
-    pub fn start(&mut self, seed: u64, buggify_seed: u64, virt: u64) {
+    /// A replica with a disk recovers it first (an error is the run's failure).
+    pub fn start(&mut self, seed: u64, buggify_seed: u64, virt: u64) -> Result<(), String> {
         let mut config = Config::default();
         config.node_id = Host::node_id_of(self.id, self.incarnation + 1);
         config.cluster_size = self.cluster_size;
+        if let Some(policy) = self.fsync {
+            config.set("appendfsync", policy).expect("a valid policy");
+            // Small, so that runs compact the log into snapshots too.
+            config
+                .set("auto-aof-rewrite-min-size", "65536")
+                .expect("a valid size");
+        }
+        if self.slice_keys > 0 {
+            config.repl_slice_keys = self.slice_keys;
+        }
         config
             .set("hz", &self.hz.to_string())
             .expect("hz within range");
@@ -156,7 +177,20 @@ impl Host {
                 tcp_port: 6379,
             }),
         );
-        self.router = Some(Router::new(node, None, self.loops, Micros(now)));
+        let persister = match self.fsync {
+            Some(_) => {
+                let disk = self
+                    .disk
+                    .take()
+                    .unwrap_or_else(|| SimDisk::new(seed ^ 0x4449_534B));
+                let (p, _) = Persister::recover(disk, &mut node, Micros(now)).map_err(|e| {
+                    format!("recovery: n{} cannot load its disk: {e}", self.id)
+                })?;
+                Some(p)
+            }
+            None => None,
+        };
+        self.router = Some(Router::new(node, persister, self.loops, Micros(now)));
         self.next_loop = 0;
         self.model = Model::new();
         self.model.config.insert("hz", self.hz.to_string());
@@ -167,12 +201,19 @@ impl Host {
         self.timer_at = None;
         self.timer_gen += 1;
         self.incarnation += 1;
+        Ok(())
     }
 
     /// Drops the node and everything volatile. Returns the connections it had.
     pub fn crash(&mut self) -> Vec<u64> {
         if let Some(r) = self.router.take() {
             self.buggify_fired_before += r.node().buggify_fired();
+            // The disk outlives the process: what was synced stays, the rest may not.
+            if let Some(p) = r.into_persister() {
+                let mut disk = p.into_dir();
+                disk.crash();
+                self.disk = Some(disk);
+            }
         }
         self.paused = false;
         self.timer_at = None;

@@ -241,6 +241,8 @@ impl World {
                     cluster_size,
                 );
                 host.loops = cfg.loops;
+                host.slice_keys = cfg.slice_keys;
+                host.fsync = if cfg.replicated { cfg.repl_disk } else { None };
                 host
             })
             .collect();
@@ -343,7 +345,9 @@ impl World {
         self.trace(TraceEvent::Phase("safety"));
         for i in 0..self.hosts.len() {
             let (seed, bug) = (self.rng.next(), self.rng.next());
-            self.hosts[i].start(seed, bug, 0);
+            if let Err(e) = self.hosts[i].start(seed, bug, 0) {
+                return self.fail(e);
+            }
             self.trace(TraceEvent::Process {
                 node: i as u32,
                 what: "start",
@@ -356,6 +360,7 @@ impl World {
                 self.at(first, Ev::Heartbeat { node: i });
             }
         }
+        self.preload();
         self.sync_links();
         for c in 0..self.clients.len() {
             let t = self.rng.below(10_000);
@@ -370,6 +375,39 @@ impl World {
         let l = s + self.cfg.liveness_us;
         self.at(l, Ev::Phase(Phase::Drain));
         self.at(l + self.cfg.drain_us, Ev::Phase(Phase::End));
+    }
+
+    /// Writes `cfg.preload_keys` keys into the first replica before any link is up: the
+    /// other replicas receive them by an anti-entropy transfer, in slices, while the clients
+    /// run (and a replica restarted empty receives them again). The workload never touches
+    /// them; the end-of-run digest comparison checks that every replica holds them.
+    fn preload(&mut self) {
+        if !self.replicated || self.cfg.preload_keys == 0 {
+            return;
+        }
+        let t = Micros(self.hosts[0].clock.read(self.now));
+        let node = self.hosts[0].node_mut().expect("just started");
+        let conn = ConnId(1 << 40 | 1 << 39);
+        node.handle(
+            t,
+            Input::Connected {
+                conn,
+                peer_addr: "10.9.9.8:9999".into(),
+                local_addr: "10.0.0.1:6379".into(),
+            },
+        );
+        for i in 0..self.cfg.preload_keys {
+            let args = vec![
+                Bytes::from_static(b"SET"),
+                Bytes::from(format!("bulk:{i}")),
+                Bytes::from(format!("preloaded value {i}")),
+            ];
+            node.handle(t, Input::Request { conn, args });
+            // Replies go to a connection nobody reads; there is no peer to send to yet.
+            while node.poll_output().is_some() {}
+        }
+        node.handle(t, Input::Closed { conn });
+        while node.poll_output().is_some() {}
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -872,7 +910,13 @@ impl World {
             return;
         };
         let mut own_out = Vec::new();
-        let close = router.drain(Micros(t), own.map(ConnId), &mut own_out);
+        let mut close = router.drain(Micros(t), own.map(ConnId), &mut own_out);
+        // The server syncs once at the end of the loop's turn and drains again (the sync
+        // releases replies held for it): the same here, at once.
+        while router.sync_wanted() {
+            router.complete_sync(Micros(t));
+            close |= router.drain(Micros(t), own.map(ConnId), &mut own_out);
+        }
         self.carry_out_on(node, own, own_out, close, current);
     }
 
@@ -1048,6 +1092,12 @@ impl World {
         let router = host.router.as_mut().expect("up");
         let next_us = router.run_timers(Micros(t)).map_or(u64::MAX, |d| d.0);
         router.plan_timers(next_us);
+        // A sync the timers asked for (everysec), then what it released.
+        let mut released = Vec::new();
+        while router.sync_wanted() {
+            router.complete_sync(Micros(t));
+            router.drain(Micros(t), None, &mut released);
+        }
         self.trace(TraceEvent::Timer {
             node: node as u32,
             now_us: t,
@@ -1991,7 +2041,9 @@ impl World {
         }
         let (seed, bug) = (self.rng.next(), self.rng.next());
         let now = self.now;
-        self.hosts[n].start(seed, bug, now);
+        if let Err(e) = self.hosts[n].start(seed, bug, now) {
+            return self.fail(e);
+        }
         self.trace(TraceEvent::Process {
             node: n as u32,
             what: "restart",

@@ -297,6 +297,10 @@ pub struct Config {
     /// acknowledged, so a configured peer that never connected holds GC back instead of
     /// being silently skipped.
     pub cluster_size: usize,
+    /// Keys per anti-entropy slice at most (`repl::SLICE_KEYS` unless set lower): the bound
+    /// on one step of a transfer to a lagging or empty replica. The simulator sets it low so
+    /// that its small keyspaces still take many slices.
+    pub repl_slice_keys: usize,
     pub appendonly: bool,
     pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
@@ -325,6 +329,7 @@ impl Default for Config {
             node_id: 1,
             incarnation: 0,
             cluster_size: 1,
+            repl_slice_keys: crate::repl::SLICE_KEYS,
             appendonly: true,
             appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,

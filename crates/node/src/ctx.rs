@@ -94,12 +94,14 @@ impl Core {
             .collect();
         let now_ms = now.as_millis();
         let repl = (config.cluster_size > 1).then(|| {
-            Box::new(Replicator::new(
+            Box::new(
+                Replicator::new(
                 NodeId(config.node_id),
                 NodeId(config.dot_node_id()),
                 config.cluster_size,
                 now_ms,
-            ))
+            )
+            .with_slice_keys(config.repl_slice_keys))
         });
         Core {
             db: Db::new(),

@@ -136,6 +136,9 @@ impl Node {
                         }
                         for k in group {
                             self.core.apply_remote(k);
+                            // A clustered node logs the merged state (the peer's change is
+                            // part of what a restart must come back with).
+                            self.core.persist.note_modified(k);
                         }
                     }
                 }

@@ -11,7 +11,19 @@
 //!
 //! Record payload (also a snapshot chunk's): a sequence of operations, each
 //! `0` (every key removed), `1 varint-len key varint-deadline+1 varint-len dump` (the key's
-//! state: deadline 0 = none, the value in the DUMP encoding), or `2 varint-len key` (removed).
+//! state: deadline 0 = none, the value in the DUMP encoding), `2 varint-len key` (removed),
+//! `3 ...` (a command, below), or `4 varint-len key varint-len state` (a clustered node: the
+//! key's replicated state in the encoding anti-entropy ships).
+//!
+//! A clustered node logs replicated states, not values: recovery merges each one into the
+//! replicator exactly as an anti-entropy state from a peer is merged, and the store follows
+//! from the merged state. Merges are joins, so replaying every record of a key (or a fuzzy
+//! snapshot and the log after it, in any overlap) ends with the key's last logged state, and
+//! a restarted replica comes back with its keys *and* their causal metadata: anti-entropy then
+//! ships only what it missed (docs/ARCHITECTURE.md, cluster persistence). A deletion is a
+//! tombstone state, logged like any change, so an older live state in the log cannot bring a
+//! deleted key back; GC forgetting a key is not logged (its last record is that tombstone).
+//! Streams are not replicated and are logged as values in both modes.
 
 use std::collections::VecDeque;
 
@@ -42,6 +54,8 @@ const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
 /// `3 varint-count (varint-len arg)*`: a command to run again (see `Flag::LoggedAsCommand`).
 const OP_CMD: u8 = 3;
+/// `4 varint-len key varint-len state`: a clustered node's replicated state of a key.
+const OP_REPL: u8 = 4;
 
 /// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
@@ -81,6 +95,15 @@ fn get_bytes<'a>(data: &'a [u8], at: &mut usize) -> Result<&'a [u8], String> {
     Ok(b)
 }
 
+/// Appends a clustered node's replicated state of `key` (`state` as anti-entropy encodes it).
+fn put_repl(out: &mut Vec<u8>, key: &[u8], state: &[u8]) {
+    out.push(OP_REPL);
+    put_varint(out, key.len() as u64);
+    out.extend_from_slice(key);
+    put_varint(out, state.len() as u64);
+    out.extend_from_slice(state);
+}
+
 fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
     out.push(OP_SET);
     put_varint(out, e.key().len() as u64);
@@ -95,8 +118,20 @@ impl Core {
     /// The change hook's persistence part (called from [`Core::modified`]).
     #[inline]
     /// FLUSHALL/FLUSHDB: one "every key removed" operation instead of a key each.
+    /// A clustered node also notes every key with content: FLUSHALL replaces each one's
+    /// state by a tombstone (called before the capture), and the record carries the
+    /// tombstones after the "every key removed" operation (which removes the streams).
     pub(crate) fn persist_flush_all(&mut self) {
         self.persist.changes_since_save += self.db.len() as u64;
+        if let Some(r) = self.repl.as_ref() {
+            if self.persist.logging {
+                self.persist.commands.clear();
+                self.persist.clear = true;
+                let keys = r.keys_with_content();
+                self.persist.dirty.extend(keys);
+            }
+            return;
+        }
         if self.persist.logging {
             self.persist.dirty.clear();
             self.persist.commands.clear();
@@ -114,8 +149,9 @@ impl Core {
     pub(crate) fn persist_after_command(&mut self, logged_as_command: bool, args: &[Bytes]) {
         let p = &self.persist;
         // Not while a snapshot is being taken: it may capture the key before or after this
-        // command, and unlike a state a command applied twice is wrong.
-        if !p.logging || p.snapshot.is_some() || args.len() < 2 || p.dirty.last() != Some(&args[1])
+        // command, and unlike a state a command applied twice is wrong. Never on a clustered
+        // node: replayed, the command would be captured again as a new write.
+        if self.repl.is_some() || !p.logging || p.snapshot.is_some() || args.len() < 2 || p.dirty.last() != Some(&args[1])
         {
             return;
         }
@@ -158,6 +194,9 @@ impl Core {
         if p.dirty.is_empty() && !p.clear && p.commands.is_empty() {
             return;
         }
+        if self.repl.is_some() {
+            return self.persist_flush_replicated();
+        }
         let now_ms = self.now.as_millis();
         let mut data = Vec::with_capacity(64 * p.dirty.len() + p.commands.len());
         if p.clear {
@@ -184,6 +223,51 @@ impl Core {
         let p = &mut self.persist;
         p.dirty = keys;
         self.emit_record(data, false, now_ms);
+    }
+
+    /// A clustered node's record: the replicated state of every changed key. A key whose
+    /// capture is deferred to the replicator's next flush (§17) waits for it in `dirty`, its
+    /// state being the one before the change; unless replies wait for the record (`always`,
+    /// `s3-durability sync`): then the captures are settled now, as a reply must not be
+    /// released before the record of what it acknowledges.
+    fn persist_flush_replicated(&mut self) {
+        if self.acks_wait_for_persisted() {
+            self.settle_captures();
+        }
+        let now_ms = self.now.as_millis();
+        let mut keys = std::mem::take(&mut self.persist.dirty);
+        if keys.len() > 1 {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        let mut data = Vec::with_capacity(64 * keys.len());
+        if std::mem::take(&mut self.persist.clear) {
+            data.push(OP_CLEAR);
+        }
+        let mut waiting = Vec::new();
+        let mut state = Vec::new();
+        let repl = self.repl.as_mut().expect("clustered");
+        for k in keys {
+            if repl.is_deferred(&k) {
+                waiting.push(k);
+            } else if repl.encode_state(&k, &mut state) {
+                put_repl(&mut data, &k, &state);
+            } else {
+                // Not replicated: a stream, or a key that never had a replicated state.
+                match self.db.get_raw(&k) {
+                    Some(e) => put_entry(&mut data, e),
+                    None => {
+                        data.push(OP_DEL);
+                        put_varint(&mut data, k.len() as u64);
+                        data.extend_from_slice(&k);
+                    }
+                }
+            }
+        }
+        self.persist.dirty = waiting;
+        if !data.is_empty() {
+            self.emit_record(data, false, now_ms);
+        }
     }
 
     fn emit_record(&mut self, data: Vec<u8>, resume: bool, now_ms: u64) {
@@ -343,13 +427,36 @@ impl Core {
         }
         let mut data = Vec::new();
         let mut n = 0;
-        while s.next_slot < lattice_store::SLOT_COUNT
+        // A clustered node first writes the replicated states, leaf by leaf (tombstones
+        // included), then walks the store for what is not replicated (streams).
+        let leaves = if self.repl.is_some() {
+            crate::repl::merkle::LEAVES
+        } else {
+            0
+        };
+        if s.next_slot < leaves {
+            let repl = self.repl.as_mut().expect("clustered");
+            while s.next_slot < leaves
+                && n < SNAPSHOT_SLICE_KEYS
+                && data.len() < SNAPSHOT_SLICE_BYTES
+            {
+                repl.for_each_state_in_leaf(s.next_slot, &mut |k, st| {
+                    put_repl(&mut data, k, st);
+                    n += 1;
+                });
+                s.next_slot += 1;
+            }
+        }
+        while s.next_slot >= leaves
+            && s.next_slot < leaves + lattice_store::SLOT_COUNT
             && n < SNAPSHOT_SLICE_KEYS
             && data.len() < SNAPSHOT_SLICE_BYTES
         {
-            self.db.for_each_in_slot(s.next_slot, |e| {
-                put_entry(&mut data, e);
-                n += 1;
+            self.db.for_each_in_slot(s.next_slot - leaves, |e| {
+                if leaves == 0 || matches!(e.value, lattice_store::Value::Stream(_)) {
+                    put_entry(&mut data, e);
+                    n += 1;
+                }
             });
             s.next_slot += 1;
         }
@@ -360,7 +467,7 @@ impl Core {
             });
         }
         let s = self.persist.snapshot.as_mut().expect("present");
-        if s.next_slot >= lattice_store::SLOT_COUNT {
+        if s.next_slot >= leaves + lattice_store::SLOT_COUNT {
             s.ended = true;
             let keys = s.keys;
             self.persist.out.push_back(Output::SnapshotEnd { keys });
@@ -536,6 +643,14 @@ impl Core {
                     let value = dump::restore(payload)
                         .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(key)))?;
                     let deadline = deadline.checked_sub(1);
+                    if self.repl.is_some() && !matches!(value, lattice_store::Value::Stream(_)) {
+                        return Err(format!(
+                            "key {:?} has a value without replication state: the directory \
+                             holds a standalone node's data (start this replica on an empty \
+                             directory)",
+                            String::from_utf8_lossy(key)
+                        ));
+                    }
                     if deadline.is_some_and(|d| d <= now_ms) {
                         self.db.remove(key);
                     } else {
@@ -545,6 +660,21 @@ impl Core {
                 OP_DEL => {
                     let key = get_bytes(data, &mut at)?;
                     self.db.remove(key);
+                }
+                OP_REPL => {
+                    let key = Bytes::copy_from_slice(get_bytes(data, &mut at)?);
+                    let state = get_bytes(data, &mut at)?;
+                    let Some(repl) = self.repl.as_mut() else {
+                        return Err(format!(
+                            "key {:?} has a replicated state: the directory holds a cluster \
+                             replica's data (start with --seeds, or on an empty directory)",
+                            String::from_utf8_lossy(&key)
+                        ));
+                    };
+                    repl.load_state(&key, state).map_err(|e| {
+                        format!("key {:?}: {e}", String::from_utf8_lossy(&key))
+                    })?;
+                    self.apply_remote(&key);
                 }
                 OP_CMD => {
                     let n = get_varint(data, &mut at)?;

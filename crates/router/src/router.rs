@@ -80,6 +80,11 @@ impl<D: Dir> Router<D> {
         self.persist.as_ref()
     }
 
+    /// The persister, taken back when the node is gone (a simulated crash keeps its disk).
+    pub fn into_persister(self) -> Option<Persister<D>> {
+        self.persist
+    }
+
     /// The persister with the node it feeds, for the object-store driver's calls (the
     /// uploader reads the node's figures and reports into it).
     pub fn persister_and_node_mut(&mut self) -> Option<(&mut Persister<D>, &mut Node)> {

@@ -368,7 +368,7 @@ fn settings(args: Args) -> Result<Settings, String> {
     }
     let s3 = s3_settings(s3)?;
     if s3.is_some() && cluster.is_some() {
-        return Err("s3-bucket is for standalone nodes: clustered nodes do not persist yet".into());
+        return Err("s3-bucket is for standalone nodes: a clustered node persists to its --dir only (its peers hold the rest)".into());
     }
     if let Some(s) = &s3 {
         node.ack_after_upload = s.mode == lattice_persist::AckMode::Sync;
@@ -469,9 +469,9 @@ async fn run(s: Settings) -> Result<(), String> {
     let cluster_size = s.node.cluster_size;
     let (incarnation, dot_id) = (s.node.incarnation, s.node.dot_node_id());
     let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
-    // A standalone node recovers its data directory and persists to it. A clustered node
-    // keeps today's behaviour, starting empty and catching up from its peers (its per-key
-    // replication metadata is not persisted yet: docs/ARCHITECTURE.md §33).
+    // Every node recovers its data directory and persists to it: a standalone node its values,
+    // a clustered node its replicated states, so a restarted replica comes back with its keys
+    // and anti-entropy ships it only what it missed.
     let bucket = match &s.s3 {
         Some(cfg) => Some(s3::Bucket::connect(cfg).await),
         None => None,
@@ -504,7 +504,7 @@ async fn run(s: Settings) -> Result<(), String> {
             restored_pieces = r.pieces;
         }
     }
-    let persister = if s.cluster.is_none() {
+    let persister = {
         let started = std::time::Instant::now();
         let (mut p, loaded) =
             lattice_persist::Persister::recover(disk::LocalDir::new(&s.dir), &mut node, now)
@@ -544,15 +544,15 @@ async fn run(s: Settings) -> Result<(), String> {
                 &mut node,
             );
         }
+        if s.cluster.is_some() {
+            tracing::info!(
+                "clustered node: incarnation {} (writes stamped as replica {}); peers ship \
+                 what it lacks",
+                incarnation,
+                dot_id
+            );
+        }
         Some(p)
-    } else {
-        tracing::info!(
-            "clustered node: persistence off, state comes from the peers; incarnation {} \
-             (writes stamped as replica {})",
-            incarnation,
-            dot_id
-        );
-        None
     };
     let link_stats = Arc::new(LinkStats::default());
     let mut host = Host::new(node, persister, now, link_stats, loops.clone());

@@ -414,8 +414,9 @@ fn flush(core: &mut Core, call: &mut Call) {
         _ => return call.syntax_error(),
     }
     core.touch_all_watched();
-    core.capture_flush();
+    // Before the capture: a clustered node notes the keys whose tombstones it will log.
     core.persist_flush_all();
+    core.capture_flush();
     core.db.clear();
     // Parked clients re-check their keys: a blocked XREADGROUP learns its stream is gone
     // (Redis answers it UNBLOCKED); list and zset pops simply stay parked.

@@ -53,7 +53,9 @@ use hashbrown::HashTable;
 use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
-use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
+use self::wire::{
+    Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, SliceAck, States,
+};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
 const MAX_QUEUED_KEYS: usize = 100_000;
@@ -89,6 +91,23 @@ const PEER_SILENCE_MS: u64 = 1_500;
 const GC_KEYS_PER_STEP: usize = 4_096;
 /// Differing tree nodes handled per anti-entropy message; the rest are found by the next round.
 const MAX_AE_NODES: usize = 4_096;
+/// Bytes of key states in one anti-entropy slice. A leaf found different is not shipped in one
+/// message but owed to the peer and sent a slice at a time: one slice is what one node call
+/// builds on the sender and merges on the receiver (a few milliseconds), and what the server
+/// hands the node per lock hold, so a transfer of a million keys runs between client batches.
+pub const SLICE_BYTES: usize = 256 << 10;
+/// Keys in one slice at most: with small states the per-key merge cost is what bounds a step.
+pub const SLICE_KEYS: usize = 2_048;
+/// Slices sent to one peer and not yet acknowledged, at most: the back-pressure of a transfer.
+/// The next slice goes when the peer says it merged one, so a slow or busy receiver slows the
+/// sender down instead of filling the link's queue (and, past its bound, losing the link).
+const SLICE_WINDOW: usize = 2;
+/// An unacknowledged slice is taken as lost after this long (its leaves still differ, and the
+/// next round finds them): a lost acknowledgement must not stop the transfer for good.
+const SLICE_TIMEOUT_MS: u64 = 2_000;
+/// Keys remembered per peer as already equal on both sides, left out of what we owe it;
+/// beyond it they are sent anyway (harmless: a merge of an equal state changes nothing).
+const MAX_SKIP_KEYS: usize = 65_536;
 
 /// Keys whose lookups are issued back to back before any of them is worked on, when a message
 /// carries many: enough independent cache misses to overlap, few enough to stay in cache.
@@ -129,6 +148,36 @@ struct Peer {
     ae_bytes: u64,
     overflows: u64,
     retransmits: u64,
+    /// Every byte sent to / received from this peer (all message kinds): what a catch-up costs.
+    bytes_sent: u64,
+    bytes_received: u64,
+    /// The anti-entropy transfer to this peer (see [`Replicator::pump_transfer`]).
+    transfer: Transfer,
+}
+
+/// What anti-entropy still has to send one peer. Bounded: leaves are listed once (at most
+/// `merkle::LEAVES`), the skip list by `MAX_SKIP_KEYS`, slices in flight by `SLICE_WINDOW`.
+#[derive(Default)]
+struct Transfer {
+    /// Leaves whose states we owe the peer, sent in leaf order.
+    owed: std::collections::BTreeSet<u32>,
+    /// Keys of the first owed leaf already sent (a leaf larger than a slice).
+    resume: usize,
+    /// Leaves whose states we ask the peer for, with our next slice (the pull half).
+    want: std::collections::BTreeSet<u32>,
+    /// Keys the peer holds exactly as we do (learnt from the states it sent): not sent back.
+    skip: std::collections::BTreeSet<Bytes>,
+    /// Slices sent and not acknowledged: (slice number, when sent).
+    inflight: VecDeque<(u64, u64)>,
+    next_slice: u64,
+    slices_sent: u64,
+    timeouts: u64,
+}
+
+impl Transfer {
+    fn busy(&self) -> bool {
+        !self.owed.is_empty() || !self.want.is_empty() || !self.inflight.is_empty()
+    }
 }
 
 struct KeyEntry {
@@ -166,6 +215,14 @@ pub struct ReplStats {
     pub gc_rounds: u64,
     pub keys_collected: u64,
     pub skew_exceeded: u64,
+    /// The largest anti-entropy slice sent (keys, bytes of states) and the most states merged
+    /// from one message: a transfer is done in bounded steps when these stay at most
+    /// `SLICE_KEYS` / about `SLICE_BYTES` (checked by the simulator and the node tests).
+    pub max_slice_keys: u64,
+    pub max_slice_bytes: u64,
+    pub max_states_merged: u64,
+    /// States merged from the data directory at start (a restarted replica's own).
+    pub states_loaded: u64,
 }
 
 pub struct Replicator {
@@ -227,6 +284,8 @@ pub struct Replicator {
     patches: BTreeMap<Bytes, Option<Patch>>,
     /// Messages whose states were merged so far (wrapping; see `KeyEntry::merged_in`).
     messages_merged: u32,
+    /// Keys per anti-entropy slice at most (`SLICE_KEYS` or lower, see `with_slice_keys`).
+    slice_keys: usize,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -294,7 +353,14 @@ impl Replicator {
             stale_digests: Vec::new(),
             patches: BTreeMap::new(),
             messages_merged: 0,
+            slice_keys: SLICE_KEYS,
         }
+    }
+
+    /// Lowers the keys per anti-entropy slice (at least 1, at most `SLICE_KEYS`).
+    pub fn with_slice_keys(mut self, keys: usize) -> Replicator {
+        self.slice_keys = keys.clamp(1, SLICE_KEYS);
+        self
     }
 
     /// Marks `key` as changed by the running command.
@@ -436,6 +502,48 @@ impl Replicator {
         }
     }
 
+    /// Leaves `key`'s replicated state in `out` (replacing its contents), encoded as
+    /// anti-entropy ships it; false if the key has none. For persistence (a clustered node
+    /// logs states).
+    pub fn encode_state(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        match self.keys.get(lattice_store::key_hash(key), key) {
+            Some(e) => {
+                e.state.encode_into(&self.frontier, out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Calls `f(key, encoded state)` for every key of `leaf` (tombstones included), in
+    /// order: a snapshot's slice of the replicated states.
+    pub fn for_each_state_in_leaf(&mut self, leaf: usize, f: &mut dyn FnMut(&[u8], &[u8])) {
+        for slot in self.keys.leaf(leaf) {
+            slot.entry.state.encode_into(&self.frontier, &mut self.scratch);
+            f(&slot.key, &self.scratch);
+        }
+    }
+
+    /// Recovery: merges a logged state of `key` as an anti-entropy state from a peer is
+    /// merged (the caller then makes the store follow). Joins, so records may come in any
+    /// order and more than once.
+    pub fn load_state(&mut self, key: &Bytes, blob: &[u8]) -> Result<(), String> {
+        let st = state::codec()
+            .deserialize::<Full>(blob)
+            .map_err(|e| format!("logged replicated state does not decode: {e}"))?;
+        let latest = st.latest_stamp();
+        // Our own earlier writes must stay older than our next ones.
+        let _ = self.hlc.observe(latest, latest.wall_ms);
+        let entry = [KeyBlob {
+            key: key.clone(),
+            state: Bytes::copy_from_slice(blob),
+        }];
+        self.merge_blobs(&entry, false);
+        self.stats.states_applied -= 1;
+        self.stats.states_loaded += 1;
+        Ok(())
+    }
+
     /// FLUSHALL: an observed-remove of every key known here.
     pub fn keys_with_content(&self) -> Vec<Bytes> {
         self.keys
@@ -480,11 +588,20 @@ impl Replicator {
         if peer == self.node {
             return;
         }
+        let lower = self.node < peer;
         let p = self.peers.entry(peer).or_default();
         p.up = true;
-        // Whatever happened while the link was down is repaired by one anti-entropy round.
+        // Whatever happened while the link was down is repaired by one anti-entropy round,
+        // started at once by the lower id of the pair (both sides are told the link is up, and
+        // two sessions would compare the trees twice and ship the difference twice: for a
+        // replica that missed a few writes, the digests are most of what a catch-up costs).
+        // The higher id starts one only if no round came by the next period.
         p.needs_ae = true;
-        p.next_ae_ms = now_ms;
+        p.next_ae_ms = if lower {
+            now_ms
+        } else {
+            now_ms + AE_INTERVAL_MS
+        };
     }
 
     pub fn peer_down(&mut self, peer: NodeId) {
@@ -493,6 +610,8 @@ impl Replicator {
             p.unacked.clear();
             p.unacked_bytes = 0;
             p.needs_ae = true;
+            // The next link starts a new round, which finds whatever is still different.
+            p.transfer = Transfer::default();
         }
     }
 
@@ -550,7 +669,11 @@ impl Replicator {
     }
 
     pub fn poll_send(&mut self) -> Option<(NodeId, Bytes)> {
-        self.outbox.pop_front()
+        let (peer, data) = self.outbox.pop_front()?;
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.bytes_sent += data.len() as u64;
+        }
+        Some((peer, data))
     }
 
     /// Whether queued deltas should go out now: the oldest has waited `FLUSH_DELAY_MS`, or
@@ -574,6 +697,9 @@ impl Replicator {
             next = next.min(p.next_ae_ms);
             if let Some(u) = p.unacked.values().next() {
                 next = next.min(u.due_ms);
+            }
+            if let Some(&(_, sent)) = p.transfer.inflight.front() {
+                next = next.min(sent + SLICE_TIMEOUT_MS);
             }
         }
         next
@@ -624,6 +750,19 @@ impl Replicator {
                 self.outbox.push_back((id, data));
             }
             let p = self.peers.get_mut(&id).expect("listed");
+            let t = &mut p.transfer;
+            if t.inflight.front().is_some_and(|&(_, sent)| sent + SLICE_TIMEOUT_MS <= now_ms) {
+                t.inflight.clear();
+                t.timeouts += 1;
+                self.pump_transfer(id, now_ms);
+            }
+            let p = self.peers.get_mut(&id).expect("listed");
+            if p.next_ae_ms <= now_ms && p.transfer.busy() {
+                // A transfer to this peer is under way: a new round now would compare trees
+                // the transfer is still changing and list the same leaves again. It starts
+                // when the transfer is done, and checks that nothing was left out.
+                p.next_ae_ms = now_ms + AE_FOLLOW_UP_MS;
+            }
             if p.next_ae_ms <= now_ms {
                 // Periodic rounds are started by the lower node id only (push-pull repairs
                 // both sides, two concurrent sessions would double the traffic); a link that
@@ -666,6 +805,89 @@ impl Replicator {
                 self.outbox.push_back((n, report.clone()));
             }
         }
+    }
+
+    /// Sends the peer the next slices of what anti-entropy owes it, while fewer than
+    /// `SLICE_WINDOW` are unacknowledged. Each slice holds at most `SLICE_KEYS` keys and
+    /// about `SLICE_BYTES` bytes of states (one key more than that if it alone is larger),
+    /// so no call builds, and no receiver merges, more than that at once.
+    fn pump_transfer(&mut self, peer: NodeId, now_ms: u64) {
+        loop {
+            let Some(p) = self.peers.get_mut(&peer) else {
+                return;
+            };
+            let t = &mut p.transfer;
+            if !p.up || t.inflight.len() >= SLICE_WINDOW || (t.owed.is_empty() && t.want.is_empty())
+            {
+                return;
+            }
+            let mut entries = Vec::new();
+            let mut bytes = 0;
+            // A build with the planted bug ignores the bound: the simulator must notice.
+            let slice_keys = if cfg!(feature = "planted-transfer-bug") {
+                usize::MAX
+            } else {
+                self.slice_keys
+            };
+            'leaves: while let Some(&leaf) = t.owed.first() {
+                let slots = self.keys.leaf(leaf as usize);
+                let mut i = t.resume.min(slots.len());
+                while i < slots.len() {
+                    if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
+                        t.resume = i;
+                        break 'leaves;
+                    }
+                    let slot = slots[i];
+                    i += 1;
+                    if t.skip.contains(&slot.key) {
+                        continue;
+                    }
+                    slot.entry
+                        .state
+                        .encode_into(&self.frontier, &mut self.scratch);
+                    bytes += self.scratch.len() + slot.key.len();
+                    entries.push(KeyBlob {
+                        key: slot.key.clone(),
+                        state: Bytes::copy_from_slice(&self.scratch),
+                    });
+                }
+                t.owed.pop_first();
+                t.resume = 0;
+            }
+            if t.owed.is_empty() {
+                t.skip.clear();
+            }
+            let want_leaves: Vec<u32> = std::mem::take(&mut t.want).into_iter().collect();
+            t.next_slice += 1;
+            let slice = t.next_slice;
+            t.inflight.push_back((slice, now_ms));
+            t.slices_sent += 1;
+            self.stats.max_slice_keys = self.stats.max_slice_keys.max(entries.len() as u64);
+            self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
+            self.send_ae(
+                peer,
+                Body::States(States {
+                    entries,
+                    want_leaves,
+                    slice,
+                }),
+            );
+        }
+    }
+
+    /// Adds `leaves` (found different from the peer's) to what we owe it, and if `want`, to
+    /// what we ask it for; then sends what the window allows.
+    fn owe_leaves(&mut self, peer: NodeId, leaves: &[u32], want: bool, now_ms: u64) {
+        let Some(p) = self.peers.get_mut(&peer).filter(|p| p.up) else {
+            return; // no link to send on: the round after the next PeerUp finds them again
+        };
+        for &l in leaves.iter().filter(|&&l| (l as usize) < merkle::LEAVES) {
+            p.transfer.owed.insert(l);
+            if want {
+                p.transfer.want.insert(l);
+            }
+        }
+        self.pump_transfer(peer, now_ms);
     }
 
     fn send_ae(&mut self, peer: NodeId, body: Body) {
@@ -779,6 +1001,7 @@ impl Replicator {
             self.stats.skew_exceeded += 1;
         }
         let p = self.peers.entry(peer).or_default();
+        p.bytes_received += data.len() as u64;
         let silent_ms = p.last_heard_ms.map_or(0, |t| now_ms.saturating_sub(t));
         p.last_heard_ms = Some(now_ms);
         // A message from the peer shows the link carries messages again. Our oldest message it
@@ -829,11 +1052,30 @@ impl Replicator {
             Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms),
             Some(Body::States(s)) => {
                 let (changed, in_sync) = self.merge_blobs(&s.entries, false);
+                self.stats.max_states_merged =
+                    self.stats.max_states_merged.max(s.entries.len() as u64);
                 effects.push(Effect::Keys(changed));
-                if !s.want_leaves.is_empty() {
-                    let in_sync = in_sync.into_iter().collect();
-                    self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms);
+                if s.slice != 0 {
+                    self.send_ae(peer, Body::SliceAck(SliceAck { slice: s.slice }));
                 }
+                if !s.want_leaves.is_empty() {
+                    if let Some(p) = self.peers.get_mut(&peer) {
+                        let skip = &mut p.transfer.skip;
+                        for k in in_sync {
+                            if skip.len() >= MAX_SKIP_KEYS {
+                                break;
+                            }
+                            skip.insert(k);
+                        }
+                    }
+                    self.owe_leaves(peer, &s.want_leaves, false, now_ms);
+                }
+            }
+            Some(Body::SliceAck(a)) => {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.transfer.inflight.retain(|&(n, _)| n != a.slice);
+                }
+                self.pump_transfer(peer, now_ms);
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
             None => self.stats.bad_messages += 1,
@@ -938,15 +1180,27 @@ impl Replicator {
     }
 
     fn on_digests(&mut self, peer: NodeId, d: Digests, now_ms: u64) {
-        if d.level > DEPTH || d.index.len() != d.digest.len() {
+        // Level 0 names its node (the root); a deeper level names parents, each followed by
+        // the digests of all its children (see `wire::Digests`).
+        let per_index = if d.level == 0 { 1 } else { FANOUT };
+        if d.level > DEPTH || d.index.len() * per_index != d.digest.len() {
             self.stats.bad_messages += 1;
             return;
+        }
+        if d.level == 0 {
+            // The peer started a round: it repairs both sides, so ours is not needed.
+            if let Some(p) = self.peers.get_mut(&peer) {
+                p.needs_ae = false;
+            }
         }
         self.refresh_digests();
         let width = merkle::width(d.level);
         let mut differing = Vec::new();
-        for (&i, &theirs) in d.index.iter().zip(d.digest.iter()) {
-            let i = i as usize;
+        let nodes = d
+            .index
+            .iter()
+            .flat_map(|&i| (0..per_index).map(move |c| i as usize * per_index + c));
+        for (i, &theirs) in nodes.zip(d.digest.iter()) {
             if i >= width {
                 self.stats.bad_messages += 1;
                 return;
@@ -967,8 +1221,8 @@ impl Replicator {
             let mut index = Vec::new();
             let mut digest = Vec::new();
             for n in differing {
+                index.push(n as u32);
                 for c in n * FANOUT..(n + 1) * FANOUT {
-                    index.push(c as u32);
                     digest.push(self.merkle.digest(level, c));
                 }
             }
@@ -982,52 +1236,8 @@ impl Replicator {
             );
         } else {
             let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
-            self.send_leaves(peer, &leaves, leaves.clone(), &Default::default(), now_ms);
+            self.owe_leaves(peer, &leaves, true, now_ms);
         }
-    }
-
-    /// Sends the states of every key in `leaves` except `skip` (bounded per message; a leaf
-    /// cut short is finished by the next round), asking for the peer's states of `want` in
-    /// return.
-    fn send_leaves(
-        &mut self,
-        peer: NodeId,
-        leaves: &[u32],
-        want: Vec<u32>,
-        skip: &std::collections::BTreeSet<Bytes>,
-        now_ms: u64,
-    ) {
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        'outer: for &leaf in leaves {
-            for slot in self.keys.leaf(leaf as usize) {
-                let (k, e) = (&slot.key, &slot.entry);
-                if skip.contains(k) {
-                    continue;
-                }
-                e.state.encode_into(&self.frontier, &mut self.scratch);
-                let blob = Bytes::copy_from_slice(&self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k.clone(),
-                    state: blob,
-                });
-                if bytes >= MAX_BATCH_BYTES {
-                    self.hurry_ae(peer, now_ms);
-                    break 'outer;
-                }
-            }
-        }
-        if entries.is_empty() && want.is_empty() {
-            return;
-        }
-        self.send_ae(
-            peer,
-            Body::States(States {
-                entries,
-                want_leaves: want,
-            }),
-        );
     }
 
     /// Root of the Merkle tree: equal on replicas holding equal contents.
@@ -1089,6 +1299,18 @@ impl Replicator {
             self.pending.len(),
             self.gc_sweep.len()
         );
+        let sent: u64 = self.peers.values().map(|p| p.bytes_sent).sum();
+        let received: u64 = self.peers.values().map(|p| p.bytes_received).sum();
+        let _ = write!(
+            out,
+            "states_loaded:{}\r\n",
+            self.stats.states_loaded
+        );
+        let _ = write!(
+            out,
+            "repl_bytes_sent:{sent}\r\nrepl_bytes_received:{received}\r\ntransfer_slice_max_keys:{}\r\ntransfer_slice_max_bytes:{}\r\ntransfer_max_states_merged:{}\r\n",
+            self.stats.max_slice_keys, self.stats.max_slice_bytes, self.stats.max_states_merged,
+        );
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
                 .last_heard_ms
@@ -1096,7 +1318,7 @@ impl Replicator {
             let last_ae = p.last_ae_ms.map_or(-1, |t| now_ms.saturating_sub(t) as i64);
             let _ = write!(
                 out,
-                "peer{i}:id={},state={},last_heard_ms_ago={lag},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={}\r\n",
+                "peer{i}:id={},state={},last_heard_ms_ago={lag},unacked_msgs={},unacked_bytes={},last_anti_entropy_ms_ago={last_ae},delta_bytes_sent={},anti_entropy_bytes_sent={},overflows={},retransmits={},bytes_sent={},bytes_received={},transfer_owed_leaves={},transfer_inflight_slices={},transfer_slices_sent={},transfer_slice_timeouts={}\r\n",
                 id.0,
                 if p.up { "up" } else { "down" },
                 p.unacked.len(),
@@ -1105,6 +1327,12 @@ impl Replicator {
                 p.ae_bytes,
                 p.overflows,
                 p.retransmits,
+                p.bytes_sent,
+                p.bytes_received,
+                p.transfer.owed.len(),
+                p.transfer.inflight.len(),
+                p.transfer.slices_sent,
+                p.transfer.timeouts,
             );
         }
     }
@@ -1126,7 +1354,29 @@ impl Replicator {
         for p in self.peers.values() {
             let sum: usize = p.unacked.values().map(|u| u.data.len()).sum();
             assert_eq!(sum, p.unacked_bytes, "unacked byte count drifted");
+            assert!(
+                p.transfer.inflight.len() <= SLICE_WINDOW,
+                "transfer window exceeded"
+            );
+            assert!(p.transfer.skip.len() <= MAX_SKIP_KEYS, "skip list over its bound");
+            assert!(
+                p.up || !p.transfer.busy(),
+                "a transfer to a peer that is down"
+            );
         }
+        // Every sender is this code: a slice over the bound, sent or merged, is a step of a
+        // transfer that held the node longer than its budget.
+        let bound = self.slice_keys as u64;
+        assert!(
+            self.stats.max_slice_keys <= bound,
+            "an anti-entropy slice of {} keys exceeds the bound of {bound}",
+            self.stats.max_slice_keys
+        );
+        assert!(
+            self.stats.max_states_merged <= bound,
+            "a merged anti-entropy message of {} states exceeds the bound of {bound}",
+            self.stats.max_states_merged
+        );
     }
 }
 

@@ -337,6 +337,13 @@ impl Full {
         self.string.get(&()).map(|r| r.base_ts)
     }
 
+    /// The greatest stamp of any write in this state: a replica recovering its own states
+    /// observes it, so its next writes order after the ones it made before a restart even if
+    /// its clock went back.
+    pub fn latest_stamp(&self) -> Hlc {
+        self.stamps.iter().copied().max().unwrap_or_default()
+    }
+
     /// Every dot this state has seen (for the node's seen-set).
     pub fn contexts(&self) -> [&CausalContext; 6] {
         [

@@ -10,7 +10,10 @@ use prost::Message;
 
 /// Bumped on any incompatible change; peers with another version are ignored (and counted).
 /// 2: key states carry a presence mask (see `state::KeyState`'s serialization).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// 3: anti-entropy states go in numbered slices the receiver acknowledges (`States::slice`,
+/// `SliceAck`), so a sender paces a large transfer by the receiver's merging; `Digests`
+/// below the root name parents instead of every child.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest message the node emits or accepts (drivers enforce the same bound on frames).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -25,7 +28,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9")]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10")]
     pub body: Option<Body>,
 }
 
@@ -45,6 +48,9 @@ pub enum Body {
     /// A PUBLISH to deliver to the receiver's own subscribers.
     #[prost(message, tag = "9")]
     Publish(Publish),
+    /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
+    #[prost(message, tag = "10")]
+    SliceAck(SliceAck),
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -84,6 +90,11 @@ pub struct Ack {
     pub seen_counters: Vec<u64>,
 }
 
+/// Merkle digests at `level`. At level 0, `index` names the nodes (the root) and `digest`
+/// holds one digest each; at a deeper level `index` names parent nodes (at `level - 1`) and
+/// `digest` holds the digests of all `FANOUT` children of each, in order: the children of a
+/// differing node are always sent together, so naming each child cost about a quarter of
+/// the digests' bytes again.
 #[derive(Clone, PartialEq, Message)]
 pub struct Digests {
     #[prost(uint32, tag = "1")]
@@ -101,6 +112,16 @@ pub struct States {
     /// Leaves whose states the receiver should send back (the pull half of push-pull).
     #[prost(uint32, repeated, tag = "2")]
     pub want_leaves: Vec<u32>,
+    /// Non-zero: slice number of a transfer, to be acknowledged with a [`SliceAck`] once
+    /// merged (the sender keeps a bounded number of slices unacknowledged per peer).
+    #[prost(uint64, tag = "3")]
+    pub slice: u64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct SliceAck {
+    #[prost(uint64, tag = "1")]
+    pub slice: u64,
 }
 
 #[derive(Clone, PartialEq, Message)]
