@@ -46,7 +46,8 @@ impl Bench {
     pub(crate) fn new(seed: u64, conns: &[u64]) -> Bench {
         // A clock 3 s ahead and running 500 ppm fast: timeouts are on the node's clock.
         let mut host = Host::new(0, Clock::new(3_000_000, 500), 10, 1);
-        host.start(seed, seed ^ 0x5eed, 0).expect("no disk to recover");
+        host.start(seed, seed ^ 0x5eed, 0)
+            .expect("no disk to recover");
         let mut b = Bench {
             host,
             now: 0,

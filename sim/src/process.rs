@@ -183,9 +183,8 @@ impl Host {
                     .disk
                     .take()
                     .unwrap_or_else(|| SimDisk::new(seed ^ 0x4449_534B));
-                let (p, _) = Persister::recover(disk, &mut node, Micros(now)).map_err(|e| {
-                    format!("recovery: n{} cannot load its disk: {e}", self.id)
-                })?;
+                let (p, _) = Persister::recover(disk, &mut node, Micros(now))
+                    .map_err(|e| format!("recovery: n{} cannot load its disk: {e}", self.id))?;
                 Some(p)
             }
             None => None,

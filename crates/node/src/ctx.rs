@@ -96,12 +96,13 @@ impl Core {
         let repl = (config.cluster_size > 1).then(|| {
             Box::new(
                 Replicator::new(
-                NodeId(config.node_id),
-                NodeId(config.dot_node_id()),
-                config.cluster_size,
-                now_ms,
+                    NodeId(config.node_id),
+                    NodeId(config.dot_node_id()),
+                    config.cluster_size,
+                    now_ms,
+                )
+                .with_slice_keys(config.repl_slice_keys),
             )
-            .with_slice_keys(config.repl_slice_keys))
         });
         Core {
             db: Db::new(),

@@ -151,7 +151,11 @@ impl Core {
         // Not while a snapshot is being taken: it may capture the key before or after this
         // command, and unlike a state a command applied twice is wrong. Never on a clustered
         // node: replayed, the command would be captured again as a new write.
-        if self.repl.is_some() || !p.logging || p.snapshot.is_some() || args.len() < 2 || p.dirty.last() != Some(&args[1])
+        if self.repl.is_some()
+            || !p.logging
+            || p.snapshot.is_some()
+            || args.len() < 2
+            || p.dirty.last() != Some(&args[1])
         {
             return;
         }
@@ -671,9 +675,8 @@ impl Core {
                             String::from_utf8_lossy(&key)
                         ));
                     };
-                    repl.load_state(&key, state).map_err(|e| {
-                        format!("key {:?}: {e}", String::from_utf8_lossy(&key))
-                    })?;
+                    repl.load_state(&key, state)
+                        .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(&key)))?;
                     self.apply_remote(&key);
                 }
                 OP_CMD => {

@@ -519,7 +519,9 @@ impl Replicator {
     /// order: a snapshot's slice of the replicated states.
     pub fn for_each_state_in_leaf(&mut self, leaf: usize, f: &mut dyn FnMut(&[u8], &[u8])) {
         for slot in self.keys.leaf(leaf) {
-            slot.entry.state.encode_into(&self.frontier, &mut self.scratch);
+            slot.entry
+                .state
+                .encode_into(&self.frontier, &mut self.scratch);
             f(&slot.key, &self.scratch);
         }
     }
@@ -751,7 +753,10 @@ impl Replicator {
             }
             let p = self.peers.get_mut(&id).expect("listed");
             let t = &mut p.transfer;
-            if t.inflight.front().is_some_and(|&(_, sent)| sent + SLICE_TIMEOUT_MS <= now_ms) {
+            if t.inflight
+                .front()
+                .is_some_and(|&(_, sent)| sent + SLICE_TIMEOUT_MS <= now_ms)
+            {
                 t.inflight.clear();
                 t.timeouts += 1;
                 self.pump_transfer(id, now_ms);
@@ -1301,11 +1306,7 @@ impl Replicator {
         );
         let sent: u64 = self.peers.values().map(|p| p.bytes_sent).sum();
         let received: u64 = self.peers.values().map(|p| p.bytes_received).sum();
-        let _ = write!(
-            out,
-            "states_loaded:{}\r\n",
-            self.stats.states_loaded
-        );
+        let _ = write!(out, "states_loaded:{}\r\n", self.stats.states_loaded);
         let _ = write!(
             out,
             "repl_bytes_sent:{sent}\r\nrepl_bytes_received:{received}\r\ntransfer_slice_max_keys:{}\r\ntransfer_slice_max_bytes:{}\r\ntransfer_max_states_merged:{}\r\n",
@@ -1358,7 +1359,10 @@ impl Replicator {
                 p.transfer.inflight.len() <= SLICE_WINDOW,
                 "transfer window exceeded"
             );
-            assert!(p.transfer.skip.len() <= MAX_SKIP_KEYS, "skip list over its bound");
+            assert!(
+                p.transfer.skip.len() <= MAX_SKIP_KEYS,
+                "skip list over its bound"
+            );
             assert!(
                 p.up || !p.transfer.busy(),
                 "a transfer to a peer that is down"
