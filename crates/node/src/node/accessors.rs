@@ -113,6 +113,7 @@ impl Node {
     #[must_use]
     pub fn string_stamp(&mut self, key: &[u8]) -> Option<lattice_crdt::Hlc> {
         self.core.settle_key(key);
-        self.core.repl.as_ref()?.state(key)?.string_stamp()
+        let core = &self.core;
+        core.repl.as_ref()?.state(key, &core.db)?.string_stamp()
     }
 }
