@@ -108,6 +108,16 @@ impl Node {
         self.core.repl.as_mut().map_or(0, |r| r.digest())
     }
 
+    /// Heap bytes of the replicated state by part (see `Replicator::memory`); empty on a
+    /// standalone node.
+    #[must_use]
+    pub fn replication_memory(&self) -> Vec<(&'static str, usize)> {
+        self.core
+            .repl
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.memory())
+    }
+
     /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
     /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
     #[must_use]

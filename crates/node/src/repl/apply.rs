@@ -102,15 +102,7 @@ impl Core {
         };
         let now_ms = self.now.as_millis();
         for (key, overwrote) in keys {
-            repl.capture(
-                &mut self.db,
-                key,
-                false,
-                intent,
-                *overwrote,
-                hint,
-                now_ms,
-            );
+            repl.capture(&mut self.db, key, false, intent, *overwrote, hint, now_ms);
         }
         if intent == Intent::Increment {
             // Merged counters are summed in a fixed order, which can differ from the command's
@@ -127,7 +119,15 @@ impl Core {
         let now_ms = self.now.as_millis();
         if let Some(repl) = self.repl.as_mut() {
             for key in repl.keys_with_content(&self.db) {
-                repl.capture(&mut self.db, &key, true, Intent::Assign, false, None, now_ms);
+                repl.capture(
+                    &mut self.db,
+                    &key,
+                    true,
+                    Intent::Assign,
+                    false,
+                    None,
+                    now_ms,
+                );
             }
         }
     }

@@ -102,6 +102,29 @@ impl<E: Pack> KeyMap<E> {
         self.packed_len
     }
 
+    /// Heap bytes by part: (table buckets, slot blocks, key copies, leaf index, packed
+    /// records), from lengths and capacities (allocator rounding left out).
+    pub fn memory(&self) -> [usize; 5] {
+        let buckets = self.tables.iter().map(HashTable::allocation_size).sum();
+        let slots =
+            self.tables.iter().map(HashTable::len).sum::<usize>() * std::mem::size_of::<Slot<E>>();
+        let keys = self
+            .tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|s| s.key.len())
+            .sum();
+        let leaves = self.leaves.iter().map(|v| v.capacity() * 8).sum::<usize>()
+            + self.leaves.capacity() * std::mem::size_of::<Vec<u64>>();
+        let packed = self
+            .packed
+            .iter()
+            .map(|v| v.capacity() * std::mem::size_of::<(u64, E::Packed)>())
+            .sum::<usize>()
+            + self.packed.capacity() * std::mem::size_of::<Vec<(u64, E::Packed)>>();
+        [buckets, slots, keys, leaves, packed]
+    }
+
     /// The packed record of `key`, if it has one (`db` tells which key a record is).
     fn packed_of(&self, hash: u64, key: &[u8], db: &Db) -> Option<(usize, usize)> {
         let leaf = self.packed.get(leaf_of(hash))?;
@@ -365,7 +388,11 @@ impl<E: Pack> KeyMap<E> {
         let records: usize = self.packed.iter().map(Vec::len).sum();
         assert_eq!(records, self.packed_len, "packed count drifted");
         let marked = db.iter().filter(|e| e.is_marked()).count();
-        assert_eq!(marked + db.marked_gone(), records, "marks and packed records differ");
+        assert_eq!(
+            marked + db.marked_gone(),
+            records,
+            "marks and packed records differ"
+        );
         for (l, records) in self.packed.iter().enumerate() {
             assert!(
                 records.windows(2).all(|w| w[0].0 < w[1].0),
@@ -374,7 +401,10 @@ impl<E: Pack> KeyMap<E> {
             for &(h, _) in records {
                 assert_eq!(leaf_of(h), l, "packed record in the wrong leaf");
                 let key = db.marked_key(h).expect("a packed record's key is marked");
-                assert!(self.get(h, key).is_none(), "a key both packed and in the table");
+                assert!(
+                    self.get(h, key).is_none(),
+                    "a key both packed and in the table"
+                );
             }
         }
         for (l, hashes) in self.leaves.iter().enumerate() {
@@ -435,7 +465,15 @@ mod tests {
         assert_eq!(m.get_any(key_hash(b"k8"), b"k8", &db).as_deref(), Some(&10));
         assert_eq!(m.len(), keys.len());
         m.check_invariants(&db);
-        let value = |i: usize| if i == 7 { 8 } else if i == 8 { 10 } else { i as u32 };
+        let value = |i: usize| {
+            if i == 7 {
+                8
+            } else if i == 8 {
+                10
+            } else {
+                i as u32
+            }
+        };
         let mut expected: Vec<(u64, Vec<u8>, u32)> = keys
             .iter()
             .enumerate()

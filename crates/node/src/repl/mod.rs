@@ -429,6 +429,37 @@ impl Replicator {
         }
     }
 
+    /// Where the replicated state's heap bytes are, by part (estimated from lengths and
+    /// capacities; allocator rounding and the insides of general states left out): what a
+    /// replicated key costs beside its store entry, for measurements.
+    pub fn memory(&self) -> Vec<(&'static str, usize)> {
+        let [buckets, slots, keys, leaves, packed] = self.keys.memory();
+        let full = self
+            .keys
+            .keyed_values()
+            .filter(|e| !e.state.is_compact_form())
+            .count()
+            * std::mem::size_of::<Full>();
+        let merkle = self.merkle.heap_bytes();
+        let pending = self.pending.len() * std::mem::size_of::<(u64, Bytes, Full)>();
+        let unacked = self.peers.values().map(|p| p.unacked_bytes).sum();
+        let queues = (self.gc_queue.capacity() + self.gc_sweep.capacity())
+            * std::mem::size_of::<KeyId>()
+            + self.deferred.capacity() * std::mem::size_of::<(Bytes, bool)>();
+        vec![
+            ("state table buckets", buckets),
+            ("state table slots", slots),
+            ("key copies", keys),
+            ("general states (outer)", full),
+            ("leaf index", leaves),
+            ("packed records", packed),
+            ("merkle tree", merkle),
+            ("delta queue (outer)", pending),
+            ("unacknowledged messages", unacked),
+            ("gc and deferral queues", queues),
+        ]
+    }
+
     /// Whether the digest kept for `key` is the digest of its state with `stored` as the
     /// store's string (for the node's invariant check: it covers a value the state leaves to
     /// the store).
@@ -883,11 +914,13 @@ impl Replicator {
             // Compacted: when the store holds the same string (no stream took the key), the
             // state can leave the value to it and be packed.
             let same = e.state.is_compact_form()
-                && e.state.materialize(&Default::default(), None).is_some_and(|v| {
-                    db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
-                        s.expire_at_ms().is_none() && apply::same_content(&v, &s.value)
-                    })
-                });
+                && e.state
+                    .materialize(&Default::default(), None)
+                    .is_some_and(|v| {
+                        db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
+                            s.expire_at_ms().is_none() && apply::same_content(&v, &s.value)
+                        })
+                    });
             if same {
                 e.state.drop_value();
                 self.keys.repack(id.0, &id.1, db);
@@ -1136,7 +1169,14 @@ impl Replicator {
             );
         } else {
             let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
-            self.send_leaves(peer, &leaves, leaves.clone(), &Default::default(), now_ms, db);
+            self.send_leaves(
+                peer,
+                &leaves,
+                leaves.clone(),
+                &Default::default(),
+                now_ms,
+                db,
+            );
         }
     }
 
