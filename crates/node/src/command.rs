@@ -279,6 +279,14 @@ impl<'a> Call<'a> {
         self.out.ok();
     }
 
+    /// Replies with help text, a simple string per line (the HELP subcommands).
+    pub fn help(&mut self, lines: &[&str]) {
+        self.out.array_len(lines.len());
+        for l in lines {
+            self.out.simple(l.as_bytes());
+        }
+    }
+
     /// Whether this call replied with an error.
     pub fn failed(&self) -> bool {
         self.error_code.is_some()

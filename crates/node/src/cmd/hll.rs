@@ -20,7 +20,7 @@ const HLL: &str = "hyperloglog";
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     spec("pfadd", -2, &["write", "denyoom", "fast"], (1, 1, 1), HLL, "2.8.9", "Adds the specified elements to the specified HyperLogLog.", pfadd),
-    spec("pfcount", -2, &["readonly"], (1, -1, 1), HLL, "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", pfcount),
+    spec("pfcount", -2, &["readonly", "may-replicate"], (1, -1, 1), HLL, "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", pfcount),
     spec("pfmerge", -2, &["write", "denyoom"], (1, -1, 1), HLL, "2.8.9", "Merge N different HyperLogLogs into a single one.", pfmerge),
     spec("pfdebug", 3, &["write", "denyoom", "admin"], (2, 2, 1), HLL, "2.8.9", "Internal commands for debugging HyperLogLog values", pfdebug),
     spec("pfselftest", 1, &["admin"], (0, 0, 0), HLL, "2.8.9", "An internal command for testing HyperLogLog values", pfselftest),

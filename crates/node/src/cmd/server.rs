@@ -138,35 +138,6 @@ pub const COMMANDS: &[CommandSpec] = &[
             ),
         ],
     },
-    container(
-        "memory",
-        -2,
-        SERVER,
-        "4.0.0",
-        "A container for memory diagnostics commands.",
-        &[
-            spec(
-                "memory|usage",
-                -3,
-                &["readonly"],
-                (2, 2, 1),
-                SERVER,
-                "4.0.0",
-                "Estimates the memory usage of a key.",
-                memory_usage,
-            ),
-            spec(
-                "memory|help",
-                2,
-                &["loading", "stale"],
-                (0, 0, 0),
-                SERVER,
-                "4.0.0",
-                "Returns helpful text about the different subcommands.",
-                memory_help,
-            ),
-        ],
-    ),
     // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
     // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
     container(
@@ -1028,40 +999,5 @@ fn command_getkeys(core: &mut Core, call: &mut Call) {
                 call.out.bulk(&cmd_args[p]);
             }
         }
-    }
-}
-
-// ---- MEMORY ----
-
-fn memory_usage(core: &mut Core, call: &mut Call) {
-    let mut i = 3;
-    while i < call.argc() {
-        if is(call.arg(i), "samples") && i + 1 < call.argc() {
-            if crate::args::parse_i64(call.arg(i + 1)).is_none_or(|n| n < 0) {
-                return call.error(crate::args::NOT_INTEGER);
-            }
-            i += 2;
-        } else {
-            return call.syntax_error();
-        }
-    }
-    match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
-        Some(e) => call.out.integer(e.memory_usage() as i64),
-        None => call.out.null(),
-    }
-}
-
-fn memory_help(_core: &mut Core, call: &mut Call) {
-    const LINES: &[&str] = &[
-        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "USAGE <key> [SAMPLES <count>]",
-        "    Return memory in bytes used by <key> and its value. Nested values are",
-        "    sampled up to <count> times (default: 5, 0 means sample all).",
-        "HELP",
-        "    Print this help.",
-    ];
-    call.out.array_len(LINES.len());
-    for l in LINES {
-        call.out.simple(l.as_bytes());
     }
 }
