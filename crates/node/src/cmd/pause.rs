@@ -46,9 +46,7 @@ pub struct Pausing {
 
 pub(crate) fn client_pause(core: &mut Core, call: &mut Call) {
     if call.argc() > 4 {
-        return call.error(
-            "ERR unknown subcommand or wrong number of arguments for 'pause'. Try CLIENT HELP.",
-        );
+        return call.subcommand_syntax_error();
     }
     let mode = match call.args.get(3) {
         None => PauseMode::All,

@@ -524,7 +524,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -536,6 +536,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 s.keyspace_misses,
                 core.channels.len(),
                 core.patterns.len(),
+                core.shard_channels.len(),
                 s.total_error_replies,
             );
         }

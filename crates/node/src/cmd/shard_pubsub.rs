@@ -113,9 +113,7 @@ impl Core {
 
 pub(crate) fn shard_channels(core: &mut Core, call: &mut Call) {
     if call.argc() > 3 {
-        return call.error(
-            "ERR unknown subcommand or wrong number of arguments for 'shardchannels'. Try PUBSUB HELP.",
-        );
+        return call.subcommand_syntax_error();
     }
     let pattern = call.args.get(2);
     let names: Vec<&Bytes> = core

@@ -284,7 +284,7 @@ pub(crate) fn redact(args: &mut [Bytes]) {
 
 fn slowlog_get(core: &mut Core, call: &mut Call) {
     if call.argc() > 3 {
-        return subcommand_syntax(call);
+        return call.subcommand_syntax_error();
     }
     let mut count = 10usize;
     if call.argc() == 3 {
@@ -308,14 +308,6 @@ fn slowlog_get(core: &mut Core, call: &mut Call) {
         call.out.bulk(e.peer.as_bytes());
         call.out.bulk(&e.name);
     }
-}
-
-/// Redis's reply to a subcommand given the wrong arguments.
-fn subcommand_syntax(call: &mut Call) {
-    let sub = String::from_utf8_lossy(call.arg(1)).into_owned();
-    call.error(&format!(
-        "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try SLOWLOG HELP."
-    ));
 }
 
 fn slowlog_len(core: &mut Core, call: &mut Call) {
