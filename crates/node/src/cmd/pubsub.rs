@@ -64,13 +64,16 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "publish",
         3,
-        &["pubsub", "loading", "stale", "fast", "may-replicate"],
+        &["pubsub", "loading", "stale", "fast"],
         (0, 0, 0),
         PUBSUB,
         "2.0.0",
         "Posts a message to a channel.",
         publish_cmd,
-    ),
+    )
+    // Redis flags it may-replicate (CLIENT PAUSE WRITE holds it) without showing the flag in
+    // COMMAND INFO.
+    .with(Flag::MayReplicate),
     container(
         "pubsub",
         -2,

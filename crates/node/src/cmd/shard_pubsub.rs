@@ -47,13 +47,14 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "spublish",
         3,
-        &["pubsub", "loading", "stale", "fast", "may-replicate"],
+        &["pubsub", "loading", "stale", "fast"],
         (1, 1, 1),
         PUBSUB,
         "7.0.0",
-        "Post a message to a shard channel",
+        "Posts a message to a shard channel.",
         spublish,
-    ),
+    )
+    .with(Flag::MayReplicate),
 ];
 
 fn ssubscribe(core: &mut Core, call: &mut Call) {
