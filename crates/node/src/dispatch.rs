@@ -59,7 +59,17 @@ impl Core {
             }),
         };
         match admission {
-            Admission::Run(spec) => self.run_handler(spec, &mut call),
+            Admission::Run(spec) => {
+                use crate::cmd::monitor::Source;
+                let monitored = !self.monitors.is_empty();
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, true);
+                }
+                self.run_handler(spec, &mut call);
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, false);
+                }
+            }
             Admission::Queue => {
                 if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                     m.queued.push(args.to_vec());
