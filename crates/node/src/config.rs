@@ -297,6 +297,14 @@ pub struct Config {
     /// acknowledged, so a configured peer that never connected holds GC back instead of
     /// being silently skipped.
     pub cluster_size: usize,
+    /// Owners per hash slot (`--replication-factor`, default 3). At or above `cluster_size`
+    /// every replica holds every key; below it the cluster is partitioned (ARCHITECTURE, "A
+    /// partitioned cluster"). The driver validates it against the member count.
+    pub replication_factor: usize,
+    /// Where clients reach this node (`CLUSTER SLOTS`, `CLUSTER NODES`, and the address the
+    /// other members learn for it).
+    pub announce_host: String,
+    pub announce_port: u16,
     pub appendonly: bool,
     pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
@@ -325,6 +333,9 @@ impl Default for Config {
             node_id: 1,
             incarnation: 0,
             cluster_size: 1,
+            replication_factor: DEFAULT_REPLICATION_FACTOR,
+            announce_host: "127.0.0.1".to_string(),
+            announce_port: 6379,
             appendonly: true,
             appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,
@@ -335,6 +346,9 @@ impl Default for Config {
         c
     }
 }
+
+/// Owners per slot when `--replication-factor` is not given.
+pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
 pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;
