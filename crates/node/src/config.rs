@@ -297,9 +297,11 @@ pub struct Config {
     /// acknowledged, so a configured peer that never connected holds GC back instead of
     /// being silently skipped.
     pub cluster_size: usize,
-    /// Owners per hash slot (`--replication-factor`, default 3). At or above `cluster_size`
-    /// every replica holds every key; below it the cluster is partitioned (ARCHITECTURE, "A
-    /// partitioned cluster"). The driver validates it against the member count.
+    /// Owners per hash slot. At or above `cluster_size` every replica holds every key; below
+    /// it the cluster is partitioned (ARCHITECTURE, "A partitioned cluster"). The value's
+    /// default is "every member" (what the simulator, Maelstrom and the node tests run); the
+    /// server applies `--replication-factor` (default [`DEFAULT_REPLICATION_FACTOR`]) after
+    /// validating it against the member count.
     pub replication_factor: usize,
     /// Where clients reach this node (`CLUSTER SLOTS`, `CLUSTER NODES`, and the address the
     /// other members learn for it).
@@ -333,7 +335,7 @@ impl Default for Config {
             node_id: 1,
             incarnation: 0,
             cluster_size: 1,
-            replication_factor: DEFAULT_REPLICATION_FACTOR,
+            replication_factor: usize::MAX,
             announce_host: "127.0.0.1".to_string(),
             announce_port: 6379,
             appendonly: true,
@@ -347,7 +349,7 @@ impl Default for Config {
     }
 }
 
-/// Owners per slot when `--replication-factor` is not given.
+/// Owners per slot when the server's `--replication-factor` is not given.
 pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
