@@ -25,6 +25,18 @@ pub const FORWARD_TIMEOUT_MS: u64 = 5_000;
 /// TRYAGAIN rather than queued without bound.
 pub const MAX_PENDING_FORWARDS: usize = 100_000;
 
+/// Forwarded ids remembered per peer to drop a duplicated `Forward` (a write must not run
+/// twice). The link is FIFO and a duplicate follows its original closely, so a window of
+/// recent ids suffices; ids at or below the window's floor count as seen.
+const DEDUP_WINDOW: usize = 4_096;
+
+/// Forward ids from one peer that already ran here.
+#[derive(Default)]
+struct Seen {
+    floor: u64,
+    ids: BTreeSet<u64>,
+}
+
 /// The connection id of the stand-in client that runs commands a peer forwarded: one per
 /// peer, from the top of the id space (drivers number real connections from 1 upwards).
 pub fn peer_conn(peer: u32) -> ConnId {
@@ -84,6 +96,9 @@ pub struct Cluster {
     pending: BTreeMap<u64, Forwarded>,
     deadlines: BTreeSet<(u64, u64)>,
     next_id: u64,
+    /// Per peer: forwards it sent that ran here (duplicate suppression; reset when its link
+    /// comes up again, since a restarted peer numbers its forwards afresh).
+    ran: BTreeMap<u32, Seen>,
     pub stats: ClusterStats,
 }
 
@@ -106,6 +121,7 @@ impl Cluster {
             pending: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             next_id: 1,
+            ran: BTreeMap::new(),
             stats: ClusterStats::default(),
         })
     }
@@ -218,7 +234,29 @@ impl Cluster {
         self.deadlines.first().map(|(d, _)| *d)
     }
 
+    /// Whether forward `id` from `peer` is new (then it is remembered as run).
+    pub fn first_delivery(&mut self, peer: u32, id: u64) -> bool {
+        let seen = self.ran.entry(peer).or_default();
+        if id <= seen.floor || !seen.ids.insert(id) {
+            return false;
+        }
+        while seen.ids.len() > DEDUP_WINDOW {
+            let oldest = seen.ids.pop_first().expect("non-empty");
+            seen.floor = seen.floor.max(oldest);
+        }
+        true
+    }
+
+    /// A new link to `peer`: it may be a new process, numbering its forwards from 1.
+    pub fn link_changed(&mut self, peer: u32) {
+        self.ran.remove(&peer);
+    }
+
     pub fn check_invariants(&self) {
+        for seen in self.ran.values() {
+            assert!(seen.ids.len() <= DEDUP_WINDOW, "dedup window unbounded");
+            assert!(seen.ids.first().is_none_or(|&f| f > seen.floor), "dedup floor");
+        }
         assert_eq!(self.pending.len(), self.deadlines.len(), "forward deadlines");
         for (d, id) in &self.deadlines {
             assert_eq!(self.pending.get(id).map(|f| f.deadline_ms), Some(*d));

@@ -33,6 +33,7 @@ impl Node {
             return;
         };
         c.up.insert(peer.0);
+        c.link_changed(peer.0);
         self.send_members(&[peer]);
     }
 
@@ -191,6 +192,11 @@ impl Node {
         slot.reply = Some(if slot.silent { Bytes::new() } else { reply });
         while client.relay.front().is_some_and(|s| s.reply.is_some()) {
             let s = client.relay.pop_front().expect("present");
+            if cfg!(feature = "planted-forward-bug") {
+                client.out.extend_from_slice(&s.after);
+                client.out.extend_from_slice(&s.reply.expect("ready"));
+                continue;
+            }
             client.out.extend_from_slice(&s.reply.expect("ready"));
             client.out.extend_from_slice(&s.after);
         }
@@ -220,8 +226,11 @@ impl Node {
     /// A peer forwards a command for a slot it believes this node owns: run it on the peer's
     /// stand-in client, in the client's protocol, and send the reply bytes back.
     pub(super) fn cluster_serve_forward(&mut self, peer: NodeId, f: wire::Forward) {
-        if self.core.cluster.is_none() || f.args.is_empty() {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
             return;
+        };
+        if f.args.is_empty() || !c.first_delivery(peer.0, f.id) {
+            return; // a duplicate: it ran, and its reply went back, the first time
         }
         let conn = peer_conn(peer.0);
         let now_ms = self.core.now.as_millis();
