@@ -108,6 +108,8 @@ sim:
 sim-cluster:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --replicated
+	./target/release/lattice-sim --seeds 0..200 --partitioned
+	$(CARGO) test -q --release -p lattice-sim --features planted-forward-bug partition
 
 soak:
 	$(CARGO) build --release -p lattice-sim

@@ -2457,6 +2457,35 @@ mod tests {
         caught.expect("the canary must be caught within 20 short replicated runs");
     }
 
+    /// A short partitioned run of `seed`.
+    fn short_partitioned(seed: u64) -> World {
+        let mut cfg = RunConfig::partitioned_from_seed(seed);
+        cfg.safety_us = 1_500_000;
+        cfg.client_timeout_us = 300_000;
+        cfg.backoff_max_us = 50_000;
+        cfg.liveness_us = 800_000;
+        let mut w = World::new(cfg, false, Tracer::new(8));
+        w.run();
+        w
+    }
+
+    #[cfg(not(feature = "planted-forward-bug"))]
+    #[test]
+    fn partitioned_runs_pass_and_forward() {
+        for seed in 0..3 {
+            let w = short_partitioned(seed);
+            assert_eq!(w.failure, None, "seed {seed}");
+            assert!(w.cfg.partitioned());
+        }
+    }
+
+    #[cfg(feature = "planted-forward-bug")]
+    #[test]
+    fn the_planted_forward_bug_is_caught_in_partitioned_mode() {
+        let caught = (0..20).find_map(|seed| short_partitioned(seed).failure);
+        caught.expect("a reply relayed out of order must be caught within 20 partitioned runs");
+    }
+
     #[cfg(not(feature = "planted-bug"))]
     #[test]
     fn runs_pass_and_replay_exactly() {

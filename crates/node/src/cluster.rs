@@ -30,11 +30,19 @@ pub const MAX_PENDING_FORWARDS: usize = 100_000;
 /// recent ids suffices; ids at or below the window's floor count as seen.
 const DEDUP_WINDOW: usize = 4_096;
 
-/// Forward ids from one peer that already ran here.
+/// Reply bytes kept per peer to answer a resent `Forward` whose first reply was lost.
+const REPLY_CACHE_BYTES: usize = 1 << 20;
+/// A forward unanswered this long is sent again to the same owner (the owner runs it once and
+/// answers the copy from its reply cache): a lost message costs this, not the full timeout.
+pub const FORWARD_RESEND_MS: u64 = 250;
+
+/// Forward ids from one peer that already ran here, with their replies while they fit.
 #[derive(Default)]
 struct Seen {
     floor: u64,
     ids: BTreeSet<u64>,
+    replies: BTreeMap<u64, Bytes>,
+    reply_bytes: usize,
 }
 
 /// The connection id of the stand-in client that runs commands a peer forwarded: one per
@@ -61,6 +69,8 @@ pub struct Forwarded {
     /// A write may have run when its owner's link dropped: it is not sent again elsewhere.
     pub write: bool,
     pub deadline_ms: u64,
+    /// When it is sent again if still unanswered (set by `Cluster::start`).
+    pub resend_ms: u64,
 }
 
 /// Counters for INFO's `cluster` section.
@@ -95,6 +105,8 @@ pub struct Cluster {
     placement: Option<Placement>,
     pending: BTreeMap<u64, Forwarded>,
     deadlines: BTreeSet<(u64, u64)>,
+    /// (when, id): forwards to send again if still unanswered.
+    resends: BTreeSet<(u64, u64)>,
     next_id: u64,
     /// Per peer: forwards it sent that ran here (duplicate suppression; reset when its link
     /// comes up again, since a restarted peer numbers its forwards afresh).
@@ -120,6 +132,7 @@ impl Cluster {
             placement: None,
             pending: BTreeMap::new(),
             deadlines: BTreeSet::new(),
+            resends: BTreeSet::new(),
             next_id: 1,
             ran: BTreeMap::new(),
             stats: ClusterStats::default(),
@@ -187,7 +200,10 @@ impl Cluster {
     pub fn start(&mut self, f: Forwarded) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        let mut f = f;
+        f.resend_ms = f.deadline_ms - FORWARD_TIMEOUT_MS + FORWARD_RESEND_MS;
         self.deadlines.insert((f.deadline_ms, id));
+        self.resends.insert((f.resend_ms, id));
         self.pending.insert(id, f);
         self.stats.forwarded += 1;
         id
@@ -197,6 +213,7 @@ impl Cluster {
     pub fn finish(&mut self, id: u64) -> Option<Forwarded> {
         let f = self.pending.remove(&id)?;
         self.deadlines.remove(&(f.deadline_ms, id));
+        self.resends.remove(&(f.resend_ms, id));
         Some(f)
     }
 
@@ -231,7 +248,9 @@ impl Cluster {
     }
 
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.deadlines.first().map(|(d, _)| *d)
+        let resend = self.resends.first().map(|(d, _)| *d);
+        let deadline = self.deadlines.first().map(|(d, _)| *d);
+        resend.into_iter().chain(deadline).min()
     }
 
     /// Whether forward `id` from `peer` is new (then it is remembered as run).
@@ -243,8 +262,50 @@ impl Cluster {
         while seen.ids.len() > DEDUP_WINDOW {
             let oldest = seen.ids.pop_first().expect("non-empty");
             seen.floor = seen.floor.max(oldest);
+            if let Some(r) = seen.replies.remove(&oldest) {
+                seen.reply_bytes -= r.len();
+            }
         }
         true
+    }
+
+    /// Keeps the reply to forward `id` from `peer` for a resent copy (oldest dropped first).
+    pub fn keep_reply(&mut self, peer: u32, id: u64, reply: &Bytes) {
+        let seen = self.ran.entry(peer).or_default();
+        if reply.len() > REPLY_CACHE_BYTES / 16 {
+            return;
+        }
+        seen.reply_bytes += reply.len();
+        seen.replies.insert(id, reply.clone());
+        while seen.reply_bytes > REPLY_CACHE_BYTES {
+            let (_, r) = seen.replies.pop_first().expect("bytes imply entries");
+            seen.reply_bytes -= r.len();
+        }
+    }
+
+    /// The kept reply to a forward from `peer` that already ran.
+    pub fn kept_reply(&self, peer: u32, id: u64) -> Option<Bytes> {
+        self.ran.get(&peer)?.replies.get(&id).cloned()
+    }
+
+    /// Forwards due for a resend at `now_ms` (each rescheduled one interval later).
+    pub fn due_resends(&mut self, now_ms: u64) -> Vec<(u64, u32)> {
+        let due: Vec<(u64, u64)> = self
+            .resends
+            .iter()
+            .take_while(|(t, _)| *t <= now_ms)
+            .copied()
+            .collect();
+        let mut out = Vec::new();
+        for (t, id) in due {
+            self.resends.remove(&(t, id));
+            if let Some(f) = self.pending.get_mut(&id) {
+                out.push((id, f.peer));
+                f.resend_ms = now_ms + FORWARD_RESEND_MS;
+                self.resends.insert((f.resend_ms, id));
+            }
+        }
+        out
     }
 
     /// A new link to `peer`: it may be a new process, numbering its forwards from 1.
@@ -253,7 +314,12 @@ impl Cluster {
     }
 
     pub fn check_invariants(&self) {
+        assert_eq!(self.resends.len(), self.pending.len(), "forward resends");
+        for (t, id) in &self.resends {
+            assert_eq!(self.pending.get(id).map(|f| f.resend_ms), Some(*t));
+        }
         for seen in self.ran.values() {
+            assert!(seen.reply_bytes <= REPLY_CACHE_BYTES, "reply cache unbounded");
             assert!(seen.ids.len() <= DEDUP_WINDOW, "dedup window unbounded");
             assert!(seen.ids.first().is_none_or(|&f| f > seen.floor), "dedup floor");
         }

@@ -162,6 +162,7 @@ impl Node {
             proto: if proto == Protocol::Resp3 { 3 } else { 2 },
             write,
             deadline_ms: now_ms + FORWARD_TIMEOUT_MS,
+            resend_ms: 0,
         };
         let id = c.start(f.clone());
         self.send_forward(owner, id, &f);
@@ -206,12 +207,24 @@ impl Node {
         }
     }
 
-    /// Forwards past their deadline are answered with an error (retried elsewhere if reads).
+    /// Unanswered forwards are sent again (a lost message); those past their deadline are
+    /// answered with an error.
     pub(super) fn cluster_timeouts(&mut self, now_ms: u64) {
-        let expired = match self.core.cluster.as_deref() {
-            Some(c) => c.expired(now_ms),
+        let (resend, expired) = match self.core.cluster.as_deref_mut() {
+            Some(c) => (c.due_resends(now_ms), c.expired(now_ms)),
             None => return,
         };
+        for (id, peer) in resend {
+            let f = self
+                .core
+                .cluster
+                .as_deref()
+                .and_then(|c| c.get(id))
+                .cloned();
+            if let Some(f) = f {
+                self.send_forward(peer, id, &f);
+            }
+        }
         for id in expired {
             if let Some(c) = self.core.cluster.as_deref_mut() {
                 c.stats.forward_timeouts += 1;
@@ -229,8 +242,21 @@ impl Node {
         let Some(c) = self.core.cluster.as_deref_mut() else {
             return;
         };
-        if f.args.is_empty() || !c.first_delivery(peer.0, f.id) {
-            return; // a duplicate: it ran, and its reply went back, the first time
+        if f.args.is_empty() {
+            return;
+        }
+        if !c.first_delivery(peer.0, f.id) {
+            // A copy (resent, or duplicated on the way): it ran once; answer again if the
+            // reply is still kept.
+            if let Some(reply) = c.kept_reply(peer.0, f.id) {
+                if let Some(r) = self.core.repl.as_mut() {
+                    r.send_control(
+                        peer,
+                        Body::ForwardReply(wire::ForwardReply { id: f.id, reply }),
+                    );
+                }
+            }
+            return;
         }
         let conn = peer_conn(peer.0);
         let now_ms = self.core.now.as_millis();
@@ -259,6 +285,7 @@ impl Node {
         let reply = client.out.split_off(before).freeze();
         if let Some(c) = self.core.cluster.as_deref_mut() {
             c.stats.served_for_peers += 1;
+            c.keep_reply(peer.0, f.id, &reply);
         }
         if let Some(r) = self.core.repl.as_mut() {
             r.send_control(

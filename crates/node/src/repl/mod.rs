@@ -135,6 +135,9 @@ struct Peer {
     ae_bytes: u64,
     overflows: u64,
     retransmits: u64,
+    /// Partitioned: the next Merkle leaf whose shared keys a catch-up push sends this peer
+    /// (`None`: no push under way). See `Replicator::push_shared`.
+    push_leaf: Option<usize>,
 }
 
 struct KeyEntry {
@@ -506,6 +509,7 @@ impl Replicator {
             p.unacked.clear();
             p.unacked_bytes = 0;
             p.needs_ae = true;
+            p.push_leaf = None;
         }
     }
 
@@ -609,6 +613,47 @@ impl Replicator {
         self.ownership = Some(placement);
     }
 
+    /// One slice of a partitioned catch-up: the states of the keys `peer` also owns, from the
+    /// push's next leaf on, up to `MAX_BATCH_BYTES` (whole leaves). A full push of the shared
+    /// keys costs their size, so it runs only when a link comes up, a queue overflowed or a
+    /// retransmission gave up, never periodically (ARCHITECTURE, "A partitioned cluster").
+    fn push_shared(&mut self, peer: NodeId) {
+        let Some(start) = self.peers.get(&peer).and_then(|p| p.push_leaf) else {
+            return;
+        };
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut leaf = start;
+        while leaf < merkle::LEAVES && bytes < MAX_BATCH_BYTES {
+            for slot in self.keys.leaf(leaf) {
+                let (k, e) = (&slot.key, &slot.entry);
+                if !self.peer_owns(peer, k) {
+                    continue;
+                }
+                e.state.encode_into(&self.frontier, &mut self.scratch);
+                let blob = Bytes::copy_from_slice(&self.scratch);
+                bytes += blob.len() + k.len();
+                entries.push(KeyBlob {
+                    key: k.clone(),
+                    state: blob,
+                });
+            }
+            leaf += 1;
+        }
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.push_leaf = (leaf < merkle::LEAVES).then_some(leaf);
+        }
+        if !entries.is_empty() {
+            self.send_ae(
+                peer,
+                Body::States(States {
+                    entries,
+                    want_leaves: Vec::new(),
+                }),
+            );
+        }
+    }
+
     /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
     /// node when the membership it knows changes the placement.
     pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {
@@ -658,6 +703,9 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
+            if p.push_leaf.is_some() {
+                next = next.min(now_ms + 1);
+            }
             next = next.min(p.next_ae_ms);
             if let Some(u) = p.unacked.values().next() {
                 next = next.min(u.due_ms);
@@ -726,6 +774,13 @@ impl Replicator {
                 if !starts {
                     continue;
                 }
+                if self.ownership.is_some() {
+                    // Partitioned: the trees cover different slots, so instead of comparing
+                    // them, every key both own is pushed, a batch per tick.
+                    p.push_leaf = Some(0);
+                    self.stats.ae_rounds += 1;
+                    continue;
+                }
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
@@ -740,6 +795,15 @@ impl Replicator {
                     }),
                 );
             }
+        }
+        let pushing: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.up && p.push_leaf.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in pushing {
+            self.push_shared(id);
         }
         if !self.gc_sweep.is_empty() {
             self.gc_step();
