@@ -67,6 +67,8 @@ pub struct Client {
     /// The stand-in client running commands a peer forwarded: they run here, never again
     /// forwarded.
     pub via_peer: bool,
+    /// Sharded pub/sub subscriptions (SSUBSCRIBE).
+    pub shard_channels: BTreeSet<Bytes>,
 }
 
 /// The state of a transaction being queued.
@@ -78,9 +80,10 @@ pub struct MultiState {
 }
 
 impl Client {
-    /// Subscribed to anything (RESP2 clients are then restricted to pub/sub commands).
+    /// Subscribed to anything (RESP2 clients are then restricted to pub/sub commands):
+    /// channels, patterns and shard channels.
     pub fn subscriptions(&self) -> usize {
-        self.channels.len() + self.patterns.len()
+        self.channels.len() + self.patterns.len() + self.shard_channels.len()
     }
 }
 
@@ -112,6 +115,7 @@ impl Client {
             patterns: BTreeSet::new(),
             relay: VecDeque::new(),
             via_peer: false,
+            shard_channels: BTreeSet::new(),
         }
     }
 
@@ -147,7 +151,7 @@ impl Client {
             Protocol::Resp3 => 3,
         };
         format!(
-            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
             self.id.0,
             self.peer_addr,
             self.local_addr,
@@ -157,6 +161,7 @@ impl Client {
             flags,
             self.channels.len(),
             self.patterns.len(),
+            self.shard_channels.len(),
             multi,
             self.out.len(),
             self.last_command,

@@ -92,7 +92,17 @@ impl Core {
             other => other,
         };
         match admission {
-            Admission::Run(spec) => self.run_handler(spec, &mut call),
+            Admission::Run(spec) => {
+                use crate::cmd::monitor::Source;
+                let monitored = !self.monitors.is_empty();
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, true);
+                }
+                self.run_handler(spec, &mut call);
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, false);
+                }
+            }
             Admission::Queue => {
                 if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                     m.queued.push(args.to_vec());
@@ -123,7 +133,9 @@ impl Core {
         let Some(cluster) = self.cluster.as_deref() else {
             return Route::Local;
         };
-        if self.clients.get(&conn).is_some_and(|c| c.via_peer) {
+        // Pub/sub (SSUBSCRIBE and SPUBLISH name channels as keys) reaches every node: served
+        // where asked.
+        if self.clients.get(&conn).is_some_and(|c| c.via_peer) || spec.group == "pubsub" {
             return Route::Local;
         }
         let keys = crate::command::routing_keys(spec, args);

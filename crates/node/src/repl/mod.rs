@@ -106,6 +106,8 @@ pub enum Effect {
     Forward(wire::Forward),
     /// An owner's reply to a command this node forwarded.
     ForwardReply(wire::ForwardReply),
+    /// A remote SPUBLISH to deliver to local shard channel subscribers.
+    ShardPublish(Bytes, Bytes),
 }
 
 struct Unacked {
@@ -472,16 +474,42 @@ impl Replicator {
         })
     }
 
-    /// Sends a PUBLISH to every live peer (best effort, like Redis Cluster's bus).
-    pub fn publish(&mut self, channel: &[u8], message: &[u8]) {
+    /// Sends a PUBLISH (or, `shard`, an SPUBLISH) to every live peer (best effort, like
+    /// Redis Cluster's bus).
+    pub fn publish(&mut self, channel: &[u8], message: &[u8], shard: bool) {
         let data = self.envelope(Body::Publish(Publish {
             channel: Bytes::copy_from_slice(channel),
             message: Bytes::copy_from_slice(message),
+            shard,
         }));
         let ups: Vec<NodeId> = self.live_peers();
         for n in ups {
             self.outbox.push_back((n, data.clone()));
         }
+    }
+
+    /// How many writes this replica has stamped so far: its own entry of its version vector,
+    /// which grows by one per write and which peers report back once they merged them.
+    pub fn own_writes(&self) -> u64 {
+        self.counter.get(self.dot_node)
+    }
+
+    /// Peers whose latest report says they have merged this replica's first `writes` writes.
+    pub fn peers_having(&self, writes: u64) -> usize {
+        self.peers
+            .values()
+            .filter(|p| {
+                p.seen
+                    .as_ref()
+                    .is_some_and(|s| s.get(self.dot_node) >= writes)
+            })
+            .count()
+    }
+
+    /// Bytes kept for retransmission until peers acknowledge them (MEMORY STATS reports them
+    /// where Redis reports its replication backlog).
+    pub fn retained_bytes(&self) -> usize {
+        self.peers.values().map(|p| p.unacked_bytes).sum()
     }
 
     fn live_peers(&self) -> Vec<NodeId> {
@@ -996,6 +1024,9 @@ impl Replicator {
                     let in_sync = in_sync.into_iter().collect();
                     self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms);
                 }
+            }
+            Some(Body::Publish(p)) if p.shard => {
+                effects.push(Effect::ShardPublish(p.channel, p.message))
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
             Some(Body::Members(m)) => effects.push(Effect::Members(m)),
