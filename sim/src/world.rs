@@ -2265,8 +2265,7 @@ impl World {
                 break;
             }
             for (to, from, data) in sends {
-                let Some(k) = (0..self.hosts.len()).find(|&k| self.hosts[k].node_id() == to)
-                else {
+                let Some(k) = (0..self.hosts.len()).find(|&k| self.hosts[k].node_id() == to) else {
                     continue;
                 };
                 let t = Micros(self.hosts[k].clock.read(now));

@@ -319,18 +319,38 @@ impl Cluster {
             assert_eq!(self.pending.get(id).map(|f| f.resend_ms), Some(*t));
         }
         for seen in self.ran.values() {
-            assert!(seen.reply_bytes <= REPLY_CACHE_BYTES, "reply cache unbounded");
+            assert!(
+                seen.reply_bytes <= REPLY_CACHE_BYTES,
+                "reply cache unbounded"
+            );
             assert!(seen.ids.len() <= DEDUP_WINDOW, "dedup window unbounded");
-            assert!(seen.ids.first().is_none_or(|&f| f > seen.floor), "dedup floor");
+            assert!(
+                seen.ids.first().is_none_or(|&f| f > seen.floor),
+                "dedup floor"
+            );
         }
-        assert_eq!(self.pending.len(), self.deadlines.len(), "forward deadlines");
+        assert_eq!(
+            self.pending.len(),
+            self.deadlines.len(),
+            "forward deadlines"
+        );
         for (d, id) in &self.deadlines {
             assert_eq!(self.pending.get(id).map(|f| f.deadline_ms), Some(*d));
         }
-        assert!(self.members.contains_key(&self.me), "a member list without us");
+        assert!(
+            self.members.contains_key(&self.me),
+            "a member list without us"
+        );
         if let Some(p) = &self.placement {
-            assert_eq!(p.members().len(), self.members.len(), "placement out of date");
+            assert_eq!(
+                p.members().len(),
+                self.members.len(),
+                "placement out of date"
+            );
         }
-        assert!(self.pending.len() <= MAX_PENDING_FORWARDS, "unbounded forwards");
+        assert!(
+            self.pending.len() <= MAX_PENDING_FORWARDS,
+            "unbounded forwards"
+        );
     }
 }

@@ -423,7 +423,9 @@ pub fn key_positions<C>(
             let from = if spec.name == "georadius" { 6 } else { 5 };
             let mut keys = vec![1];
             for word in ["store", "storedist"] {
-                if let Some(i) = (from..argc.saturating_sub(1)).find(|&i| crate::args::is(&args[i], word)) {
+                if let Some(i) =
+                    (from..argc.saturating_sub(1)).find(|&i| crate::args::is(&args[i], word))
+                {
                     keys.push(i + 1);
                 }
             }

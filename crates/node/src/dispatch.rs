@@ -162,7 +162,9 @@ impl Core {
                 "watch" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
             );
         if stays_here {
-            let moved = cluster.moved(slot).unwrap_or_else(|| CLUSTER_DOWN.to_string());
+            let moved = cluster
+                .moved(slot)
+                .unwrap_or_else(|| CLUSTER_DOWN.to_string());
             return Route::Refuse(moved.into_bytes());
         }
         Route::Forward(slot)

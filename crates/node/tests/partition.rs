@@ -179,8 +179,18 @@ impl Net {
             if j != i {
                 self.connected[i][j] = false;
                 self.connected[j][i] = false;
-                self.nodes[i].handle(now, Input::PeerDown { peer: NodeId(j as u32 + 1) });
-                self.nodes[j].handle(now, Input::PeerDown { peer: NodeId(i as u32 + 1) });
+                self.nodes[i].handle(
+                    now,
+                    Input::PeerDown {
+                        peer: NodeId(j as u32 + 1),
+                    },
+                );
+                self.nodes[j].handle(
+                    now,
+                    Input::PeerDown {
+                        peer: NodeId(i as u32 + 1),
+                    },
+                );
             }
         }
         for k in 0..N {
@@ -191,7 +201,10 @@ impl Net {
 
 fn dbsize(net: &mut Net, i: usize) -> usize {
     let r = net.cmd(i, &["DBSIZE"]);
-    r.trim_start_matches(':').trim_end().parse().expect("integer")
+    r.trim_start_matches(':')
+        .trim_end()
+        .parse()
+        .expect("integer")
 }
 
 #[test]
@@ -200,7 +213,11 @@ fn keys_live_on_their_owners_and_every_node_serves_every_key() {
     let keys: Vec<String> = (0..300).map(|n| format!("key:{n}")).collect();
     for (n, k) in keys.iter().enumerate() {
         let via = n % N;
-        assert_eq!(net.cmd(via, &["SET", k, &format!("v{n}")]), "+OK\r\n", "SET {k} via {via}");
+        assert_eq!(
+            net.cmd(via, &["SET", k, &format!("v{n}")]),
+            "+OK\r\n",
+            "SET {k} via {via}"
+        );
     }
     net.settle();
     // Each node holds exactly the keys of its slots.
@@ -370,7 +387,12 @@ fn cluster_commands_describe_the_placement() {
 
 #[test]
 fn a_standalone_node_has_cluster_support_disabled() {
-    let mut node = Node::new(Config::default(), 1, Buggify::disabled(), Micros::from_millis(1));
+    let mut node = Node::new(
+        Config::default(),
+        1,
+        Buggify::disabled(),
+        Micros::from_millis(1),
+    );
     node.handle(
         Micros::from_millis(1),
         Input::Connected {
@@ -385,7 +407,10 @@ fn a_standalone_node_has_cluster_support_disabled() {
             Micros::from_millis(1),
             Input::Request {
                 conn: ConnId(1),
-                args: args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect(),
+                args: args
+                    .iter()
+                    .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                    .collect(),
             },
         );
         while let Some(o) = node.poll_output() {

@@ -69,7 +69,10 @@ mod tests {
 
     #[test]
     fn hash_tags() {
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_eq!(
+            key_slot(b"{user1000}.following"),
+            key_slot(b"{user1000}.followers")
+        );
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
         // An empty tag hashes the whole key; only the first braces count.
         assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");

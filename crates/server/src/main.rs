@@ -411,7 +411,9 @@ fn settings(args: Args) -> Result<Settings, String> {
         };
         node.announce_port = port;
     } else if replication_factor.is_some() {
-        return Err("--replication-factor needs --seeds (it counts a cluster's owners per slot)".into());
+        return Err(
+            "--replication-factor needs --seeds (it counts a cluster's owners per slot)".into(),
+        );
     }
     node.set_initial("port", &port.to_string())?;
     node.set_initial("bind", &bind)?;

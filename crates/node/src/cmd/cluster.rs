@@ -25,14 +25,86 @@ pub static COMMANDS: &[CommandSpec] = &[container(
     "3.0.0",
     "A container for Redis Cluster commands.",
     &[
-        spec("cluster|myid", 2, &["stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns the ID of a node.", myid),
-        spec("cluster|keyslot", 3, &["stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns the hash slot for a key.", keyslot),
-        spec("cluster|countkeysinslot", 3, &["stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns the number of keys in a hash slot.", countkeysinslot),
-        spec("cluster|getkeysinslot", 4, &["stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns the key names in a hash slot.", getkeysinslot),
-        spec("cluster|slots", 2, &["loading", "stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns the mapping of cluster slots to nodes.", slots),
-        spec("cluster|shards", 2, &["loading", "stale"], (0, 0, 0), CLUSTER, "7.0.0", "Returns the mapping of cluster slots to shards.", shards),
-        spec("cluster|nodes", 2, &["loading", "stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns the cluster configuration for a node.", nodes),
-        spec("cluster|info", 2, &["loading", "stale"], (0, 0, 0), CLUSTER, "3.0.0", "Returns information about the state of a node.", info),
+        spec(
+            "cluster|myid",
+            2,
+            &["stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns the ID of a node.",
+            myid,
+        ),
+        spec(
+            "cluster|keyslot",
+            3,
+            &["stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns the hash slot for a key.",
+            keyslot,
+        ),
+        spec(
+            "cluster|countkeysinslot",
+            3,
+            &["stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns the number of keys in a hash slot.",
+            countkeysinslot,
+        ),
+        spec(
+            "cluster|getkeysinslot",
+            4,
+            &["stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns the key names in a hash slot.",
+            getkeysinslot,
+        ),
+        spec(
+            "cluster|slots",
+            2,
+            &["loading", "stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns the mapping of cluster slots to nodes.",
+            slots,
+        ),
+        spec(
+            "cluster|shards",
+            2,
+            &["loading", "stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "7.0.0",
+            "Returns the mapping of cluster slots to shards.",
+            shards,
+        ),
+        spec(
+            "cluster|nodes",
+            2,
+            &["loading", "stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns the cluster configuration for a node.",
+            nodes,
+        ),
+        spec(
+            "cluster|info",
+            2,
+            &["loading", "stale"],
+            (0, 0, 0),
+            CLUSTER,
+            "3.0.0",
+            "Returns information about the state of a node.",
+            info,
+        ),
     ],
 )];
 
@@ -165,8 +237,7 @@ fn slots(core: &mut Core, call: &mut Call) {
     };
     call.out.array_len(v.ranges.len());
     for (start, end, owners) in &v.ranges {
-        let known: Vec<&(u32, String, u16)> =
-            owners.iter().filter_map(|&o| v.member(o)).collect();
+        let known: Vec<&(u32, String, u16)> = owners.iter().filter_map(|&o| v.member(o)).collect();
         call.out.array_len(2 + known.len());
         call.out.integer(i64::from(*start));
         call.out.integer(i64::from(*end));
@@ -202,8 +273,7 @@ fn shards(core: &mut Core, call: &mut Call) {
             call.out.integer(i64::from(e));
         }
         call.out.bulk(b"nodes");
-        let known: Vec<&(u32, String, u16)> =
-            owners.iter().filter_map(|&o| v.member(o)).collect();
+        let known: Vec<&(u32, String, u16)> = owners.iter().filter_map(|&o| v.member(o)).collect();
         call.out.array_len(known.len());
         for (i, (id, host, port)) in known.into_iter().enumerate() {
             call.out.map_len(7);
@@ -216,7 +286,8 @@ fn shards(core: &mut Core, call: &mut Call) {
             call.out.bulk(b"endpoint");
             call.out.bulk(host.as_bytes());
             call.out.bulk(b"role");
-            call.out.bulk(if i == 0 { &b"master"[..] } else { b"replica" });
+            call.out
+                .bulk(if i == 0 { &b"master"[..] } else { b"replica" });
             call.out.bulk(b"replication-offset");
             call.out.integer(0);
             call.out.bulk(b"health");
@@ -235,13 +306,21 @@ fn nodes(core: &mut Core, call: &mut Call) {
     let up = core.cluster.as_deref().map(|c| c.up.clone());
     let mut text = String::new();
     for (id, host, port) in &v.members {
-        let myself = if *id == v.me { "myself,master" } else { "master" };
+        let myself = if *id == v.me {
+            "myself,master"
+        } else {
+            "master"
+        };
         let connected = *id == v.me || up.as_ref().is_none_or(|u| u.contains(id));
         let _ = write!(
             text,
             "{} {host}:{port}@0 {myself} - 0 0 0 {}",
             node_name(*id),
-            if connected { "connected" } else { "disconnected" }
+            if connected {
+                "connected"
+            } else {
+                "disconnected"
+            }
         );
         for (start, end, owners) in &v.ranges {
             if owners.first() == Some(id) {
@@ -261,13 +340,13 @@ fn info(core: &mut Core, call: &mut Call) {
     let Some(v) = view(core) else {
         return call.error(DISABLED);
     };
-    let assigned: u32 = v
-        .ranges
-        .iter()
-        .map(|(s, e, _)| u32::from(e - s) + 1)
-        .sum();
+    let assigned: u32 = v.ranges.iter().map(|(s, e, _)| u32::from(e - s) + 1).sum();
     let masters = {
-        let mut firsts: Vec<u32> = v.ranges.iter().filter_map(|r| r.2.first().copied()).collect();
+        let mut firsts: Vec<u32> = v
+            .ranges
+            .iter()
+            .filter_map(|r| r.2.first().copied())
+            .collect();
         firsts.sort_unstable();
         firsts.dedup();
         firsts.len()

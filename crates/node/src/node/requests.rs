@@ -135,7 +135,9 @@ impl Node {
             last.after.extend_from_slice(&mine);
         }
         if let Some(id) = forwarded {
-            client.relay.push_back(super::forward::relay_slot(id, silent));
+            client
+                .relay
+                .push_back(super::forward::relay_slot(id, silent));
         }
         if !client.out.is_empty() && !client.pending {
             client.pending = true;
