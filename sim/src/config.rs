@@ -55,6 +55,9 @@ pub struct RunConfig {
     pub replicated: bool,
     /// Replicated mode: weight of each replicated operation class (`cluster::CLASSES`).
     pub repl_weights: Vec<u32>,
+    /// Owners per slot; below `nodes` the cluster is partitioned (`--partitioned`): clients
+    /// talk to nodes that do not own their keys, which forward to an owner.
+    pub replication_factor: usize,
 }
 
 impl RunConfig {
@@ -145,6 +148,7 @@ impl RunConfig {
             roam_pct: r.range(0, 50) as u32,
             loops: r.range(1, 3) as usize,
             replicated: false,
+            replication_factor: usize::MAX,
             repl_weights: Vec::new(),
         }
     }
@@ -198,9 +202,36 @@ impl RunConfig {
         cfg
     }
 
+    /// A partitioned run: a replicated run with 4-5 nodes and 2..nodes-1 owners per slot, so
+    /// most requests reach a node that forwards them. Crashes are left out: a restarted
+    /// replica comes back under a new id, and a membership that changes is a later part of
+    /// partitioning (live join and leave), not what this mode checks. The atomic expiry probe
+    /// is left out too: a transaction on a key another node owns is redirected (MOVED), not
+    /// run.
+    pub fn partitioned_from_seed(seed: u64) -> RunConfig {
+        let mut cfg = RunConfig::replicated_from_seed(seed);
+        let mut r = Rand::new(seed ^ 0x5041_5254_4954_494F);
+        cfg.nodes = r.range(4, 5) as usize;
+        cfg.replication_factor = r.range(2, cfg.nodes as u64 - 1) as usize;
+        cfg.clocks.resize(cfg.nodes, (0, 0));
+        cfg.injected.remove(&FaultClass::CrashRestart);
+        for (w, class) in cfg.repl_weights.iter_mut().zip(crate::cluster::CLASSES) {
+            if *class == "expire-probe" {
+                *w = 0;
+            }
+        }
+        cfg
+    }
+
+    pub fn partitioned(&self) -> bool {
+        self.replication_factor < self.nodes
+    }
+
     pub fn describe(&self) -> String {
         let mut s = String::new();
-        if self.replicated {
+        if self.partitioned() {
+            let _ = write!(s, "partitioned rf={} ", self.replication_factor);
+        } else if self.replicated {
             s.push_str("replicated ");
         }
         let _ = write!(

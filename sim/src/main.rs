@@ -74,6 +74,11 @@ struct Args {
     /// by convergence, counter, set, register and list checkers at the end (docs/TESTING.md).
     #[arg(long)]
     replicated: bool,
+    /// Partitioned mode: replicated mode with fewer owners per slot than nodes (4-5 nodes,
+    /// replication factor 2..nodes-1), clients spread over every node: commands are forwarded
+    /// to owners; at the end every key is read through every node and the owners must agree.
+    #[arg(long)]
+    partitioned: bool,
     /// Durability mode: one node with a simulated disk, crashed and restarted under writes
     /// (lost unsynced bytes, torn writes, disk-full periods), every acknowledged write checked
     /// against its appendfsync policy; each seed runs twice and must replay identically.
@@ -94,6 +99,9 @@ struct Args {
     ops: u64,
 }
 
+/// `--partitioned` was given (for the reproduction commands printed).
+static PARTITIONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -101,6 +109,7 @@ thread_local! {
 struct RunOpts {
     strict: bool,
     replicated: bool,
+    partitioned: bool,
     print_trace: bool,
     record_hashes: bool,
     capture: Option<(u64, u64)>,
@@ -124,7 +133,9 @@ struct RunResult {
 }
 
 fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
-    let cfg = if o.replicated {
+    let cfg = if o.partitioned {
+        RunConfig::partitioned_from_seed(seed)
+    } else if o.replicated {
         RunConfig::replicated_from_seed(seed)
     } else {
         RunConfig::from_seed(seed)
@@ -176,6 +187,11 @@ fn repro(seed: u64, strict: bool, replicated: bool) -> String {
     };
     let strict = if strict { " --strict" } else { "" };
     let replicated = if replicated { " --replicated" } else { "" };
+    let replicated = if PARTITIONED.load(std::sync::atomic::Ordering::Relaxed) {
+        " --partitioned"
+    } else {
+        replicated
+    };
     format!("cargo run --release -p lattice-sim{features} --{replicated} --seed {seed}{strict}")
 }
 
@@ -338,9 +354,11 @@ fn main() -> ExitCode {
     if args.durability {
         return durability_swarm(lo, hi, args.jobs);
     }
+    PARTITIONED.store(args.partitioned, std::sync::atomic::Ordering::Relaxed);
     let opts = RunOpts {
         strict: args.strict,
-        replicated: args.replicated,
+        replicated: args.replicated || args.partitioned,
+        partitioned: args.partitioned,
         print_trace: args.trace,
         record_hashes: false,
         capture: None,
@@ -411,7 +429,13 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let mut results = results.into_inner().expect("results");
     results.sort_by_key(|(r, _)| r.seed);
-    summary(&results, elapsed, jobs, args.strict, args.replicated)
+    summary(
+        &results,
+        elapsed,
+        jobs,
+        args.strict,
+        args.replicated || args.partitioned,
+    )
 }
 
 fn summary(

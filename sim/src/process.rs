@@ -54,6 +54,8 @@ pub struct Host {
     pub hz: u64,
     /// Replicas in the cluster (1: a standalone node, as in the single-node swarm).
     pub cluster_size: usize,
+    /// Owners per slot (`Config::replication_factor`).
+    pub replication_factor: usize,
 }
 
 impl Host {
@@ -75,6 +77,7 @@ impl Host {
             buggify_fired_before: 0,
             hz,
             cluster_size,
+            replication_factor: usize::MAX,
         }
     }
 
@@ -140,6 +143,9 @@ impl Host {
         let mut config = Config::default();
         config.node_id = Host::node_id_of(self.id, self.incarnation + 1);
         config.cluster_size = self.cluster_size;
+        config.replication_factor = self.replication_factor;
+        config.announce_host = format!("10.0.0.{}", self.id + 1);
+        config.announce_port = 6379;
         config
             .set("hz", &self.hz.to_string())
             .expect("hz within range");

@@ -241,6 +241,7 @@ impl World {
                     cluster_size,
                 );
                 host.loops = cfg.loops;
+                host.replication_factor = cfg.replication_factor;
                 host
             })
             .collect();
@@ -264,7 +265,7 @@ impl World {
             conns: vec![None],
             tracer,
             verifier: Verifier::new(strict),
-            history: History::default(),
+            history: History::new(cfg.partitioned()),
             replicated: cfg.replicated,
             link_peer: vec![None; n * n],
             pair_state: vec![None; n * n],
@@ -1414,7 +1415,26 @@ impl World {
             self.fail(msg);
             return;
         };
-        if let Err(why) = self.verifier.verify(&exp.check, &frame, &mut c.scan) {
+        // Partitioned: a keyed command may find no owner (membership not learned yet, every
+        // owner cut off: CLUSTERDOWN, it did not run) or lose its owner with the command in
+        // flight (TRYAGAIN: it may have run). Either may replace any reply.
+        let unavailable = match &frame {
+            Frame::Error(e) if self.cfg.partitioned() => {
+                if e.starts_with(b"CLUSTERDOWN") {
+                    Some(false)
+                } else if e.starts_with(b"TRYAGAIN") {
+                    Some(true)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        if let Some(maybe_ran) = unavailable {
+            if let Some(op) = exp.op {
+                self.history.unavailable(op, &frame, maybe_ran);
+            }
+        } else if let Err(why) = self.verifier.verify(&exp.check, &frame, &mut c.scan) {
             let cmd: Vec<String> = exp.args.iter().map(|a| escape(a, 80)).collect();
             let what = if cmd.is_empty() {
                 "(protocol error or close)".to_string()
@@ -1428,7 +1448,7 @@ impl World {
             ));
             return;
         }
-        if let Some(op) = exp.op {
+        if let Some(op) = exp.op.filter(|_| unavailable.is_none()) {
             if let Err(why) = self.history.check_read(op, &frame) {
                 let cmd: Vec<String> = exp.args.iter().map(|a| escape(a, 80)).collect();
                 self.fail(format!(
@@ -2136,6 +2156,7 @@ impl World {
     fn check_cluster(&mut self) {
         let keys = cluster::keys();
         let now = self.now;
+        let partitioned = self.cfg.partitioned();
         let mut views = Vec::new();
         for h in 0..self.cfg.nodes {
             let host = &mut self.hosts[h];
@@ -2159,16 +2180,7 @@ impl World {
                 let mut per_key = Vec::new();
                 for (i, args) in cluster::probe_commands(key, *class).into_iter().enumerate() {
                     let shown: Vec<String> = args.iter().map(|a| escape(a, 40)).collect();
-                    node.handle(t, Input::Request { conn, args });
-                    let mut buf = BytesMut::new();
-                    // The run is over: other outputs (peer messages) go nowhere.
-                    while let Some(out) = node.poll_output() {
-                        if let lattice_node::Output::Write { conn: c, data } = out {
-                            if c == conn {
-                                buf.extend_from_slice(&data);
-                            }
-                        }
-                    }
+                    let mut buf = self.probe(h, conn, args);
                     let frame = match decode_frame(&mut buf) {
                         Ok(Some(f)) => f,
                         other => {
@@ -2181,12 +2193,22 @@ impl World {
                     per_key.push(cluster::normalize(*class, i, frame));
                 }
                 reads.push(per_key);
+                let node = self.hosts[h].node_mut().expect("checked: running");
                 stamps.push(if *class == cluster::KeyClass::String {
                     node.string_stamp(key.as_bytes())
                 } else {
                     None
                 });
+                if partitioned
+                    && node.stored_entry(key.as_bytes()).is_some()
+                    && !self.owns(h, key.as_bytes())
+                {
+                    return self.fail(format!(
+                        "partitioning: n{h} stores {key}, whose slot it does not own"
+                    ));
+                }
             }
+            let node = self.hosts[h].node_mut().expect("checked: running");
             node.handle(t, Input::Closed { conn });
             node.check_invariants();
             views.push(NodeView {
@@ -2201,6 +2223,64 @@ impl World {
         if let Err(e) = self.history.check_end(&alive, &views) {
             self.fail(e);
         }
+    }
+
+    /// Whether host `h` owns `key`'s slot under the run's placement.
+    fn owns(&self, h: usize, key: &[u8]) -> bool {
+        let ids: Vec<u32> = self.hosts.iter().map(|x| x.node_id()).collect();
+        let p = lattice_placement::Placement::new(&ids, self.cfg.replication_factor);
+        p.is_owner(ids[h], lattice_placement::key_slot(key))
+    }
+
+    /// The end-of-run read of `args` on host `h` through `conn`: the run is over, so peer
+    /// messages (a partitioned node forwards to an owner) are handed straight to their
+    /// receivers until every node is quiet. Returns what `conn` received.
+    fn probe(&mut self, h: usize, conn: ConnId, args: Vec<Bytes>) -> BytesMut {
+        let now = self.now;
+        let t = Micros(self.hosts[h].clock.read(now));
+        let node = self.hosts[h].node_mut().expect("checked: running");
+        node.handle(t, Input::Request { conn, args });
+        let mut buf = BytesMut::new();
+        // Bounded: a forward and its reply, plus whatever replication the messages cause.
+        for _ in 0..1_000 {
+            let mut sends = Vec::new();
+            for k in 0..self.hosts.len() {
+                let from = self.hosts[k].node_id();
+                let Some(node) = self.hosts[k].node_mut() else {
+                    continue;
+                };
+                while let Some(out) = node.poll_output() {
+                    match out {
+                        lattice_node::Output::Write { conn: c, data } if k == h && c == conn => {
+                            buf.extend_from_slice(&data)
+                        }
+                        lattice_node::Output::PeerSend { peer, data } => {
+                            sends.push((peer.0, from, data))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if sends.is_empty() {
+                break;
+            }
+            for (to, from, data) in sends {
+                let Some(k) = (0..self.hosts.len()).find(|&k| self.hosts[k].node_id() == to) else {
+                    continue;
+                };
+                let t = Micros(self.hosts[k].clock.read(now));
+                if let Some(node) = self.hosts[k].node_mut() {
+                    node.handle(
+                        t,
+                        Input::PeerMessage {
+                            peer: lattice_node::NodeId(from),
+                            data,
+                        },
+                    );
+                }
+            }
+        }
+        buf
     }
 
     fn finish_counts(&mut self) {
@@ -2374,6 +2454,35 @@ mod tests {
             w.failure.filter(|f| !f.starts_with("liveness"))
         });
         caught.expect("the canary must be caught within 20 short replicated runs");
+    }
+
+    /// A short partitioned run of `seed`.
+    fn short_partitioned(seed: u64) -> World {
+        let mut cfg = RunConfig::partitioned_from_seed(seed);
+        cfg.safety_us = 1_500_000;
+        cfg.client_timeout_us = 300_000;
+        cfg.backoff_max_us = 50_000;
+        cfg.liveness_us = 800_000;
+        let mut w = World::new(cfg, false, Tracer::new(8));
+        w.run();
+        w
+    }
+
+    #[cfg(not(feature = "planted-forward-bug"))]
+    #[test]
+    fn partitioned_runs_pass_and_forward() {
+        for seed in 0..3 {
+            let w = short_partitioned(seed);
+            assert_eq!(w.failure, None, "seed {seed}");
+            assert!(w.cfg.partitioned());
+        }
+    }
+
+    #[cfg(feature = "planted-forward-bug")]
+    #[test]
+    fn the_planted_forward_bug_is_caught_in_partitioned_mode() {
+        let caught = (0..20).find_map(|seed| short_partitioned(seed).failure);
+        caught.expect("a reply relayed out of order must be caught within 20 partitioned runs");
     }
 
     #[cfg(not(feature = "planted-bug"))]

@@ -61,6 +61,12 @@ pub struct Client {
     /// Pub/sub subscriptions.
     pub channels: BTreeSet<Bytes>,
     pub patterns: BTreeSet<Bytes>,
+    /// Forwarded commands this connection waits for, in its reply order (partitioned
+    /// cluster): later replies queue behind them (`crate::cluster::RelaySlot`).
+    pub relay: VecDeque<crate::cluster::RelaySlot>,
+    /// The stand-in client running commands a peer forwarded: they run here, never again
+    /// forwarded.
+    pub via_peer: bool,
     /// Sharded pub/sub subscriptions (SSUBSCRIBE).
     pub shard_channels: BTreeSet<Bytes>,
 }
@@ -107,6 +113,8 @@ impl Client {
             queued_requests: VecDeque::new(),
             channels: BTreeSet::new(),
             patterns: BTreeSet::new(),
+            relay: VecDeque::new(),
+            via_peer: false,
             shard_channels: BTreeSet::new(),
         }
     }

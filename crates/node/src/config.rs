@@ -302,6 +302,16 @@ pub struct Config {
     /// acknowledged, so a configured peer that never connected holds GC back instead of
     /// being silently skipped.
     pub cluster_size: usize,
+    /// Owners per hash slot. At or above `cluster_size` every replica holds every key; below
+    /// it the cluster is partitioned (ARCHITECTURE, "A partitioned cluster"). The value's
+    /// default is "every member" (what the simulator, Maelstrom and the node tests run); the
+    /// server applies `--replication-factor` (default [`DEFAULT_REPLICATION_FACTOR`]) after
+    /// validating it against the member count.
+    pub replication_factor: usize,
+    /// Where clients reach this node (`CLUSTER SLOTS`, `CLUSTER NODES`, and the address the
+    /// other members learn for it).
+    pub announce_host: String,
+    pub announce_port: u16,
     pub appendonly: bool,
     pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
@@ -333,6 +343,9 @@ impl Default for Config {
             node_id: 1,
             incarnation: 0,
             cluster_size: 1,
+            replication_factor: usize::MAX,
+            announce_host: "127.0.0.1".to_string(),
+            announce_port: 6379,
             appendonly: true,
             appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,
@@ -343,6 +356,9 @@ impl Default for Config {
         c
     }
 }
+
+/// Owners per slot when the server's `--replication-factor` is not given.
+pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
 pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;

@@ -74,6 +74,11 @@ pub struct Core {
     /// Replication state; None for a standalone node (cluster_size 1), which then keeps no
     /// CRDT metadata at all.
     pub(crate) repl: Option<Box<Replicator>>,
+    /// A partitioned cluster's members, placement and forwarded commands; None when every
+    /// replica holds every key (standalone, or replication factor = member count).
+    pub(crate) cluster: Option<Box<crate::cluster::Cluster>>,
+    /// Set by dispatch when the request must run on an owner of this slot instead.
+    pub(crate) forward_request: Option<u16>,
     /// The Lua interpreter and script cache (EVAL, SCRIPT).
     pub(crate) scripts: Scripts,
     /// Persistence: records, syncs, held replies, snapshots (`crate::persist`).
@@ -118,6 +123,14 @@ impl Core {
                 now_ms,
             ))
         });
+        let cluster = crate::cluster::Cluster::new(
+            config.node_id,
+            config.cluster_size,
+            config.replication_factor,
+            config.announce_host.clone(),
+            config.announce_port,
+        )
+        .map(Box::new);
         Core {
             db: Db::new(),
             config,
@@ -141,6 +154,8 @@ impl Core {
             released: Vec::new(),
             pending: VecDeque::new(),
             repl,
+            cluster,
+            forward_request: None,
             scripts: Scripts::new(),
             persist: Persist::default(),
             slowlog: Default::default(),

@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 pub use lattice_crdt::NodeId;
 
 mod accessors;
+mod forward;
 mod requests;
 mod scripts;
 
@@ -106,11 +107,13 @@ impl Node {
                 if let Some(r) = self.core.repl.as_mut() {
                     r.peer_up(peer, now_ms);
                 }
+                self.cluster_peer_up(peer);
             }
             Input::PeerDown { peer } => {
                 if let Some(r) = self.core.repl.as_mut() {
                     r.peer_down(peer);
                 }
+                self.cluster_peer_down(peer);
             }
             Input::PeerMessage { peer, data } => self.peer_message(peer, &data),
             input @ (Input::Persisted { .. }
@@ -148,6 +151,9 @@ impl Node {
                 crate::repl::Effect::Publish(channel, message) => {
                     self.core.deliver_publish(&channel, &message);
                 }
+                crate::repl::Effect::Members(m) => self.cluster_members(m),
+                crate::repl::Effect::Forward(f) => self.cluster_serve_forward(peer, f),
+                crate::repl::Effect::ForwardReply(r) => self.cluster_forward_reply(peer, r),
                 crate::repl::Effect::ShardPublish(channel, message) => {
                     self.core.deliver_shard_publish(&channel, &message);
                 }
@@ -188,6 +194,7 @@ impl Node {
         }
         let now_ms = self.core.now.as_millis();
         self.expire_blocked(now_ms);
+        self.cluster_timeouts(now_ms);
         if self.core.pausing.pause.is_some() {
             self.core.expire_pause(now_ms);
             self.release_parked();
@@ -257,6 +264,9 @@ impl Node {
         }
         if let Some(r) = self.core.repl.as_ref() {
             next = next.min(r.next_deadline_ms(self.core.now.as_millis()));
+        }
+        if let Some(d) = self.cluster_next_deadline_ms() {
+            next = next.min(d);
         }
         if self.core.snapshot_slicing() {
             // The next snapshot slice, soon (other inputs are served in between).
@@ -336,6 +346,9 @@ impl Node {
     pub fn check_invariants(&self) {
         self.core.check_invariants();
         self.core.check_replica_invariants();
+        if let Some(c) = self.core.cluster.as_deref() {
+            c.check_invariants();
+        }
         assert!(
             self.core.scripts.running.is_some() || self.held.is_empty(),
             "inputs held back with no script running"

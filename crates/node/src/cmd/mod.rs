@@ -3,6 +3,7 @@
 
 use crate::ctx::CommandSpec;
 
+pub mod cluster;
 pub mod connection;
 pub mod dump;
 pub mod expire;
@@ -32,6 +33,7 @@ pub mod zset;
 pub const FAMILIES: &[&[CommandSpec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
+    cluster::COMMANDS,
     keys::COMMANDS,
     expire::COMMANDS,
     dump::COMMANDS,

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::args::is;
-use crate::command::{container, flag_bits, spec, Call, Flag};
+use crate::command::{container, flag_bits, key_positions, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use crate::dispatch::NOT_IN_MULTI;
 
@@ -426,6 +426,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "replication",
     "cpu",
     "errorstats",
+    "cluster",
     "keyspace",
 ];
 const ALL_SECTIONS: &[&str] = &[
@@ -438,6 +439,7 @@ const ALL_SECTIONS: &[&str] = &[
     "cpu",
     "commandstats",
     "errorstats",
+    "cluster",
     "keyspace",
 ];
 
@@ -546,6 +548,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 r.info(now_ms, t);
             }
         }
+        "cluster" => super::cluster::info_section(core, t),
         "cpu" => {
             let _ = write!(
                 t,
@@ -906,76 +909,6 @@ fn function_help(_core: &mut Core, call: &mut Call) {
 }
 
 // ---- COMMAND GETKEYS ----
-
-/// Positions of the key arguments of `args` (a whole command line), or an error message.
-/// Most commands declare (first, last, step); the ones whose keys move with a count or an
-/// option are listed by name.
-pub fn key_positions(
-    spec: &CommandSpec,
-    args: &[bytes::Bytes],
-) -> Result<Vec<usize>, &'static str> {
-    let argc = args.len();
-    let numkeys_at = |pos: usize| -> Result<Vec<usize>, &'static str> {
-        let n = args
-            .get(pos)
-            .and_then(|a| crate::args::parse_i64(a))
-            .filter(|n| *n > 0)
-            .ok_or("ERR Invalid arguments specified for command")? as usize;
-        if pos + n >= argc {
-            return Err("ERR Invalid arguments specified for command");
-        }
-        Ok((pos + 1..=pos + n).collect())
-    };
-    match spec.name {
-        "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "lmpop" | "zmpop" => {
-            numkeys_at(1)
-        }
-        "zunionstore" | "zinterstore" | "zdiffstore" => {
-            let mut keys = vec![1];
-            keys.extend(numkeys_at(2)?);
-            Ok(keys)
-        }
-        "blmpop" | "bzmpop" => numkeys_at(2),
-        "georadius" | "georadiusbymember" => {
-            // Redis 7.0's key specs: the first STORE, then the first STOREDIST, each searched
-            // from after the radius unit, names a key.
-            let from = if spec.name == "georadius" { 6 } else { 5 };
-            let mut keys = vec![1];
-            for word in ["store", "storedist"] {
-                if let Some(i) = (from..argc.saturating_sub(1)).find(|&i| is(&args[i], word)) {
-                    keys.push(i + 1);
-                }
-            }
-            Ok(keys)
-        }
-        "sort" | "sort_ro" => {
-            let mut keys = vec![1];
-            let mut i = 2;
-            while i < argc {
-                if is(&args[i], "store") && i + 1 < argc {
-                    keys.push(i + 1);
-                    i += 2;
-                } else {
-                    i += 1;
-                }
-            }
-            Ok(keys)
-        }
-        _ => {
-            let (first, last, step) = spec.keys;
-            if first <= 0 {
-                return Err("ERR The command has no key arguments");
-            }
-            let last = if last < 0 { argc as i32 + last } else { last };
-            let step = step.max(1);
-            Ok((first..=last)
-                .step_by(step as usize)
-                .map(|i| i as usize)
-                .filter(|i| *i < argc)
-                .collect())
-        }
-    }
-}
 
 fn command_getkeys(core: &mut Core, call: &mut Call) {
     let cmd_args = &call.args[2..];

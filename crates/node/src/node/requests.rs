@@ -3,6 +3,7 @@
 //! when it goes.
 
 use bytes::Bytes;
+use lattice_resp::ReplyWriter;
 
 use super::Node;
 use crate::client::{Client, ConnId, ReplyMode};
@@ -83,11 +84,22 @@ impl Node {
             client.reply_mode = ReplyMode::SkipThis;
         }
         let proto = client.proto;
+        let silent = matches!(client.reply_mode, ReplyMode::Off | ReplyMode::SkipThis);
         let mut out = std::mem::take(&mut client.out);
         let start_len = out.len();
 
         core.block_request = None;
         core.dispatch(conn, args, &mut out, proto);
+        // Partitioned cluster: the command runs on an owner; its place in the reply order is
+        // kept by a relay slot (node/forward.rs).
+        let mut forwarded = None;
+        if let Some(slot) = core.forward_request.take() {
+            match self.start_forward(conn, args, slot, proto) {
+                Ok(id) => forwarded = Some(id),
+                Err(e) => ReplyWriter::new(&mut out, proto).error(e.as_bytes()),
+            }
+        }
+        let core = &mut self.core;
         let blocked = match core.block_request.take() {
             Some(req) => {
                 core.park(conn, args, req);
@@ -116,6 +128,16 @@ impl Node {
             let reply = client.out.split_off(start_len);
             client.out.extend_from_slice(&pushed);
             client.out.extend_from_slice(&reply);
+        }
+        if let Some(last) = client.relay.back_mut() {
+            // Behind a reply still awaited from an owner.
+            let mine = client.out.split_off(start_len);
+            last.after.extend_from_slice(&mine);
+        }
+        if let Some(id) = forwarded {
+            client
+                .relay
+                .push_back(super::forward::relay_slot(id, silent));
         }
         if !client.out.is_empty() && !client.pending {
             client.pending = true;

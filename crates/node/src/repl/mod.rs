@@ -101,6 +101,12 @@ pub enum Effect {
     Keys(Vec<Bytes>),
     /// A remote PUBLISH to deliver to local subscribers.
     Publish(Bytes, Bytes),
+    /// The members a peer knows (partitioned clusters).
+    Members(wire::Members),
+    /// A command a peer forwards to this owner.
+    Forward(wire::Forward),
+    /// An owner's reply to a command this node forwarded.
+    ForwardReply(wire::ForwardReply),
     /// A remote SPUBLISH to deliver to local shard channel subscribers.
     ShardPublish(Bytes, Bytes),
 }
@@ -132,6 +138,9 @@ struct Peer {
     ae_bytes: u64,
     overflows: u64,
     retransmits: u64,
+    /// Partitioned: the next Merkle leaf whose shared keys a catch-up push sends this peer
+    /// (`None`: no push under way). See `Replicator::push_shared`.
+    push_leaf: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -234,6 +243,12 @@ pub struct Replicator {
     keys: keymap::KeyMap<KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
+    /// Partitioned cluster: which members own which slots. `None`: every replica holds every
+    /// key (replication factor = member count, or the membership is not known yet). With it,
+    /// a key's deltas and anti-entropy states go only to the other owners of its slot, and a
+    /// state received for a key this node does not own is not kept (ARCHITECTURE, "A
+    /// partitioned cluster").
+    ownership: Option<lattice_placement::Placement>,
     /// Keys whose state may hold collectable metadata (written or merged since they were last
     /// found fully compact): what a GC round visits.
     /// A list with a flag per entry rather than a set: queueing costs a push, not a search.
@@ -329,6 +344,7 @@ impl Replicator {
             keys: keymap::KeyMap::default(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
+            ownership: None,
             pending: PendingDeltas::default(),
             gc_queue: Vec::new(),
             gc_sweep: VecDeque::new(),
@@ -667,6 +683,7 @@ impl Replicator {
             p.unacked.clear();
             p.unacked_bytes = 0;
             p.needs_ae = true;
+            p.push_leaf = None;
         }
     }
 
@@ -681,6 +698,9 @@ impl Replicator {
             self.pending.clear();
             return;
         }
+        if self.ownership.is_some() {
+            return self.flush_to_owners(&ups, now_ms);
+        }
         while !self.pending.is_empty() {
             let mut writer = wire::BatchWriter::default();
             while let Some((k, st)) = self.pending.pop_front() {
@@ -692,35 +712,149 @@ impl Replicator {
             }
             let batch = writer.finish();
             for &id in &ups {
-                let p = self.peers.get_mut(&id).expect("listed");
-                let seq = p.next_seq;
-                p.next_seq += 1;
-                let data = self.envelope(Body::Deltas(Deltas {
-                    seq,
-                    batch: batch.clone(),
-                }));
-                let p = self.peers.get_mut(&id).expect("listed");
-                p.delta_bytes += data.len() as u64;
-                if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
-                    p.unacked.clear();
-                    p.unacked_bytes = 0;
-                    p.needs_ae = true;
-                    p.overflows += 1;
-                }
-                p.unacked_bytes += data.len();
-                p.unacked.insert(
-                    seq,
-                    Unacked {
-                        data: data.clone(),
-                        sent_ms: now_ms,
-                        due_ms: now_ms + RTO_INITIAL_MS,
-                        rto_ms: RTO_INITIAL_MS,
-                        tries: 0,
-                    },
-                );
-                self.outbox.push_back((id, data));
+                self.send_deltas(id, batch.clone(), now_ms);
             }
         }
+    }
+
+    /// One numbered `Deltas` message to `id`, kept for retransmission until acknowledged.
+    fn send_deltas(&mut self, id: NodeId, batch: Bytes, now_ms: u64) {
+        let p = self.peers.get_mut(&id).expect("listed");
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        let data = self.envelope(Body::Deltas(Deltas { seq, batch }));
+        let p = self.peers.get_mut(&id).expect("listed");
+        p.delta_bytes += data.len() as u64;
+        if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
+            p.unacked.clear();
+            p.unacked_bytes = 0;
+            p.needs_ae = true;
+            p.overflows += 1;
+        }
+        p.unacked_bytes += data.len();
+        p.unacked.insert(
+            seq,
+            Unacked {
+                data: data.clone(),
+                sent_ms: now_ms,
+                due_ms: now_ms + RTO_INITIAL_MS,
+                rto_ms: RTO_INITIAL_MS,
+                tries: 0,
+            },
+        );
+        self.outbox.push_back((id, data));
+    }
+
+    /// The partitioned flush: each live peer's batch holds the queued deltas of the slots it
+    /// owns; the causal contexts of the others are joined into the batch's `skipped` field, so
+    /// the peer's seen-set (and with it GC) still covers every dot. Encoded per peer instead
+    /// of once: a peer receives about `rf / members` of the deltas.
+    fn flush_to_owners(&mut self, ups: &[NodeId], now_ms: u64) {
+        let placement = self.ownership.take().expect("partitioned");
+        while !self.pending.is_empty() {
+            let mut writers: Vec<(wire::BatchWriter, CausalContext)> = ups
+                .iter()
+                .map(|_| (wire::BatchWriter::default(), CausalContext::default()))
+                .collect();
+            let mut bytes = 0;
+            while let Some((k, st)) = self.pending.pop_front() {
+                encode_state_into(&st, &mut self.scratch);
+                let owners = placement.owners(lattice_placement::key_slot(&k));
+                for (i, id) in ups.iter().enumerate() {
+                    if owners.contains(&id.0) {
+                        writers[i].0.push(&k, &self.scratch);
+                    } else {
+                        st.contexts().iter().for_each(|c| writers[i].1.merge(c));
+                    }
+                }
+                bytes += self.scratch.len() + k.len();
+                if bytes >= MAX_BATCH_BYTES {
+                    break;
+                }
+            }
+            for (i, (writer, skipped)) in writers.into_iter().enumerate() {
+                let skipped = if skipped.is_empty() {
+                    Vec::new()
+                } else {
+                    state::codec()
+                        .serialize(&skipped)
+                        .expect("in-memory contexts always encode")
+                };
+                let batch = writer.finish_with_skipped(&skipped);
+                self.send_deltas(ups[i], batch, now_ms);
+            }
+        }
+        self.ownership = Some(placement);
+    }
+
+    /// One slice of a partitioned catch-up: the states of the keys `peer` also owns, from the
+    /// push's next leaf on, up to `MAX_BATCH_BYTES` (whole leaves). A full push of the shared
+    /// keys costs their size, so it runs only when a link comes up, a queue overflowed or a
+    /// retransmission gave up, never periodically (ARCHITECTURE, "A partitioned cluster").
+    fn push_shared(&mut self, peer: NodeId, db: &Db) {
+        let Some(start) = self.peers.get(&peer).and_then(|p| p.push_leaf) else {
+            return;
+        };
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut leaf = start;
+        while leaf < merkle::LEAVES && bytes < MAX_BATCH_BYTES {
+            for (k, e) in self.keys.leaf_entries(leaf, db) {
+                if !self.peer_owns(peer, &k) {
+                    continue;
+                }
+                let h = lattice_store::key_hash(&k);
+                let stored = stored_for(db, h, &k, &e.state);
+                e.state
+                    .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
+                let blob = Bytes::copy_from_slice(&self.scratch);
+                bytes += blob.len() + k.len();
+                entries.push(KeyBlob {
+                    key: k.clone(),
+                    state: blob,
+                });
+            }
+            leaf += 1;
+        }
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.push_leaf = (leaf < merkle::LEAVES).then_some(leaf);
+        }
+        if !entries.is_empty() {
+            self.send_ae(
+                peer,
+                Body::States(States {
+                    entries,
+                    want_leaves: Vec::new(),
+                }),
+            );
+        }
+    }
+
+    /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
+    /// node when the membership it knows changes the placement.
+    pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {
+        self.ownership = placement;
+    }
+
+    /// Whether this replica keeps `key` (it owns its slot, or the cluster is not partitioned).
+    pub fn owns(&self, key: &[u8]) -> bool {
+        self.ownership
+            .as_ref()
+            .is_none_or(|p| p.is_owner(self.node.0, lattice_placement::key_slot(key)))
+    }
+
+    /// Whether `peer` keeps `key`.
+    fn peer_owns(&self, peer: NodeId, key: &[u8]) -> bool {
+        self.ownership
+            .as_ref()
+            .is_none_or(|p| p.is_owner(peer.0, lattice_placement::key_slot(key)))
+    }
+
+    /// Queues a control message (membership, forwarded commands and their replies) for a live
+    /// peer: not numbered or retransmitted; the sender's timeout covers a lost one.
+    pub fn send_control(&mut self, peer: NodeId, body: Body) {
+        let data = self.envelope(body);
+        self.outbox.push_back((peer, data));
     }
 
     pub fn poll_send(&mut self) -> Option<(NodeId, Bytes)> {
@@ -745,6 +879,9 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
+            if p.push_leaf.is_some() {
+                next = next.min(now_ms + 1);
+            }
             next = next.min(p.next_ae_ms);
             if let Some(u) = p.unacked.values().next() {
                 next = next.min(u.due_ms);
@@ -803,10 +940,22 @@ impl Replicator {
                 // Periodic rounds are started by the lower node id only (push-pull repairs
                 // both sides, two concurrent sessions would double the traffic); a link that
                 // came up or a queue that overflowed starts one from either side.
-                let starts = p.needs_ae || self.node < id;
+                // Partitioned, the trees of two replicas cover different slots and never
+                // agree, so a round ships every shared key: only the rounds a link coming up,
+                // an overflow or a given-up retransmission asks for are run (delivery is
+                // otherwise acknowledged and retransmitted).
+                let periodic = self.node < id && self.ownership.is_none();
+                let starts = p.needs_ae || periodic;
                 p.needs_ae = false;
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 if !starts {
+                    continue;
+                }
+                if self.ownership.is_some() {
+                    // Partitioned: the trees cover different slots, so instead of comparing
+                    // them, every key both own is pushed, a batch per tick.
+                    p.push_leaf = Some(0);
+                    self.stats.ae_rounds += 1;
                     continue;
                 }
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
@@ -823,6 +972,15 @@ impl Replicator {
                     }),
                 );
             }
+        }
+        let pushing: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.up && p.push_leaf.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in pushing {
+            self.push_shared(id, db);
         }
         if !self.gc_sweep.is_empty() {
             self.gc_step(db);
@@ -1006,6 +1164,12 @@ impl Replicator {
                     self.stats.bad_messages += 1;
                     return effects;
                 };
+                if !batch.skipped.is_empty() {
+                    match state::codec().deserialize::<CausalContext>(&batch.skipped) {
+                        Ok(cc) => self.seen.merge(&cc),
+                        Err(_) => self.stats.bad_messages += 1,
+                    }
+                }
                 let (changed, _) = self.merge_blobs(&batch.entries, true, db);
                 effects.push(Effect::Keys(changed));
                 let data = self.seen_report(d.seq);
@@ -1037,6 +1201,9 @@ impl Replicator {
                 effects.push(Effect::ShardPublish(p.channel, p.message))
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
+            Some(Body::Members(m)) => effects.push(Effect::Members(m)),
+            Some(Body::Forward(f)) => effects.push(Effect::Forward(f)),
+            Some(Body::ForwardReply(r)) => effects.push(Effect::ForwardReply(r)),
             None => self.stats.bad_messages += 1,
         }
         effects
@@ -1061,6 +1228,11 @@ impl Replicator {
             .map(|b| lattice_store::key_hash(&b.key))
             .collect();
         for (i, b) in entries.iter().enumerate() {
+            if !self.owns(&b.key) {
+                // Not ours to keep (a peer that does not know the same placement yet, or a
+                // state offered by anti-entropy): its owners hold it.
+                continue;
+            }
             if i % PREFETCH_GROUP == 0 {
                 // The next group's states are looked up back to back, so their cache misses
                 // overlap instead of each merge waiting for its own.
@@ -1228,7 +1400,7 @@ impl Replicator {
         'outer: for &leaf in leaves {
             for (k, e) in self.keys.leaf_entries(leaf as usize, db) {
                 let k = &k;
-                if skip.contains(k) {
+                if skip.contains(k) || !self.peer_owns(peer, k) {
                     continue;
                 }
                 let h = lattice_store::key_hash(k);
