@@ -176,7 +176,7 @@ impl<E: Pack> KeyMap<E> {
         let records = &mut self.packed[leaf];
         if records.len() == records.capacity() {
             // A quarter more, not double: the records are most of a replicated key's bytes.
-            records.reserve_exact(4.max(records.len() / 4));
+            records.reserve_exact(2.max(records.len() / 4));
         }
         records.insert(at, (hash, p));
         self.packed_len += 1;
