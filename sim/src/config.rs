@@ -55,7 +55,17 @@ pub struct RunConfig {
     pub replicated: bool,
     /// Replicated mode: weight of each replicated operation class (`cluster::CLASSES`).
     pub repl_weights: Vec<u32>,
+    /// A node's full invariant check runs after one in this many of its steps (1: after
+    /// every step), and always on a node's first step after it starts and at every phase
+    /// change. The check walks the whole keyspace and, on a replica, materializes every key's
+    /// replicated state, so its cost grows with the data while a step's does not; not part of
+    /// the trace, so a seed replays the same events whatever the stride.
+    pub check_every: u64,
 }
+
+/// `check_every` of replicated runs: the full check of a replica costs tens of times a step
+/// (see docs/ARCHITECTURE.md, "Replicated simulation: invariant checks by stride").
+pub const REPLICATED_CHECK_EVERY: u64 = 32;
 
 impl RunConfig {
     pub fn from_seed(seed: u64) -> RunConfig {
@@ -146,6 +156,7 @@ impl RunConfig {
             loops: r.range(1, 3) as usize,
             replicated: false,
             repl_weights: Vec::new(),
+            check_every: 1,
         }
     }
 
@@ -195,6 +206,7 @@ impl RunConfig {
         // every replica to the same state, and every expiry set during the run (at most 10 s
         // ahead, clocks at most a few seconds apart) has passed on every node by then.
         cfg.drain_us = 30_000_000;
+        cfg.check_every = REPLICATED_CHECK_EVERY;
         cfg
     }
 

@@ -54,6 +54,9 @@ pub struct Host {
     pub hz: u64,
     /// Replicas in the cluster (1: a standalone node, as in the single-node swarm).
     pub cluster_size: usize,
+    /// Steps of this incarnation since its last full invariant check (`None`: never checked,
+    /// so its next step checks).
+    pub steps_unchecked: Option<u64>,
 }
 
 impl Host {
@@ -75,6 +78,7 @@ impl Host {
             buggify_fired_before: 0,
             hz,
             cluster_size,
+            steps_unchecked: None,
         }
     }
 
@@ -167,6 +171,7 @@ impl Host {
         self.timer_at = None;
         self.timer_gen += 1;
         self.incarnation += 1;
+        self.steps_unchecked = None;
     }
 
     /// Drops the node and everything volatile. Returns the connections it had.

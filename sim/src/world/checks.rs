@@ -14,6 +14,10 @@ use super::{Phase, World};
 impl World {
     pub(super) fn on_phase(&mut self, p: Phase) {
         self.phase = p;
+        // Whatever the stride skipped, every node holds its invariants at each phase change.
+        for n in 0..self.hosts.len() {
+            self.check_node(n);
+        }
         match p {
             Phase::Safety => {}
             Phase::Liveness => {

@@ -112,13 +112,26 @@ impl World {
     }
 
     /// Runs the invariant checker of the node a step touched (nodes a step did not touch have
-    /// not changed), and re-arms its timer.
+    /// not changed) if its stride (`RunConfig::check_every`) is due, and re-arms its timer.
     pub(super) fn after_node_step(&mut self, node: usize) {
-        if let Some(r) = self.hosts[node].router.as_ref() {
-            r.check_invariants();
-            self.stats.invariant_checks += 1;
+        let every = self.cfg.check_every.max(1);
+        let host = &mut self.hosts[node];
+        let due = host.steps_unchecked.is_none_or(|n| n + 1 >= every);
+        host.steps_unchecked = Some(host.steps_unchecked.map_or(0, |n| n + 1));
+        if due {
+            self.check_node(node);
         }
         self.schedule_timer(node);
+    }
+
+    /// The full invariant check of a running node (router, node, keyspace, replicated state).
+    pub(super) fn check_node(&mut self, node: usize) {
+        let host = &mut self.hosts[node];
+        if let Some(r) = host.router.as_ref() {
+            r.check_invariants();
+            host.steps_unchecked = Some(0);
+            self.stats.invariant_checks += 1;
+        }
     }
 
     /// Runs everything complete in the connection's buffer as one batch (the server's read

@@ -122,6 +122,33 @@ fn replicated_runs_replay_exactly_and_link_every_replica() {
     }
 }
 
+/// The invariant check's stride changes no event: the same seed gives the same trace with a
+/// full check after every step and after one in 32, and each node is still checked at least
+/// once per 32 of its steps (and more: at starts and phase changes).
+#[test]
+fn the_check_stride_leaves_the_trace_alone() {
+    let run = |every: u64| {
+        let mut cfg = RunConfig::replicated_from_seed(5);
+        cfg.safety_us = 1_500_000;
+        cfg.client_timeout_us = 300_000;
+        cfg.backoff_max_us = 50_000;
+        cfg.liveness_us = 800_000;
+        cfg.clients = cfg.clients.min(3);
+        cfg.check_every = every;
+        let mut w = World::new(cfg, false, Tracer::new(8));
+        w.run();
+        (w.tracer.digest(), w.stats.invariant_checks)
+    };
+    let (every_step, steps) = run(1);
+    let (strided, checks) = run(32);
+    assert_eq!(every_step, strided, "the stride must not change the events");
+    assert!(steps > 1_000, "did work: {steps} checks");
+    assert!(
+        checks >= steps / 32 && checks < steps / 8,
+        "{checks} checks for {steps} steps"
+    );
+}
+
 /// Needs replication in the node: until replicas exchange state this fails on
 /// convergence.
 #[cfg(not(feature = "planted-bug"))]
