@@ -125,6 +125,8 @@ struct RunResult {
     known: BTreeMap<&'static str, u64>,
     scans: u64,
     wall: Duration,
+    /// CPU time the run's thread spent on a core, where the system tells (Linux).
+    cpu: Option<Duration>,
     events: u64,
     hashes: Option<Vec<u64>>,
     captured: Vec<String>,
@@ -147,9 +149,13 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
     tracer.capture = o.capture;
     let mut world = World::new(cfg.clone(), o.strict, tracer);
     let started = Instant::now();
+    let cpu_before = thread_cpu();
     LAST_PANIC.with(|p| p.borrow_mut().take());
     let outcome = catch_unwind(AssertUnwindSafe(|| world.run()));
     let wall = started.elapsed();
+    let cpu = thread_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let mut failure = world.failure.clone();
     if outcome.is_err() {
         let msg = LAST_PANIC
@@ -167,6 +173,7 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
         known: world.known_hits().clone(),
         scans: world.scan_iterations(),
         wall,
+        cpu,
         events: world.tracer.events(),
         hashes: world.tracer.hashes.take(),
         captured: std::mem::take(&mut world.tracer.captured),
@@ -187,6 +194,15 @@ fn repro(seed: u64, strict: bool, replicated: bool) -> String {
     let strict = if strict { " --strict" } else { "" };
     let replicated = if replicated { " --replicated" } else { "" };
     format!("cargo run --release -p lattice-sim{features} --{replicated} --seed {seed}{strict}")
+}
+
+/// Time the calling thread has run on a core (`/proc/thread-self/schedstat`, in ns): unlike
+/// wall time it does not grow while other processes hold the machine's cores, so the swarm's
+/// "per core" rate means the same on a busy machine as on a quiet one.
+fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = s.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 fn rate(ops: u64, wall: Duration) -> u64 {
@@ -444,7 +460,8 @@ fn summary(
         .map(|(r, _)| r.seed)
         .collect();
     let ops: u64 = results.iter().map(|(r, _)| r.stats.ops).sum();
-    let cpu: Duration = results.iter().map(|(r, _)| r.wall).sum();
+    // CPU time of the runs where known (their wall time otherwise): ops per core-second.
+    let cpu: Duration = results.iter().map(|(r, _)| r.cpu.unwrap_or(r.wall)).sum();
     println!();
     println!(
         "fault coverage over {} seeds (seeds exercising it, total count):",
