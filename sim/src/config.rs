@@ -58,7 +58,17 @@ pub struct RunConfig {
     /// Owners per slot; below `nodes` the cluster is partitioned (`--partitioned`): clients
     /// talk to nodes that do not own their keys, which forward to an owner.
     pub replication_factor: usize,
+    /// A node's full invariant check runs after one in this many of its steps (1: after
+    /// every step), and always on a node's first step after it starts and at every phase
+    /// change. The check walks the whole keyspace and, on a replica, materializes every key's
+    /// replicated state, so its cost grows with the data while a step's does not; not part of
+    /// the trace, so a seed replays the same events whatever the stride.
+    pub check_every: u64,
 }
+
+/// `check_every` of replicated runs: the full check of a replica costs tens of times a step
+/// (see docs/ARCHITECTURE.md, "Replicated simulation: invariant checks by stride").
+pub const REPLICATED_CHECK_EVERY: u64 = 32;
 
 impl RunConfig {
     pub fn from_seed(seed: u64) -> RunConfig {
@@ -150,6 +160,7 @@ impl RunConfig {
             replicated: false,
             replication_factor: usize::MAX,
             repl_weights: Vec::new(),
+            check_every: 1,
         }
     }
 
@@ -199,6 +210,7 @@ impl RunConfig {
         // every replica to the same state, and every expiry set during the run (at most 10 s
         // ahead, clocks at most a few seconds apart) has passed on every node by then.
         cfg.drain_us = 30_000_000;
+        cfg.check_every = REPLICATED_CHECK_EVERY;
         cfg
     }
 

@@ -56,6 +56,9 @@ pub struct Host {
     pub cluster_size: usize,
     /// Owners per slot (`Config::replication_factor`).
     pub replication_factor: usize,
+    /// Steps of this incarnation since its last full invariant check (`None`: never checked,
+    /// so its next step checks).
+    pub steps_unchecked: Option<u64>,
 }
 
 impl Host {
@@ -78,6 +81,7 @@ impl Host {
             hz,
             cluster_size,
             replication_factor: usize::MAX,
+            steps_unchecked: None,
         }
     }
 
@@ -173,6 +177,7 @@ impl Host {
         self.timer_at = None;
         self.timer_gen += 1;
         self.incarnation += 1;
+        self.steps_unchecked = None;
     }
 
     /// Drops the node and everything volatile. Returns the connections it had.
