@@ -3,7 +3,7 @@
 //! - Per reply: the model's [`Check`] for a request, verified against the frame the client
 //!   decoded from its byte stream ([`Verifier::verify`]).
 //! - Per step: `Node::check_invariants` on the node the step touched (the world calls it).
-//! - End of run: liveness (in `world.rs`) and, in replicated mode, the cluster checkers of
+//! - End of run: liveness (in `world/checks.rs`) and, in replicated mode, the cluster checkers of
 //!   `cluster.rs` (convergence, counters, sets, registers, lists) over the run's history.
 
 use std::collections::{BTreeMap, BTreeSet};

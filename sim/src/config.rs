@@ -66,7 +66,20 @@ pub struct RunConfig {
     /// policy, and a crashed replica restarts from what its disk kept (a torn or lost tail
     /// included) instead of empty. None: replicas keep nothing across a crash.
     pub repl_disk: Option<&'static str>,
+    /// Owners per slot; below `nodes` the cluster is partitioned (`--partitioned`): clients
+    /// talk to nodes that do not own their keys, which forward to an owner.
+    pub replication_factor: usize,
+    /// A node's full invariant check runs after one in this many of its steps (1: after
+    /// every step), and always on a node's first step after it starts and at every phase
+    /// change. The check walks the whole keyspace and, on a replica, materializes every key's
+    /// replicated state, so its cost grows with the data while a step's does not; not part of
+    /// the trace, so a seed replays the same events whatever the stride.
+    pub check_every: u64,
 }
+
+/// `check_every` of replicated runs: the full check of a replica costs tens of times a step
+/// (see docs/ARCHITECTURE.md, "Replicated simulation: invariant checks by stride").
+pub const REPLICATED_CHECK_EVERY: u64 = 32;
 
 impl RunConfig {
     pub fn from_seed(seed: u64) -> RunConfig {
@@ -156,10 +169,12 @@ impl RunConfig {
             roam_pct: r.range(0, 50) as u32,
             loops: r.range(1, 3) as usize,
             replicated: false,
+            replication_factor: usize::MAX,
             repl_weights: Vec::new(),
             preload_keys: 0,
             slice_keys: 0,
             repl_disk: None,
+            check_every: 1,
         }
     }
 
@@ -218,13 +233,46 @@ impl RunConfig {
         if t.pct(50) {
             cfg.repl_disk = Some(*t.pick(&["always", "everysec", "no"]));
         }
+        cfg.check_every = REPLICATED_CHECK_EVERY;
         cfg
+    }
+
+    /// A partitioned run: a replicated run with 4-5 nodes and 2..nodes-1 owners per slot, so
+    /// most requests reach a node that forwards them. Crashes are left out: a restarted
+    /// replica comes back under a new id, and a membership that changes is a later part of
+    /// partitioning (live join and leave), not what this mode checks. The atomic expiry probe
+    /// is left out too: a transaction on a key another node owns is redirected (MOVED), not
+    /// run.
+    pub fn partitioned_from_seed(seed: u64) -> RunConfig {
+        let mut cfg = RunConfig::replicated_from_seed(seed);
+        let mut r = Rand::new(seed ^ 0x5041_5254_4954_494F);
+        cfg.nodes = r.range(4, 5) as usize;
+        cfg.replication_factor = r.range(2, cfg.nodes as u64 - 1) as usize;
+        cfg.clocks.resize(cfg.nodes, (0, 0));
+        cfg.injected.remove(&FaultClass::CrashRestart);
+        // The preload writes every key into the first node, which in a partitioned cluster
+        // owns only some of them (the rest would be forwarded before any link is up).
+        cfg.preload_keys = 0;
+        for (w, class) in cfg.repl_weights.iter_mut().zip(crate::cluster::CLASSES) {
+            if *class == "expire-probe" {
+                *w = 0;
+            }
+        }
+        cfg
+    }
+
+    pub fn partitioned(&self) -> bool {
+        self.replication_factor < self.nodes
     }
 
     pub fn describe(&self) -> String {
         let mut s = String::new();
-        if self.replicated {
+        if self.partitioned() {
+            let _ = write!(s, "partitioned rf={} ", self.replication_factor);
+        } else if self.replicated {
             s.push_str("replicated ");
+        }
+        if self.replicated {
             if let Some(p) = self.repl_disk {
                 let _ = write!(s, "disk={p} ");
             }

@@ -74,6 +74,11 @@ struct Args {
     /// by convergence, counter, set, register and list checkers at the end (docs/TESTING.md).
     #[arg(long)]
     replicated: bool,
+    /// Partitioned mode: replicated mode with fewer owners per slot than nodes (4-5 nodes,
+    /// replication factor 2..nodes-1), clients spread over every node: commands are forwarded
+    /// to owners; at the end every key is read through every node and the owners must agree.
+    #[arg(long)]
+    partitioned: bool,
     /// Durability mode: one node with a simulated disk, crashed and restarted under writes
     /// (lost unsynced bytes, torn writes, disk-full periods), every acknowledged write checked
     /// against its appendfsync policy; each seed runs twice and must replay identically.
@@ -92,7 +97,16 @@ struct Args {
     /// Commands for --against-redis.
     #[arg(long, default_value_t = 20_000)]
     ops: u64,
+    /// Run a node's full invariant check after one in N of its steps (default: 1, and 32 in
+    /// --replicated runs, whose checks walk every key's replicated state). `--check-every 1`
+    /// finds the exact step that broke an invariant a strided run reported; the events and
+    /// the trace digest are the same whatever N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    check_every: Option<u64>,
 }
+
+/// `--partitioned` was given (for the reproduction commands printed).
+static PARTITIONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
@@ -101,10 +115,12 @@ thread_local! {
 struct RunOpts {
     strict: bool,
     replicated: bool,
+    partitioned: bool,
     print_trace: bool,
     record_hashes: bool,
     capture: Option<(u64, u64)>,
     tail: usize,
+    check_every: Option<u64>,
 }
 
 struct RunResult {
@@ -118,17 +134,24 @@ struct RunResult {
     known: BTreeMap<&'static str, u64>,
     scans: u64,
     wall: Duration,
+    /// CPU time the run's thread spent on a core, where the system tells (Linux).
+    cpu: Option<Duration>,
     events: u64,
     hashes: Option<Vec<u64>>,
     captured: Vec<String>,
 }
 
 fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
-    let cfg = if o.replicated {
+    let mut cfg = if o.partitioned {
+        RunConfig::partitioned_from_seed(seed)
+    } else if o.replicated {
         RunConfig::replicated_from_seed(seed)
     } else {
         RunConfig::from_seed(seed)
     };
+    if let Some(n) = o.check_every {
+        cfg.check_every = n;
+    }
     let mut tracer = Tracer::new(o.tail.max(1));
     tracer.print = o.print_trace;
     if o.record_hashes {
@@ -137,9 +160,13 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
     tracer.capture = o.capture;
     let mut world = World::new(cfg.clone(), o.strict, tracer);
     let started = Instant::now();
+    let cpu_before = thread_cpu();
     LAST_PANIC.with(|p| p.borrow_mut().take());
     let outcome = catch_unwind(AssertUnwindSafe(|| world.run()));
     let wall = started.elapsed();
+    let cpu = thread_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let mut failure = world.failure.clone();
     if outcome.is_err() {
         let msg = LAST_PANIC
@@ -157,6 +184,7 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
         known: world.known_hits().clone(),
         scans: world.scan_iterations(),
         wall,
+        cpu,
         events: world.tracer.events(),
         hashes: world.tracer.hashes.take(),
         captured: std::mem::take(&mut world.tracer.captured),
@@ -176,7 +204,21 @@ fn repro(seed: u64, strict: bool, replicated: bool) -> String {
     };
     let strict = if strict { " --strict" } else { "" };
     let replicated = if replicated { " --replicated" } else { "" };
+    let replicated = if PARTITIONED.load(std::sync::atomic::Ordering::Relaxed) {
+        " --partitioned"
+    } else {
+        replicated
+    };
     format!("cargo run --release -p lattice-sim{features} --{replicated} --seed {seed}{strict}")
+}
+
+/// Time the calling thread has run on a core (`/proc/thread-self/schedstat`, in ns): unlike
+/// wall time it does not grow while other processes hold the machine's cores, so the swarm's
+/// "per core" rate means the same on a busy machine as on a quiet one.
+fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = s.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 fn rate(ops: u64, wall: Duration) -> u64 {
@@ -230,6 +272,12 @@ fn report(r: &RunResult, strict: bool, verbose: bool) -> String {
             repro(r.seed, strict, r.cfg.replicated)
         ));
         out.push_str(&format!("  options: {}\n", r.cfg.describe()));
+        if r.cfg.check_every > 1 {
+            out.push_str(&format!(
+                "  invariants were checked every {} steps of a node: add --check-every 1 to stop at the first step that breaks one\n",
+                r.cfg.check_every
+            ));
+        }
         out.push_str(&format!("  last {} events:\n", r.tail.len()));
         for l in &r.tail {
             out.push_str("    ");
@@ -338,13 +386,16 @@ fn main() -> ExitCode {
     if args.durability {
         return durability_swarm(lo, hi, args.jobs);
     }
+    PARTITIONED.store(args.partitioned, std::sync::atomic::Ordering::Relaxed);
     let opts = RunOpts {
         strict: args.strict,
-        replicated: args.replicated,
+        replicated: args.replicated || args.partitioned,
+        partitioned: args.partitioned,
         print_trace: args.trace,
         record_hashes: false,
         capture: None,
         tail: args.tail,
+        check_every: args.check_every,
     };
     let single = hi - lo == 1;
     if single {
@@ -411,7 +462,13 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let mut results = results.into_inner().expect("results");
     results.sort_by_key(|(r, _)| r.seed);
-    summary(&results, elapsed, jobs, args.strict, args.replicated)
+    summary(
+        &results,
+        elapsed,
+        jobs,
+        args.strict,
+        args.replicated || args.partitioned,
+    )
 }
 
 fn summary(
@@ -427,7 +484,8 @@ fn summary(
         .map(|(r, _)| r.seed)
         .collect();
     let ops: u64 = results.iter().map(|(r, _)| r.stats.ops).sum();
-    let cpu: Duration = results.iter().map(|(r, _)| r.wall).sum();
+    // CPU time of the runs where known (their wall time otherwise): ops per core-second.
+    let cpu: Duration = results.iter().map(|(r, _)| r.cpu.unwrap_or(r.wall)).sum();
     println!();
     println!(
         "fault coverage over {} seeds (seeds exercising it, total count):",

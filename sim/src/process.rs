@@ -61,6 +61,11 @@ pub struct Host {
     pub fsync: Option<&'static str>,
     /// Its disk while the node is down (while up, the node's persister holds it).
     pub disk: Option<SimDisk>,
+    /// Owners per slot (`Config::replication_factor`).
+    pub replication_factor: usize,
+    /// Steps of this incarnation since its last full invariant check (`None`: never checked,
+    /// so its next step checks).
+    pub steps_unchecked: Option<u64>,
 }
 
 impl Host {
@@ -85,6 +90,8 @@ impl Host {
             slice_keys: 0,
             fsync: None,
             disk: None,
+            replication_factor: usize::MAX,
+            steps_unchecked: None,
         }
     }
 
@@ -161,6 +168,9 @@ impl Host {
         if self.slice_keys > 0 {
             config.repl_slice_keys = self.slice_keys;
         }
+        config.replication_factor = self.replication_factor;
+        config.announce_host = format!("10.0.0.{}", self.id + 1);
+        config.announce_port = 6379;
         config
             .set("hz", &self.hz.to_string())
             .expect("hz within range");
@@ -200,6 +210,7 @@ impl Host {
         self.timer_at = None;
         self.timer_gen += 1;
         self.incarnation += 1;
+        self.steps_unchecked = None;
         Ok(())
     }
 

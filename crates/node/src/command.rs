@@ -279,6 +279,25 @@ impl<'a> Call<'a> {
         self.out.ok();
     }
 
+    /// Redis's reply to a known subcommand given arguments it does not take (the container's
+    /// name in capitals, the subcommand as the client typed it).
+    pub fn subcommand_syntax_error(&mut self) {
+        let sub = String::from_utf8_lossy(&self.args[1][..self.args[1].len().min(128)]);
+        let container = String::from_utf8_lossy(&self.args[0]).to_ascii_uppercase();
+        let message = format!(
+            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."
+        );
+        self.error(&message);
+    }
+
+    /// Replies with help text, a simple string per line (the HELP subcommands).
+    pub fn help(&mut self, lines: &[&str]) {
+        self.out.array_len(lines.len());
+        for l in lines {
+            self.out.simple(l.as_bytes());
+        }
+    }
+
     /// Whether this call replied with an error.
     pub fn failed(&self) -> bool {
         self.error_code.is_some()
@@ -367,4 +386,102 @@ fn find_in<C>(
         .binary_search_by(|s| key(s).as_bytes().cmp(lower))
         .ok()
         .map(|i| sorted[i])
+}
+
+/// Positions of the key arguments of `args` (a whole command line), or an error message.
+/// Most commands declare (first, last, step); the ones whose keys move with a count or an
+/// option are listed by name.
+pub fn key_positions<C>(
+    spec: &CommandSpec<C>,
+    args: &[bytes::Bytes],
+) -> Result<Vec<usize>, &'static str> {
+    let argc = args.len();
+    let numkeys_at = |pos: usize| -> Result<Vec<usize>, &'static str> {
+        let n = args
+            .get(pos)
+            .and_then(|a| crate::args::parse_i64(a))
+            .filter(|n| *n > 0)
+            .ok_or("ERR Invalid arguments specified for command")? as usize;
+        if pos + n >= argc {
+            return Err("ERR Invalid arguments specified for command");
+        }
+        Ok((pos + 1..=pos + n).collect())
+    };
+    match spec.name {
+        "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "lmpop" | "zmpop" => {
+            numkeys_at(1)
+        }
+        "zunionstore" | "zinterstore" | "zdiffstore" => {
+            let mut keys = vec![1];
+            keys.extend(numkeys_at(2)?);
+            Ok(keys)
+        }
+        "blmpop" | "bzmpop" => numkeys_at(2),
+        "georadius" | "georadiusbymember" => {
+            // Redis 7.0's key specs: the first STORE, then the first STOREDIST, each searched
+            // from after the radius unit, names a key.
+            let from = if spec.name == "georadius" { 6 } else { 5 };
+            let mut keys = vec![1];
+            for word in ["store", "storedist"] {
+                if let Some(i) =
+                    (from..argc.saturating_sub(1)).find(|&i| crate::args::is(&args[i], word))
+                {
+                    keys.push(i + 1);
+                }
+            }
+            Ok(keys)
+        }
+        "sort" | "sort_ro" => {
+            let mut keys = vec![1];
+            let mut i = 2;
+            while i < argc {
+                if crate::args::is(&args[i], "store") && i + 1 < argc {
+                    keys.push(i + 1);
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+            }
+            Ok(keys)
+        }
+        _ => {
+            let (first, last, step) = spec.keys;
+            if first <= 0 {
+                return Err("ERR The command has no key arguments");
+            }
+            let last = if last < 0 { argc as i32 + last } else { last };
+            let step = step.max(1);
+            Ok((first..=last)
+                .step_by(step as usize)
+                .map(|i| i as usize)
+                .filter(|i| *i < argc)
+                .collect())
+        }
+    }
+}
+
+/// The keys a partitioned cluster routes `args` by: those of [`key_positions`], plus the
+/// declared keys of EVAL/EVALSHA/FCALL (`numkeys` at 2) and XREAD/XREADGROUP's streams (the
+/// first half of what follows STREAMS). Empty when the command names no key.
+pub fn routing_keys<'a, C>(spec: &CommandSpec<C>, args: &'a [Bytes]) -> Vec<&'a Bytes> {
+    match spec.name {
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            let n = args
+                .get(2)
+                .and_then(|a| crate::args::parse_i64(a))
+                .filter(|n| *n > 0 && (*n as usize) < args.len() - 2)
+                .unwrap_or(0) as usize;
+            args.iter().skip(3).take(n).collect()
+        }
+        "xread" | "xreadgroup" => {
+            let Some(at) = args.iter().position(|a| crate::args::is(a, "streams")) else {
+                return Vec::new();
+            };
+            let rest = &args[at + 1..];
+            rest[..rest.len() / 2].iter().collect()
+        }
+        _ => key_positions(spec, args)
+            .map(|ps| ps.into_iter().map(|p| &args[p]).collect())
+            .unwrap_or_default(),
+    }
 }

@@ -281,6 +281,11 @@ pub struct Config {
     pub timeout_s: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
+    pub slowlog_log_slower_than_us: i64,
+    pub slowlog_max_len: u64,
+    /// `latency-monitor-threshold` (ms; 0: the latency monitor is off).
+    pub latency_monitor_threshold_ms: u64,
     pub requirepass: Option<String>,
     /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
@@ -301,6 +306,16 @@ pub struct Config {
     /// on one step of a transfer to a lagging or empty replica. The simulator sets it low so
     /// that its small keyspaces still take many slices.
     pub repl_slice_keys: usize,
+    /// Owners per hash slot. At or above `cluster_size` every replica holds every key; below
+    /// it the cluster is partitioned (ARCHITECTURE, "A partitioned cluster"). The value's
+    /// default is "every member" (what the simulator, Maelstrom and the node tests run); the
+    /// server applies `--replication-factor` (default [`DEFAULT_REPLICATION_FACTOR`]) after
+    /// validating it against the member count.
+    pub replication_factor: usize,
+    /// Where clients reach this node (`CLUSTER SLOTS`, `CLUSTER NODES`, and the address the
+    /// other members learn for it).
+    pub announce_host: String,
+    pub announce_port: u16,
     pub appendonly: bool,
     pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
@@ -324,12 +339,18 @@ impl Default for Config {
             timeout_s: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            slowlog_log_slower_than_us: 0,
+            slowlog_max_len: 0,
+            latency_monitor_threshold_ms: 0,
             requirepass: None,
             notify_keyspace_events: 0,
             node_id: 1,
             incarnation: 0,
             cluster_size: 1,
             repl_slice_keys: crate::repl::SLICE_KEYS,
+            replication_factor: usize::MAX,
+            announce_host: "127.0.0.1".to_string(),
+            announce_port: 6379,
             appendonly: true,
             appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,
@@ -340,6 +361,9 @@ impl Default for Config {
         c
     }
 }
+
+/// Owners per slot when the server's `--replication-factor` is not given.
+pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
 pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;
@@ -474,6 +498,10 @@ impl Config {
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.slowlog_log_slower_than_us =
+            self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
+        self.slowlog_max_len = int(self, "slowlog-max-len");
+        self.latency_monitor_threshold_ms = int(self, "latency-monitor-threshold");
         self.appendonly = self.values["appendonly"] == "yes";
         self.appendfsync = match self.values["appendfsync"].as_str() {
             "always" => Fsync::Always,

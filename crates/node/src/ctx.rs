@@ -56,6 +56,8 @@ pub struct Core {
     /// Pub/sub: channel or pattern -> subscribers, in connection order.
     pub(crate) channels: BTreeMap<Bytes, BTreeSet<ConnId>>,
     pub(crate) patterns: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    /// Sharded pub/sub: shard channel -> subscribers (`crate::cmd::shard_pubsub`).
+    pub(crate) shard_channels: BTreeMap<Bytes, BTreeSet<ConnId>>,
     /// WATCHed key -> watching clients.
     pub(crate) watched_keys: BTreeMap<Bytes, BTreeSet<ConnId>>,
     /// Key -> clients parked on it, first come first served.
@@ -72,10 +74,30 @@ pub struct Core {
     /// Replication state; None for a standalone node (cluster_size 1), which then keeps no
     /// CRDT metadata at all.
     pub(crate) repl: Option<Box<Replicator>>,
+    /// A partitioned cluster's members, placement and forwarded commands; None when every
+    /// replica holds every key (standalone, or replication factor = member count).
+    pub(crate) cluster: Option<Box<crate::cluster::Cluster>>,
+    /// Set by dispatch when the request must run on an owner of this slot instead.
+    pub(crate) forward_request: Option<u16>,
     /// The Lua interpreter and script cache (EVAL, SCRIPT).
     pub(crate) scripts: Scripts,
     /// Persistence: records, syncs, held replies, snapshots (`crate::persist`).
     pub(crate) persist: Persist,
+    /// SLOWLOG's entries (`crate::cmd::slowlog`).
+    pub(crate) slowlog: crate::cmd::slowlog::SlowLog,
+    /// The request being timed for the slow log and the latency monitor.
+    pub(crate) timing: crate::cmd::slowlog::Timing,
+    /// Clients parked in WAIT: the count of this node's writes they wait for and how many
+    /// peers must have them (`crate::cmd::role`).
+    pub(crate) waits: BTreeMap<ConnId, crate::cmd::role::Wait>,
+    /// The process's first and largest memory figures (MEMORY STATS).
+    pub(crate) memory: crate::cmd::memory::MemoryHistory,
+    /// CLIENT PAUSE: the pause in effect and the clients it holds (`crate::cmd::pause`).
+    pub(crate) pausing: crate::cmd::pause::Pausing,
+    /// Connections in MONITOR mode (`crate::cmd::monitor`).
+    pub(crate) monitors: BTreeSet<ConnId>,
+    /// LATENCY's events (`crate::cmd::latency`).
+    pub(crate) latency: crate::cmd::latency::LatencyMonitor,
 }
 
 impl Core {
@@ -104,6 +126,14 @@ impl Core {
                 .with_slice_keys(config.repl_slice_keys),
             )
         });
+        let cluster = crate::cluster::Cluster::new(
+            config.node_id,
+            config.cluster_size,
+            config.replication_factor,
+            config.announce_host.clone(),
+            config.announce_port,
+        )
+        .map(Box::new);
         Core {
             db: Db::new(),
             config,
@@ -118,6 +148,7 @@ impl Core {
             run_id,
             channels: BTreeMap::new(),
             patterns: BTreeMap::new(),
+            shard_channels: BTreeMap::new(),
             watched_keys: BTreeMap::new(),
             blocked_on: BTreeMap::new(),
             block_deadlines: BTreeSet::new(),
@@ -126,8 +157,17 @@ impl Core {
             released: Vec::new(),
             pending: VecDeque::new(),
             repl,
+            cluster,
+            forward_request: None,
             scripts: Scripts::new(),
             persist: Persist::default(),
+            slowlog: Default::default(),
+            timing: Default::default(),
+            latency: Default::default(),
+            waits: BTreeMap::new(),
+            memory: Default::default(),
+            pausing: Default::default(),
+            monitors: BTreeSet::new(),
         }
     }
 

@@ -24,6 +24,19 @@ pub const BUSY: &str =
 /// The reply to a `no-multi` command (SAVE, SHUTDOWN, ...) sent while queueing a transaction.
 pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
 
+/// Redis Cluster's reply to keys in different slots.
+pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+/// The reply while the placement is not known (a configured member never heard from).
+pub const CLUSTER_DOWN: &str = "CLUSTERDOWN The cluster is down";
+
+/// Where a request runs in a partitioned cluster.
+enum Route {
+    Local,
+    /// On an owner of this slot.
+    Forward(u16),
+    Refuse(Vec<u8>),
+}
+
 /// What the policy decides for a request.
 enum Admission {
     /// Run the handler now.
@@ -58,8 +71,38 @@ impl Core {
                 spec: None,
             }),
         };
+        let admission = match admission {
+            Admission::Run(_) | Admission::Queue if self.cluster.is_some() => {
+                let Ok(spec) = resolve(self, args) else {
+                    unreachable!("admitted requests resolve")
+                };
+                let queueing = matches!(admission, Admission::Queue);
+                match self.route(conn, spec, args, queueing) {
+                    Route::Local => admission,
+                    Route::Forward(slot) => {
+                        self.forward_request = Some(slot);
+                        return;
+                    }
+                    Route::Refuse(message) => Admission::Reject(Rejection {
+                        message,
+                        spec: Some(spec),
+                    }),
+                }
+            }
+            other => other,
+        };
         match admission {
-            Admission::Run(spec) => self.run_handler(spec, &mut call),
+            Admission::Run(spec) => {
+                use crate::cmd::monitor::Source;
+                let monitored = !self.monitors.is_empty();
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, true);
+                }
+                self.run_handler(spec, &mut call);
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, false);
+                }
+            }
             Admission::Queue => {
                 if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                     m.queued.push(args.to_vec());
@@ -72,6 +115,59 @@ impl Core {
             self.stats.total_error_replies += 1;
             *self.stats.errors.entry(code).or_insert(0) += 1;
         }
+    }
+
+    /// Where a keyed request runs in a partitioned cluster (ARCHITECTURE, "A partitioned
+    /// cluster"): here when this node owns its slot; forwarded to an owner otherwise. Keys in
+    /// more than one slot are refused with CROSSSLOT, as Redis Cluster refuses them. What
+    /// cannot be forwarded (a command queued in MULTI, a script, WATCH, a blocking command:
+    /// their effect or their wait belongs to this connection) is answered with MOVED, which
+    /// cluster-aware clients follow.
+    fn route(
+        &self,
+        conn: ConnId,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+        queueing: bool,
+    ) -> Route {
+        let Some(cluster) = self.cluster.as_deref() else {
+            return Route::Local;
+        };
+        // Pub/sub (SSUBSCRIBE and SPUBLISH name channels as keys) reaches every node: served
+        // where asked.
+        if self.clients.get(&conn).is_some_and(|c| c.via_peer) || spec.group == "pubsub" {
+            return Route::Local;
+        }
+        let keys = crate::command::routing_keys(spec, args);
+        let Some(first) = keys.first() else {
+            return Route::Local;
+        };
+        let slot = lattice_placement::key_slot(first);
+        if keys[1..]
+            .iter()
+            .any(|k| lattice_placement::key_slot(k) != slot)
+        {
+            return Route::Refuse(CROSSSLOT.as_bytes().to_vec());
+        }
+        if cluster.placement().is_none() {
+            return Route::Refuse(CLUSTER_DOWN.as_bytes().to_vec());
+        }
+        if cluster.owns(slot) {
+            return Route::Local;
+        }
+        let stays_here = queueing
+            || spec.has(Flag::Blocking)
+            || matches!(
+                spec.name,
+                "watch" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+            );
+        if stays_here {
+            let moved = cluster
+                .moved(slot)
+                .unwrap_or_else(|| CLUSTER_DOWN.to_string());
+            return Route::Refuse(moved.into_bytes());
+        }
+        Route::Forward(slot)
     }
 
     /// The policy for a resolved command, in Redis's order of checks.
@@ -157,6 +253,13 @@ impl Core {
         if let Some(i) = intent {
             if self.repl.as_ref().is_some_and(|r| r.must_settle_before(i)) {
                 self.settle_captures();
+            }
+            // An increment is captured as the difference from the old value, which a compact
+            // string leaves to the store: keep a copy before the command changes it.
+            if let (Intent::Increment, Some(r), Some(key)) =
+                (i, self.repl.as_mut(), call.args.get(1))
+            {
+                r.keep_value(key, &mut self.db);
             }
         }
         handler(self, call);

@@ -10,6 +10,7 @@ pub mod args;
 pub mod blocking;
 pub mod buggify;
 pub mod client;
+pub mod cluster;
 pub mod cmd;
 pub mod command;
 pub mod config;

@@ -127,7 +127,7 @@ impl Core {
             if self.persist.logging {
                 self.persist.commands.clear();
                 self.persist.clear = true;
-                let keys = r.keys_with_content();
+                let keys = r.keys_with_content(&self.db);
                 self.persist.dirty.extend(keys);
             }
             return;
@@ -254,7 +254,7 @@ impl Core {
         for k in keys {
             if repl.is_deferred(&k) {
                 waiting.push(k);
-            } else if repl.encode_state(&k, &mut state) {
+            } else if repl.encode_state(&k, &self.db, &mut state) {
                 put_repl(&mut data, &k, &state);
             } else {
                 // Not replicated: a stream, or a key that never had a replicated state.
@@ -444,7 +444,7 @@ impl Core {
                 && n < SNAPSHOT_SLICE_KEYS
                 && data.len() < SNAPSHOT_SLICE_BYTES
             {
-                repl.for_each_state_in_leaf(s.next_slot, &mut |k, st| {
+                repl.for_each_state_in_leaf(s.next_slot, &self.db, &mut |k, st| {
                     put_repl(&mut data, k, st);
                     n += 1;
                 });
@@ -675,7 +675,7 @@ impl Core {
                             String::from_utf8_lossy(&key)
                         ));
                     };
-                    repl.load_state(&key, state)
+                    repl.load_state(&key, state, &mut self.db)
                         .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(&key)))?;
                     self.apply_remote(&key);
                 }

@@ -6,7 +6,9 @@
 //! without a coordinator. The node crate decides with it; the drivers never do.
 
 pub mod hotkeys;
+pub mod keyslot;
 pub mod slots;
 
 pub use hotkeys::HotKeys;
+pub use keyslot::{hash_tag, key_slot};
 pub use slots::{Move, NodeId, Placement, GROUPS, SLOTS, SLOTS_PER_GROUP};

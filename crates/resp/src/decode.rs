@@ -69,40 +69,83 @@ enum Head {
 /// Finds the end of the frame starting at `pos`, validating it on the way. `Ok(None)` if the
 /// buffer ends first.
 ///
-/// Iterative, with the nesting kept in a fixed array, so neither the depth nor the width of a
-/// frame costs stack or heap.
+/// Iterative, with the nesting kept in [`Open`], so the width of a frame costs neither stack
+/// nor heap and its depth at most `MAX_DEPTH` counters.
 fn check(buf: &[u8], mut pos: usize) -> Result<Option<usize>, ProtocolError> {
-    // Frames still expected by each open aggregate, innermost last.
-    let mut open = [0u64; MAX_DEPTH];
-    let mut depth = 0;
+    let mut open = Open::new();
     loop {
         let Some((head, next)) = read_head(buf, pos)? else {
             return Ok(None);
         };
         pos = next;
         if let Head::Aggregate(kind, n) = head {
-            if depth == MAX_DEPTH {
+            if open.depth == MAX_DEPTH {
                 return Err(too_deep());
             }
             let children = child_count(kind, n);
             if children > 0 {
-                open[depth] = children;
-                depth += 1;
+                open.push(children);
                 continue;
             }
         }
         // A frame is complete: it fills one slot of the enclosing aggregate, which may in turn
         // be complete.
-        loop {
-            if depth == 0 {
-                return Ok(Some(pos));
-            }
-            open[depth - 1] -= 1;
-            if open[depth - 1] > 0 {
+        while let Some(left) = open.innermost() {
+            *left -= 1;
+            if *left > 0 {
                 break;
             }
-            depth -= 1;
+            open.pop();
         }
+        if open.depth == 0 {
+            return Ok(Some(pos));
+        }
+    }
+}
+
+/// Levels of nesting [`Open`] keeps on the stack.
+const INLINE_DEPTH: usize = 16;
+
+/// Frames still expected by each open aggregate, innermost last: the first `INLINE_DEPTH`
+/// levels in an array on the stack, deeper ones (rare; at most `MAX_DEPTH`) on the heap. A
+/// zeroed `MAX_DEPTH` array was 8 KB of memset per call, more than decoding a short reply.
+struct Open {
+    inline: [u64; INLINE_DEPTH],
+    deep: Vec<u64>,
+    depth: usize,
+}
+
+impl Open {
+    fn new() -> Open {
+        Open {
+            inline: [0; INLINE_DEPTH],
+            deep: Vec::new(),
+            depth: 0,
+        }
+    }
+
+    fn push(&mut self, children: u64) {
+        if self.depth < INLINE_DEPTH {
+            self.inline[self.depth] = children;
+        } else {
+            self.deep.push(children);
+        }
+        self.depth += 1;
+    }
+
+    fn innermost(&mut self) -> Option<&mut u64> {
+        match self.depth {
+            0 => None,
+            d if d <= INLINE_DEPTH => Some(&mut self.inline[d - 1]),
+            _ => self.deep.last_mut(),
+        }
+    }
+
+    fn pop(&mut self) {
+        if self.depth > INLINE_DEPTH {
+            self.deep.pop();
+        }
+        self.depth -= 1;
     }
 }
 

@@ -63,6 +63,11 @@ struct Args {
     /// agree on having one and on its value.
     #[arg(long)]
     cluster_secret: Option<String>,
+    /// Owners per hash slot (default 3, or every member when there are fewer). Below the
+    /// member count the cluster is partitioned: each node holds the keys of its slots and
+    /// forwards the others' commands to an owner.
+    #[arg(long)]
+    replication_factor: Option<usize>,
     /// S3 bucket the data directory is uploaded to (sealed log pieces, snapshots, a manifest);
     /// a node whose directory is empty restores from it. Credentials: the standard AWS chain
     /// (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws files, ...).
@@ -147,6 +152,7 @@ struct ClusterArgs {
     cluster_port: Option<u16>,
     seeds: Option<Vec<String>>,
     secret: Option<String>,
+    replication_factor: Option<usize>,
 }
 
 /// Two seed spellings name the same address when they are equal as text or as socket addresses
@@ -162,6 +168,19 @@ fn same_address(a: &str, b: &str) -> bool {
     ) {
         (Ok(x), Ok(y)) => x == y,
         _ => false,
+    }
+}
+
+/// The owners per slot for a cluster of `members`: the one given (1..=members), else the
+/// default capped at the member count (so a two-node cluster needs no flag).
+fn replication_factor_for(given: Option<usize>, members: usize) -> Result<usize, String> {
+    match given {
+        None => Ok(lattice_node::config::DEFAULT_REPLICATION_FACTOR.min(members)),
+        Some(0) => Err("--replication-factor must be at least 1".into()),
+        Some(n) if n > members => Err(format!(
+            "--replication-factor {n} exceeds the {members} members --seeds names (this node included)"
+        )),
+        Some(n) => Ok(n),
     }
 }
 
@@ -307,6 +326,11 @@ fn settings(args: Args) -> Result<Settings, String> {
                     )
                 }
                 "cluster-secret" => cluster.secret = Some(text),
+                "replication-factor" => {
+                    cluster.replication_factor = Some(text.parse().map_err(|_| {
+                        format!("invalid replication-factor '{text}': expected a number >= 1")
+                    })?)
+                }
                 "s3-bucket" => s3.bucket = Some(text),
                 "s3-prefix" => s3.prefix = Some(text),
                 "s3-endpoint" => s3.endpoint = Some(text),
@@ -348,6 +372,10 @@ fn settings(args: Args) -> Result<Settings, String> {
     if args.seeds.is_some() {
         cluster.seeds = args.seeds;
     }
+    if args.replication_factor.is_some() {
+        cluster.replication_factor = args.replication_factor;
+    }
+    let replication_factor = cluster.replication_factor;
     // Precedence for the secret: flag, then environment, then file.
     if let Some(s) = args.cluster_secret {
         cluster.secret = Some(s);
@@ -376,6 +404,16 @@ fn settings(args: Args) -> Result<Settings, String> {
     if let Some(c) = &cluster {
         node.node_id = c.auth.node_id.0;
         node.cluster_size = c.peers.len() + 1;
+        node.replication_factor = replication_factor_for(replication_factor, node.cluster_size)?;
+        node.announce_host = match bind.as_str() {
+            "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
+            b => b.to_string(),
+        };
+        node.announce_port = port;
+    } else if replication_factor.is_some() {
+        return Err(
+            "--replication-factor needs --seeds (it counts a cluster's owners per slot)".into(),
+        );
     }
     node.set_initial("port", &port.to_string())?;
     node.set_initial("bind", &bind)?;

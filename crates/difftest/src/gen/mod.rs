@@ -24,6 +24,7 @@ pub mod hashes;
 pub mod hll;
 pub mod keys;
 pub mod lists;
+pub mod ops;
 pub mod sets;
 pub mod sort;
 pub mod strings;
@@ -267,6 +268,7 @@ pub const ALL: &[Family] = &[
     bits::FAMILY,
     hll::FAMILY,
     geo::FAMILY,
+    ops::FAMILY,
 ];
 
 pub fn family_names() -> Vec<&'static str> {

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::args::is;
-use crate::command::{container, flag_bits, spec, Call, Flag};
+use crate::command::{container, flag_bits, key_positions, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use crate::dispatch::NOT_IN_MULTI;
 
@@ -138,35 +138,6 @@ pub const COMMANDS: &[CommandSpec] = &[
             ),
         ],
     },
-    container(
-        "memory",
-        -2,
-        SERVER,
-        "4.0.0",
-        "A container for memory diagnostics commands.",
-        &[
-            spec(
-                "memory|usage",
-                -3,
-                &["readonly"],
-                (2, 2, 1),
-                SERVER,
-                "4.0.0",
-                "Estimates the memory usage of a key.",
-                memory_usage,
-            ),
-            spec(
-                "memory|help",
-                2,
-                &["loading", "stale"],
-                (0, 0, 0),
-                SERVER,
-                "4.0.0",
-                "Returns helpful text about the different subcommands.",
-                memory_help,
-            ),
-        ],
-    ),
     // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
     // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
     container(
@@ -456,6 +427,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "replication",
     "cpu",
     "errorstats",
+    "cluster",
     "keyspace",
 ];
 const ALL_SECTIONS: &[&str] = &[
@@ -468,6 +440,7 @@ const ALL_SECTIONS: &[&str] = &[
     "cpu",
     "commandstats",
     "errorstats",
+    "cluster",
     "keyspace",
 ];
 
@@ -554,7 +527,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -566,6 +539,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 s.keyspace_misses,
                 core.channels.len(),
                 core.patterns.len(),
+                core.shard_channels.len(),
                 s.total_error_replies,
             );
         }
@@ -575,6 +549,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 r.info(now_ms, t);
             }
         }
+        "cluster" => super::cluster::info_section(core, t),
         "cpu" => {
             let _ = write!(
                 t,
@@ -936,76 +911,6 @@ fn function_help(_core: &mut Core, call: &mut Call) {
 
 // ---- COMMAND GETKEYS ----
 
-/// Positions of the key arguments of `args` (a whole command line), or an error message.
-/// Most commands declare (first, last, step); the ones whose keys move with a count or an
-/// option are listed by name.
-pub fn key_positions(
-    spec: &CommandSpec,
-    args: &[bytes::Bytes],
-) -> Result<Vec<usize>, &'static str> {
-    let argc = args.len();
-    let numkeys_at = |pos: usize| -> Result<Vec<usize>, &'static str> {
-        let n = args
-            .get(pos)
-            .and_then(|a| crate::args::parse_i64(a))
-            .filter(|n| *n > 0)
-            .ok_or("ERR Invalid arguments specified for command")? as usize;
-        if pos + n >= argc {
-            return Err("ERR Invalid arguments specified for command");
-        }
-        Ok((pos + 1..=pos + n).collect())
-    };
-    match spec.name {
-        "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "lmpop" | "zmpop" => {
-            numkeys_at(1)
-        }
-        "zunionstore" | "zinterstore" | "zdiffstore" => {
-            let mut keys = vec![1];
-            keys.extend(numkeys_at(2)?);
-            Ok(keys)
-        }
-        "blmpop" | "bzmpop" => numkeys_at(2),
-        "georadius" | "georadiusbymember" => {
-            // Redis 7.0's key specs: the first STORE, then the first STOREDIST, each searched
-            // from after the radius unit, names a key.
-            let from = if spec.name == "georadius" { 6 } else { 5 };
-            let mut keys = vec![1];
-            for word in ["store", "storedist"] {
-                if let Some(i) = (from..argc.saturating_sub(1)).find(|&i| is(&args[i], word)) {
-                    keys.push(i + 1);
-                }
-            }
-            Ok(keys)
-        }
-        "sort" | "sort_ro" => {
-            let mut keys = vec![1];
-            let mut i = 2;
-            while i < argc {
-                if is(&args[i], "store") && i + 1 < argc {
-                    keys.push(i + 1);
-                    i += 2;
-                } else {
-                    i += 1;
-                }
-            }
-            Ok(keys)
-        }
-        _ => {
-            let (first, last, step) = spec.keys;
-            if first <= 0 {
-                return Err("ERR The command has no key arguments");
-            }
-            let last = if last < 0 { argc as i32 + last } else { last };
-            let step = step.max(1);
-            Ok((first..=last)
-                .step_by(step as usize)
-                .map(|i| i as usize)
-                .filter(|i| *i < argc)
-                .collect())
-        }
-    }
-}
-
 fn command_getkeys(core: &mut Core, call: &mut Call) {
     let cmd_args = &call.args[2..];
     let Some(mut spec) = core.table.find(&cmd_args[0]) else {
@@ -1029,40 +934,5 @@ fn command_getkeys(core: &mut Core, call: &mut Call) {
                 call.out.bulk(&cmd_args[p]);
             }
         }
-    }
-}
-
-// ---- MEMORY ----
-
-fn memory_usage(core: &mut Core, call: &mut Call) {
-    let mut i = 3;
-    while i < call.argc() {
-        if is(call.arg(i), "samples") && i + 1 < call.argc() {
-            if crate::args::parse_i64(call.arg(i + 1)).is_none_or(|n| n < 0) {
-                return call.error(crate::args::NOT_INTEGER);
-            }
-            i += 2;
-        } else {
-            return call.syntax_error();
-        }
-    }
-    match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
-        Some(e) => call.out.integer(e.memory_usage() as i64),
-        None => call.out.null(),
-    }
-}
-
-fn memory_help(_core: &mut Core, call: &mut Call) {
-    const LINES: &[&str] = &[
-        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "USAGE <key> [SAMPLES <count>]",
-        "    Return memory in bytes used by <key> and its value. Nested values are",
-        "    sampled up to <count> times (default: 5, 0 means sample all).",
-        "HELP",
-        "    Print this help.",
-    ];
-    call.out.array_len(LINES.len());
-    for l in LINES {
-        call.out.simple(l.as_bytes());
     }
 }

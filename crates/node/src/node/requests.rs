@@ -3,6 +3,7 @@
 //! when it goes.
 
 use bytes::Bytes;
+use lattice_resp::ReplyWriter;
 
 use super::Node;
 use crate::client::{Client, ConnId, ReplyMode};
@@ -45,7 +46,28 @@ impl Node {
             }
             return;
         }
-        self.execute(conn, &args);
+        if self.core.pausing.pause.is_some() && self.core.pause_hold(conn, &args) {
+            return;
+        }
+        // A request refused with BUSY while a script runs is no part of the script's time,
+        // and one queued in a transaction has not run yet (EXEC's commands are noted as it
+        // runs them).
+        let timed = self.core.scripts.running.is_none();
+        let in_multi = self
+            .core
+            .clients
+            .get(&conn)
+            .is_some_and(|c| c.multi.is_some());
+        let parked = self.execute(conn, &args);
+        let queued = in_multi
+            && self
+                .core
+                .clients
+                .get(&conn)
+                .is_some_and(|c| c.multi.is_some());
+        if timed && !parked && !queued {
+            self.core.timing_note(conn, args);
+        }
     }
 
     /// Runs `args` for `conn` into its output buffer, honouring CLIENT REPLY, and parks the
@@ -62,11 +84,22 @@ impl Node {
             client.reply_mode = ReplyMode::SkipThis;
         }
         let proto = client.proto;
+        let silent = matches!(client.reply_mode, ReplyMode::Off | ReplyMode::SkipThis);
         let mut out = std::mem::take(&mut client.out);
         let start_len = out.len();
 
         core.block_request = None;
         core.dispatch(conn, args, &mut out, proto);
+        // Partitioned cluster: the command runs on an owner; its place in the reply order is
+        // kept by a relay slot (node/forward.rs).
+        let mut forwarded = None;
+        if let Some(slot) = core.forward_request.take() {
+            match self.start_forward(conn, args, slot, proto) {
+                Ok(id) => forwarded = Some(id),
+                Err(e) => ReplyWriter::new(&mut out, proto).error(e.as_bytes()),
+            }
+        }
+        let core = &mut self.core;
         let blocked = match core.block_request.take() {
             Some(req) => {
                 core.park(conn, args, req);
@@ -95,6 +128,16 @@ impl Node {
             let reply = client.out.split_off(start_len);
             client.out.extend_from_slice(&pushed);
             client.out.extend_from_slice(&reply);
+        }
+        if let Some(last) = client.relay.back_mut() {
+            // Behind a reply still awaited from an owner.
+            let mine = client.out.split_off(start_len);
+            last.after.extend_from_slice(&mine);
+        }
+        if let Some(id) = forwarded {
+            client
+                .relay
+                .push_back(super::forward::relay_slot(id, silent));
         }
         if !client.out.is_empty() && !client.pending {
             client.pending = true;
@@ -132,6 +175,8 @@ impl Node {
                     };
                     let parked_again = self.execute(conn, &args);
                     if !parked_again {
+                        // Logged once served, as Redis logs a blocked command.
+                        self.core.timing_note(conn, args);
                         self.core.unpark(conn);
                         self.run_queued(conn);
                     }
@@ -188,6 +233,7 @@ impl Node {
         core.unpark(conn);
         core.unwatch_all(conn);
         crate::cmd::pubsub::unsubscribe_all(core, conn);
+        core.monitors.remove(&conn);
         core.clients.remove(&conn);
     }
 }

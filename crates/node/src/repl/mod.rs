@@ -41,12 +41,13 @@ pub mod merkle;
 pub mod state;
 pub mod wire;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 use bincode::Options as _;
 use bytes::Bytes;
 use lattice_crdt::{CausalContext, Crdt, Hlc, HlcClock, NodeId, VersionVector};
-use lattice_store::Value;
+use lattice_store::{Db, Value};
 
 use hashbrown::HashTable;
 
@@ -119,6 +120,14 @@ pub enum Effect {
     Keys(Vec<Bytes>),
     /// A remote PUBLISH to deliver to local subscribers.
     Publish(Bytes, Bytes),
+    /// The members a peer knows (partitioned clusters).
+    Members(wire::Members),
+    /// A command a peer forwards to this owner.
+    Forward(wire::Forward),
+    /// An owner's reply to a command this node forwarded.
+    ForwardReply(wire::ForwardReply),
+    /// A remote SPUBLISH to deliver to local shard channel subscribers.
+    ShardPublish(Bytes, Bytes),
 }
 
 struct Unacked {
@@ -153,6 +162,11 @@ struct Peer {
     bytes_received: u64,
     /// The anti-entropy transfer to this peer (see [`Replicator::pump_transfer`]).
     transfer: Transfer,
+    /// Partitioned: the next Merkle leaf whose shared keys a catch-up push sends this peer
+    /// (`None`: no push under way). See `Replicator::push_shared`.
+    push_leaf: Option<usize>,
+    /// Keys of `push_leaf` already pushed (a leaf larger than one step of the push).
+    push_resume: usize,
 }
 
 /// What anti-entropy still has to send one peer. Bounded: leaves are listed once (at most
@@ -180,6 +194,7 @@ impl Transfer {
     }
 }
 
+#[derive(Clone)]
 struct KeyEntry {
     state: KeyState,
     digest: u64,
@@ -191,6 +206,47 @@ struct KeyEntry {
     digest_stale: bool,
     /// The `Replicator::messages_merged` number of the last message merged into this state.
     merged_in: u32,
+}
+
+/// A key whose state is a compact string with its value in the store, and that waits for no
+/// GC visit or lazy digest, is kept as its stamp and digest alone (see `keymap`).
+impl keymap::Pack for KeyEntry {
+    type Packed = (state::Packed, u64);
+
+    fn pack(&self) -> Option<Self::Packed> {
+        if self.gc_queued || self.digest_stale {
+            return None;
+        }
+        self.state.packed().map(|p| (p, self.digest))
+    }
+
+    fn unpack((p, digest): Self::Packed) -> KeyEntry {
+        KeyEntry {
+            state: KeyState::unpacked(p),
+            digest,
+            gc_queued: false,
+            digest_stale: false,
+            merged_in: 0,
+        }
+    }
+}
+
+/// The store's string under `key`, the value of a state that does not hold its own
+/// ([`KeyState::value_in_store`]).
+fn stored_str(db: &Db, h: u64, key: &[u8]) -> Option<Vec<u8>> {
+    match &db.get_raw_hashed(h, key)?.value {
+        Value::Str(s) => Some(s.as_bytes().into_owned()),
+        _ => None,
+    }
+}
+
+/// The store's string for `state` of `key` when the state needs it (else None, unread).
+fn stored_for(db: &Db, h: u64, key: &[u8], state: &KeyState) -> Option<Vec<u8>> {
+    if state.value_in_store() {
+        stored_str(db, h, key)
+    } else {
+        None
+    }
 }
 
 impl KeyEntry {
@@ -246,6 +302,12 @@ pub struct Replicator {
     keys: keymap::KeyMap<KeyEntry>,
     merkle: Merkle,
     peers: BTreeMap<NodeId, Peer>,
+    /// Partitioned cluster: which members own which slots. `None`: every replica holds every
+    /// key (replication factor = member count, or the membership is not known yet). With it,
+    /// a key's deltas and anti-entropy states go only to the other owners of its slot, and a
+    /// state received for a key this node does not own is not kept (ARCHITECTURE, "A
+    /// partitioned cluster").
+    ownership: Option<lattice_placement::Placement>,
     /// Keys whose state may hold collectable metadata (written or merged since they were last
     /// found fully compact): what a GC round visits.
     /// A list with a flag per entry rather than a set: queueing costs a push, not a search.
@@ -291,18 +353,21 @@ pub struct Replicator {
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
 type KeyId = (u64, Bytes);
 
-fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
+/// `stored` as for [`KeyState::expand`].
+fn key_digest(key: &[u8], state: &KeyState, stored: Option<&[u8]>, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
-    state.digest(key, scratch).map_or(0, |d| d | 1)
+    state.digest(key, stored, scratch).map_or(0, |d| d | 1)
 }
 
 /// Brings `entry`'s digest and the Merkle tree up to date after its state changed, or lists
 /// it for [`Replicator::refresh_digests`] when its state is a large collection. Returns
 /// whether the digest may have changed (always true for a deferred one).
+/// `stored` as for [`KeyState::expand`].
 fn redigest(
     h: u64,
     key: &Bytes,
     entry: &mut KeyEntry,
+    stored: Option<&[u8]>,
     merkle: &mut Merkle,
     stale: &mut Vec<KeyId>,
     scratch: &mut Vec<u8>,
@@ -315,7 +380,7 @@ fn redigest(
         return true;
     }
     entry.digest_stale = false;
-    let digest = key_digest(key, &entry.state, scratch);
+    let digest = key_digest(key, &entry.state, stored, scratch);
     if digest == entry.digest {
         return false;
     }
@@ -340,6 +405,7 @@ impl Replicator {
             keys: keymap::KeyMap::default(),
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
+            ownership: None,
             pending: PendingDeltas::default(),
             gc_queue: Vec::new(),
             gc_sweep: VecDeque::new(),
@@ -431,10 +497,85 @@ impl Replicator {
         (keys, self.deferred_intent)
     }
 
-    pub fn state(&self, key: &[u8]) -> Option<&KeyState> {
-        self.keys
-            .get(lattice_store::key_hash(key), key)
-            .map(|e| &e.state)
+    /// The state of `key` (a copy when it is packed; `db` is the node's store).
+    pub fn state(&self, key: &[u8], db: &Db) -> Option<Cow<'_, KeyState>> {
+        match self.keys.get_any(lattice_store::key_hash(key), key, db)? {
+            Cow::Borrowed(e) => Some(Cow::Borrowed(&e.state)),
+            Cow::Owned(e) => Some(Cow::Owned(e.state)),
+        }
+    }
+
+    /// After the store was made to hold what the state of `key` says: a compact string drops
+    /// its own copy of the value and the key is packed when it can be.
+    pub fn value_stored(&mut self, key: &[u8], db: &mut Db) {
+        let h = lattice_store::key_hash(key);
+        if let Some(e) = self.keys.get_keyed_mut(h, key) {
+            e.state.drop_value();
+            self.keys.repack(h, key, db);
+        }
+    }
+
+    /// Where the replicated state's heap bytes are, by part (estimated from lengths and
+    /// capacities; allocator rounding and the insides of general states left out): what a
+    /// replicated key costs beside its store entry, for measurements.
+    pub fn memory(&self) -> Vec<(&'static str, usize)> {
+        let [buckets, slots, keys, leaves, packed] = self.keys.memory();
+        let full = self
+            .keys
+            .keyed_values()
+            .filter(|e| !e.state.is_compact_form())
+            .count()
+            * std::mem::size_of::<Full>();
+        let merkle = self.merkle.heap_bytes();
+        let pending = self.pending.len() * std::mem::size_of::<(u64, Bytes, Full)>();
+        let unacked = self.peers.values().map(|p| p.unacked_bytes).sum();
+        let queues = (self.gc_queue.capacity() + self.gc_sweep.capacity())
+            * std::mem::size_of::<KeyId>()
+            + self.deferred.capacity() * std::mem::size_of::<(Bytes, bool)>();
+        vec![
+            ("state table buckets", buckets),
+            ("state table slots", slots),
+            ("key copies", keys),
+            ("general states (outer)", full),
+            ("leaf index", leaves),
+            ("packed records", packed),
+            ("merkle tree", merkle),
+            ("delta queue (outer)", pending),
+            ("unacknowledged messages", unacked),
+            ("gc and deferral queues", queues),
+        ]
+    }
+
+    /// Whether the digest kept for `key` is the digest of its state with `stored` as the
+    /// store's string (for the node's invariant check: it covers a value the state leaves to
+    /// the store).
+    pub fn digest_matches(&self, key: &[u8], stored: Option<&[u8]>, db: &Db) -> bool {
+        let h = lattice_store::key_hash(key);
+        let Some(e) = self.keys.get_any(h, key, db) else {
+            return false;
+        };
+        let mut scratch = Vec::new();
+        e.digest_stale || key_digest(key, &e.state, stored, &mut scratch) == e.digest
+    }
+
+    /// Before a command increments `key`: a compact string takes a copy of its value back
+    /// from the store, which the command is about to change (the capture needs the old value
+    /// to tell the increment).
+    pub fn keep_value(&mut self, key: &[u8], db: &mut Db) {
+        let h = lattice_store::key_hash(key);
+        let needs = self
+            .keys
+            .get_any(h, key, db)
+            .is_some_and(|e| e.state.value_in_store());
+        if !needs {
+            return;
+        }
+        let Some(v) = stored_str(db, h, key) else {
+            return;
+        };
+        if let Some(e) = self.keys.get_mut(h, key, db) {
+            e.state.keep_value(&v);
+        }
     }
 
     /// Records a local change of `key` (its store value and deadline now) and queues the
@@ -442,21 +583,43 @@ impl Replicator {
     /// stamp even if the bytes are the ones already captured (a later `SET` of the same value
     /// must still win over an older concurrent write elsewhere).
     /// `hint`: what the command says it changed on `key` (see [`ChangeHint`]).
+    /// The key's value and deadline are read from `db` (the node's store), live at `now_ms`;
+    /// `gone`: capture the key as absent whatever the store holds (FLUSHALL, before it clears
+    /// the store).
+    #[allow(clippy::too_many_arguments)]
     pub fn capture(
         &mut self,
+        db: &mut Db,
         key: &[u8],
-        now_value: Option<(&Value, Option<u64>)>,
+        gone: bool,
         intent: Intent,
         overwrote: bool,
         hint: Option<ChangeHint<'_>>,
         now_ms: u64,
     ) {
         let h = lattice_store::key_hash(key);
-        if now_value.is_none() && self.keys.get(h, key).is_none() {
+        let live = |db: &Db| {
+            db.get_raw_hashed(h, key)
+                .filter(|e| !gone && !e.is_expired(now_ms))
+                .is_some()
+        };
+        if !live(db) && self.keys.get_any(h, key, db).is_none() {
             return; // nothing known, nothing to remove
         }
+        self.keys.get_or_insert_with(h, key, db, KeyEntry::fresh);
+        let db_read: &Db = db;
+        let now_value = db_read
+            .get_raw_hashed(h, key)
+            .filter(|e| !gone && !e.is_expired(now_ms))
+            .map(|e| (&e.value, e.expire_at_ms()));
+        let new_str = match now_value {
+            Some((Value::Str(s), _)) => Some(s.as_bytes()),
+            _ => None,
+        };
         let frontier = &self.frontier;
-        let (shared_key, entry) = self.keys.get_or_insert_keyed(h, key, KeyEntry::fresh);
+        let Some(entry) = self.keys.get_keyed_mut(h, key) else {
+            unreachable!("inserted above");
+        };
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
             node: self.dot_node,
@@ -471,12 +634,15 @@ impl Replicator {
             .state
             .capture(frontier, now_value, intent, overwrote, hint, &mut st);
         if delta == Full::default() {
+            self.keys.repack(h, key, db);
             return; // unchanged: no new metadata, nothing to send
         }
+        let shared_key = Bytes::copy_from_slice(key);
         redigest(
             h,
-            shared_key,
+            &shared_key,
             entry,
+            new_str.as_deref(),
             &mut self.merkle,
             &mut self.stale_digests,
             &mut self.scratch,
@@ -486,10 +652,10 @@ impl Replicator {
             entry.gc_queued = true;
             self.gc_queue.push((h, shared_key.clone()));
         }
+        self.keys.repack(h, key, db);
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
         }
-        let shared_key = shared_key.clone();
         if !self.pending.push(h, shared_key, delta, MAX_QUEUED_KEYS) {
             self.pending.clear();
             for p in self.peers.values_mut() {
@@ -505,10 +671,13 @@ impl Replicator {
     /// Leaves `key`'s replicated state in `out` (replacing its contents), encoded as
     /// anti-entropy ships it; false if the key has none. For persistence (a clustered node
     /// logs states).
-    pub fn encode_state(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
-        match self.keys.get(lattice_store::key_hash(key), key) {
+    /// `db`: the node's store (a packed or compact string key's value is read from it).
+    pub fn encode_state(&self, key: &[u8], db: &Db, out: &mut Vec<u8>) -> bool {
+        let h = lattice_store::key_hash(key);
+        match self.keys.get_any(h, key, db) {
             Some(e) => {
-                e.state.encode_into(&self.frontier, out);
+                let stored = stored_for(db, h, key, &e.state);
+                e.state.encode_into(&self.frontier, stored.as_deref(), out);
                 true
             }
             None => false,
@@ -517,19 +686,26 @@ impl Replicator {
 
     /// Calls `f(key, encoded state)` for every key of `leaf` (tombstones included), in
     /// order: a snapshot's slice of the replicated states.
-    pub fn for_each_state_in_leaf(&mut self, leaf: usize, f: &mut dyn FnMut(&[u8], &[u8])) {
-        for slot in self.keys.leaf(leaf) {
-            slot.entry
-                .state
-                .encode_into(&self.frontier, &mut self.scratch);
-            f(&slot.key, &self.scratch);
+    /// Packed keys included (their keys and values read from `db`).
+    pub fn for_each_state_in_leaf(
+        &mut self,
+        leaf: usize,
+        db: &Db,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) {
+        for (key, e) in self.keys.leaf_entries(leaf, db) {
+            let h = lattice_store::key_hash(&key);
+            let stored = stored_for(db, h, &key, &e.state);
+            e.state
+                .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
+            f(&key, &self.scratch);
         }
     }
 
     /// Recovery: merges a logged state of `key` as an anti-entropy state from a peer is
     /// merged (the caller then makes the store follow). Joins, so records may come in any
     /// order and more than once.
-    pub fn load_state(&mut self, key: &Bytes, blob: &[u8]) -> Result<(), String> {
+    pub fn load_state(&mut self, key: &Bytes, blob: &[u8], db: &mut Db) -> Result<(), String> {
         let st = state::codec()
             .deserialize::<Full>(blob)
             .map_err(|e| format!("logged replicated state does not decode: {e}"))?;
@@ -540,18 +716,18 @@ impl Replicator {
             key: key.clone(),
             state: Bytes::copy_from_slice(blob),
         }];
-        self.merge_blobs(&entry, false);
-        self.stats.states_applied -= 1;
+        self.merge_blobs(&entry, false, db);
+        self.stats.states_applied = self.stats.states_applied.saturating_sub(1);
         self.stats.states_loaded += 1;
         Ok(())
     }
 
     /// FLUSHALL: an observed-remove of every key known here.
-    pub fn keys_with_content(&self) -> Vec<Bytes> {
+    pub fn keys_with_content(&self, db: &Db) -> Vec<Bytes> {
         self.keys
-            .iter_ordered()
-            .filter(|s| s.entry.digest != 0 || s.entry.digest_stale)
-            .map(|s| s.key.clone())
+            .iter_ordered(db)
+            .filter(|(_, e)| e.digest != 0 || e.digest_stale)
+            .map(|(k, _)| k)
             .collect()
     }
 
@@ -566,16 +742,42 @@ impl Replicator {
         })
     }
 
-    /// Sends a PUBLISH to every live peer (best effort, like Redis Cluster's bus).
-    pub fn publish(&mut self, channel: &[u8], message: &[u8]) {
+    /// Sends a PUBLISH (or, `shard`, an SPUBLISH) to every live peer (best effort, like
+    /// Redis Cluster's bus).
+    pub fn publish(&mut self, channel: &[u8], message: &[u8], shard: bool) {
         let data = self.envelope(Body::Publish(Publish {
             channel: Bytes::copy_from_slice(channel),
             message: Bytes::copy_from_slice(message),
+            shard,
         }));
         let ups: Vec<NodeId> = self.live_peers();
         for n in ups {
             self.outbox.push_back((n, data.clone()));
         }
+    }
+
+    /// How many writes this replica has stamped so far: its own entry of its version vector,
+    /// which grows by one per write and which peers report back once they merged them.
+    pub fn own_writes(&self) -> u64 {
+        self.counter.get(self.dot_node)
+    }
+
+    /// Peers whose latest report says they have merged this replica's first `writes` writes.
+    pub fn peers_having(&self, writes: u64) -> usize {
+        self.peers
+            .values()
+            .filter(|p| {
+                p.seen
+                    .as_ref()
+                    .is_some_and(|s| s.get(self.dot_node) >= writes)
+            })
+            .count()
+    }
+
+    /// Bytes kept for retransmission until peers acknowledge them (MEMORY STATS reports them
+    /// where Redis reports its replication backlog).
+    pub fn retained_bytes(&self) -> usize {
+        self.peers.values().map(|p| p.unacked_bytes).sum()
     }
 
     fn live_peers(&self) -> Vec<NodeId> {
@@ -614,6 +816,7 @@ impl Replicator {
             p.needs_ae = true;
             // The next link starts a new round, which finds whatever is still different.
             p.transfer = Transfer::default();
+            p.push_leaf = None;
         }
     }
 
@@ -628,6 +831,9 @@ impl Replicator {
             self.pending.clear();
             return;
         }
+        if self.ownership.is_some() {
+            return self.flush_to_owners(&ups, now_ms);
+        }
         while !self.pending.is_empty() {
             let mut writer = wire::BatchWriter::default();
             while let Some((k, st)) = self.pending.pop_front() {
@@ -639,35 +845,173 @@ impl Replicator {
             }
             let batch = writer.finish();
             for &id in &ups {
-                let p = self.peers.get_mut(&id).expect("listed");
-                let seq = p.next_seq;
-                p.next_seq += 1;
-                let data = self.envelope(Body::Deltas(Deltas {
-                    seq,
-                    batch: batch.clone(),
-                }));
-                let p = self.peers.get_mut(&id).expect("listed");
-                p.delta_bytes += data.len() as u64;
-                if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
-                    p.unacked.clear();
-                    p.unacked_bytes = 0;
-                    p.needs_ae = true;
-                    p.overflows += 1;
-                }
-                p.unacked_bytes += data.len();
-                p.unacked.insert(
-                    seq,
-                    Unacked {
-                        data: data.clone(),
-                        sent_ms: now_ms,
-                        due_ms: now_ms + RTO_INITIAL_MS,
-                        rto_ms: RTO_INITIAL_MS,
-                        tries: 0,
-                    },
-                );
-                self.outbox.push_back((id, data));
+                self.send_deltas(id, batch.clone(), now_ms);
             }
         }
+    }
+
+    /// One numbered `Deltas` message to `id`, kept for retransmission until acknowledged.
+    fn send_deltas(&mut self, id: NodeId, batch: Bytes, now_ms: u64) {
+        let p = self.peers.get_mut(&id).expect("listed");
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        let data = self.envelope(Body::Deltas(Deltas { seq, batch }));
+        let p = self.peers.get_mut(&id).expect("listed");
+        p.delta_bytes += data.len() as u64;
+        if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
+            p.unacked.clear();
+            p.unacked_bytes = 0;
+            p.needs_ae = true;
+            p.overflows += 1;
+        }
+        p.unacked_bytes += data.len();
+        p.unacked.insert(
+            seq,
+            Unacked {
+                data: data.clone(),
+                sent_ms: now_ms,
+                due_ms: now_ms + RTO_INITIAL_MS,
+                rto_ms: RTO_INITIAL_MS,
+                tries: 0,
+            },
+        );
+        self.outbox.push_back((id, data));
+    }
+
+    /// The partitioned flush: each live peer's batch holds the queued deltas of the slots it
+    /// owns; the causal contexts of the others are joined into the batch's `skipped` field, so
+    /// the peer's seen-set (and with it GC) still covers every dot. Encoded per peer instead
+    /// of once: a peer receives about `rf / members` of the deltas.
+    fn flush_to_owners(&mut self, ups: &[NodeId], now_ms: u64) {
+        let placement = self.ownership.take().expect("partitioned");
+        while !self.pending.is_empty() {
+            let mut writers: Vec<(wire::BatchWriter, CausalContext)> = ups
+                .iter()
+                .map(|_| (wire::BatchWriter::default(), CausalContext::default()))
+                .collect();
+            let mut bytes = 0;
+            while let Some((k, st)) = self.pending.pop_front() {
+                encode_state_into(&st, &mut self.scratch);
+                let owners = placement.owners(lattice_placement::key_slot(&k));
+                for (i, id) in ups.iter().enumerate() {
+                    if owners.contains(&id.0) {
+                        writers[i].0.push(&k, &self.scratch);
+                    } else {
+                        st.contexts().iter().for_each(|c| writers[i].1.merge(c));
+                    }
+                }
+                bytes += self.scratch.len() + k.len();
+                if bytes >= MAX_BATCH_BYTES {
+                    break;
+                }
+            }
+            for (i, (writer, skipped)) in writers.into_iter().enumerate() {
+                let skipped = if skipped.is_empty() {
+                    Vec::new()
+                } else {
+                    state::codec()
+                        .serialize(&skipped)
+                        .expect("in-memory contexts always encode")
+                };
+                let batch = writer.finish_with_skipped(&skipped);
+                self.send_deltas(ups[i], batch, now_ms);
+            }
+        }
+        self.ownership = Some(placement);
+    }
+
+    /// One slice of a partitioned catch-up: the states of the keys `peer` also owns, from the
+    /// push's next key on, up to a transfer slice's bound (`SLICE_BYTES`, the slice's keys),
+    /// resuming inside a leaf larger than that. A full push of the shared
+    /// keys costs their size, so it runs only when a link comes up, a queue overflowed or a
+    /// retransmission gave up, never periodically (ARCHITECTURE, "A partitioned cluster").
+    fn push_shared(&mut self, peer: NodeId, db: &Db) {
+        let Some((start, mut resume)) = self
+            .peers
+            .get(&peer)
+            .and_then(|p| Some((p.push_leaf?, p.push_resume)))
+        else {
+            return;
+        };
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut leaf = start;
+        // Bounded like a transfer's slice (the receiver merges it in one step).
+        let slice_keys = if cfg!(feature = "planted-transfer-bug") {
+            usize::MAX
+        } else {
+            self.slice_keys
+        };
+        'leaves: while leaf < merkle::LEAVES {
+            let list = self.keys.leaf_entries(leaf, db);
+            let mut i = resume.min(list.len());
+            while i < list.len() {
+                if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
+                    resume = i;
+                    break 'leaves;
+                }
+                let (k, e) = &list[i];
+                i += 1;
+                if !self.peer_owns(peer, k) {
+                    continue;
+                }
+                let h = lattice_store::key_hash(k);
+                let stored = stored_for(db, h, k, &e.state);
+                e.state
+                    .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
+                let blob = Bytes::copy_from_slice(&self.scratch);
+                bytes += blob.len() + k.len();
+                entries.push(KeyBlob {
+                    key: k.clone(),
+                    state: blob,
+                });
+            }
+            leaf += 1;
+            resume = 0;
+        }
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.push_leaf = (leaf < merkle::LEAVES).then_some(leaf);
+            p.push_resume = resume;
+        }
+        self.stats.max_slice_keys = self.stats.max_slice_keys.max(entries.len() as u64);
+        self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
+        if !entries.is_empty() {
+            self.send_ae(
+                peer,
+                Body::States(States {
+                    entries,
+                    want_leaves: Vec::new(),
+                    slice: 0,
+                }),
+            );
+        }
+    }
+
+    /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
+    /// node when the membership it knows changes the placement.
+    pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {
+        self.ownership = placement;
+    }
+
+    /// Whether this replica keeps `key` (it owns its slot, or the cluster is not partitioned).
+    pub fn owns(&self, key: &[u8]) -> bool {
+        self.ownership
+            .as_ref()
+            .is_none_or(|p| p.is_owner(self.node.0, lattice_placement::key_slot(key)))
+    }
+
+    /// Whether `peer` keeps `key`.
+    fn peer_owns(&self, peer: NodeId, key: &[u8]) -> bool {
+        self.ownership
+            .as_ref()
+            .is_none_or(|p| p.is_owner(peer.0, lattice_placement::key_slot(key)))
+    }
+
+    /// Queues a control message (membership, forwarded commands and their replies) for a live
+    /// peer: not numbered or retransmitted; the sender's timeout covers a lost one.
+    pub fn send_control(&mut self, peer: NodeId, body: Body) {
+        let data = self.envelope(body);
+        self.outbox.push_back((peer, data));
     }
 
     pub fn poll_send(&mut self) -> Option<(NodeId, Bytes)> {
@@ -696,6 +1040,9 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
+            if p.push_leaf.is_some() {
+                next = next.min(now_ms + 1);
+            }
             next = next.min(p.next_ae_ms);
             if let Some(u) = p.unacked.values().next() {
                 next = next.min(u.due_ms);
@@ -708,7 +1055,8 @@ impl Replicator {
     }
 
     /// Flushes, retransmissions, anti-entropy and GC rounds that are due.
-    pub fn tick(&mut self, now_ms: u64) {
+    /// `db`: the node's store (for the values of states that do not hold theirs).
+    pub fn tick(&mut self, now_ms: u64, db: &mut Db) {
         // A due flush runs even with nothing queued (deferred captures that turned out to
         // change nothing): it clears the deadline, which would otherwise stay due forever.
         if self.flush_ready(now_ms) || self.flush_due_ms.is_some_and(|d| d <= now_ms) {
@@ -759,7 +1107,7 @@ impl Replicator {
             {
                 t.inflight.clear();
                 t.timeouts += 1;
-                self.pump_transfer(id, now_ms);
+                self.pump_transfer(id, now_ms, db);
             }
             let p = self.peers.get_mut(&id).expect("listed");
             if p.next_ae_ms <= now_ms && p.transfer.busy() {
@@ -772,10 +1120,23 @@ impl Replicator {
                 // Periodic rounds are started by the lower node id only (push-pull repairs
                 // both sides, two concurrent sessions would double the traffic); a link that
                 // came up or a queue that overflowed starts one from either side.
-                let starts = p.needs_ae || self.node < id;
+                // Partitioned, the trees of two replicas cover different slots and never
+                // agree, so a round ships every shared key: only the rounds a link coming up,
+                // an overflow or a given-up retransmission asks for are run (delivery is
+                // otherwise acknowledged and retransmitted).
+                let periodic = self.node < id && self.ownership.is_none();
+                let starts = p.needs_ae || periodic;
                 p.needs_ae = false;
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 if !starts {
+                    continue;
+                }
+                if self.ownership.is_some() {
+                    // Partitioned: the trees cover different slots, so instead of comparing
+                    // them, every key both own is pushed, a batch per tick.
+                    p.push_leaf = Some(0);
+                    p.push_resume = 0;
+                    self.stats.ae_rounds += 1;
                     continue;
                 }
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
@@ -793,8 +1154,17 @@ impl Replicator {
                 );
             }
         }
+        let pushing: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.up && p.push_leaf.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in pushing {
+            self.push_shared(id, db);
+        }
         if !self.gc_sweep.is_empty() {
-            self.gc_step();
+            self.gc_step(db);
         }
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
@@ -816,7 +1186,9 @@ impl Replicator {
     /// `SLICE_WINDOW` are unacknowledged. Each slice holds at most `SLICE_KEYS` keys and
     /// about `SLICE_BYTES` bytes of states (one key more than that if it alone is larger),
     /// so no call builds, and no receiver merges, more than that at once.
-    fn pump_transfer(&mut self, peer: NodeId, now_ms: u64) {
+    /// Keys `peer` does not own (a partitioned cluster) are left out, as in any push to it.
+    /// `db`: the node's store, which holds the values of packed and compact string keys.
+    fn pump_transfer(&mut self, peer: NodeId, now_ms: u64, db: &Db) {
         loop {
             let Some(p) = self.peers.get_mut(&peer) else {
                 return;
@@ -835,24 +1207,34 @@ impl Replicator {
                 self.slice_keys
             };
             'leaves: while let Some(&leaf) = t.owed.first() {
-                let slots = self.keys.leaf(leaf as usize);
+                // Packed keys have no table slot: the walk lists them from the store.
+                let slots = self.keys.leaf_entries(leaf as usize, db);
                 let mut i = t.resume.min(slots.len());
                 while i < slots.len() {
                     if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
                         t.resume = i;
                         break 'leaves;
                     }
-                    let slot = slots[i];
+                    let (key, entry) = &slots[i];
                     i += 1;
-                    if t.skip.contains(&slot.key) {
+                    if t.skip.contains(key) {
                         continue;
                     }
-                    slot.entry
+                    let owned = self
+                        .ownership
+                        .as_ref()
+                        .is_none_or(|o| o.is_owner(peer.0, lattice_placement::key_slot(key)));
+                    if !owned {
+                        continue;
+                    }
+                    let h = lattice_store::key_hash(key);
+                    let stored = stored_for(db, h, key, &entry.state);
+                    entry
                         .state
-                        .encode_into(&self.frontier, &mut self.scratch);
-                    bytes += self.scratch.len() + slot.key.len();
+                        .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
+                    bytes += self.scratch.len() + key.len();
                     entries.push(KeyBlob {
-                        key: slot.key.clone(),
+                        key: key.clone(),
                         state: Bytes::copy_from_slice(&self.scratch),
                     });
                 }
@@ -882,7 +1264,7 @@ impl Replicator {
 
     /// Adds `leaves` (found different from the peer's) to what we owe it, and if `want`, to
     /// what we ask it for; then sends what the window allows.
-    fn owe_leaves(&mut self, peer: NodeId, leaves: &[u32], want: bool, now_ms: u64) {
+    fn owe_leaves(&mut self, peer: NodeId, leaves: &[u32], want: bool, now_ms: u64, db: &Db) {
         let Some(p) = self.peers.get_mut(&peer).filter(|p| p.up) else {
             return; // no link to send on: the round after the next PeerUp finds them again
         };
@@ -892,7 +1274,7 @@ impl Replicator {
                 p.transfer.want.insert(l);
             }
         }
-        self.pump_transfer(peer, now_ms);
+        self.pump_transfer(peer, now_ms, db);
     }
 
     fn send_ae(&mut self, peer: NodeId, body: Body) {
@@ -955,13 +1337,14 @@ impl Replicator {
     /// Visits up to `GC_KEYS_PER_STEP` keys of the sweep: drops their metadata below the
     /// frontier, forgets the ones that hold nothing, and lists again those that keep metadata
     /// the frontier does not cover yet.
-    fn gc_step(&mut self) {
+    fn gc_step(&mut self, db: &mut Db) {
         let frontier = &self.frontier;
         for _ in 0..GC_KEYS_PER_STEP {
             let Some(id) = self.gc_sweep.pop_front() else {
                 break;
             };
-            let Some(e) = self.keys.get_mut(id.0, &id.1) else {
+            // Listed keys wait unpacked: a packed one was visited already.
+            let Some(e) = self.keys.get_keyed_mut(id.0, &id.1) else {
                 continue;
             };
             if !e.gc_queued {
@@ -973,13 +1356,13 @@ impl Replicator {
             e.state.gc(frontier);
             if e.state.collectable(frontier) {
                 let old = e.digest;
-                self.keys.remove(id.0, &id.1);
+                self.keys.remove(id.0, &id.1, db);
                 self.merkle.update(merkle::leaf_of(id.0), old, 0);
                 self.stats.keys_collected += 1;
                 continue;
             }
             if had_tombstones && !e.digest_stale {
-                let d = key_digest(&id.1, &e.state, &mut self.scratch);
+                let d = key_digest(&id.1, &e.state, None, &mut self.scratch);
                 if d != e.digest {
                     self.merkle.update(merkle::leaf_of(id.0), e.digest, d);
                     e.digest = d;
@@ -988,12 +1371,34 @@ impl Replicator {
             if !e.state.is_compact() {
                 e.gc_queued = true;
                 self.gc_queue.push(id);
+                continue;
+            }
+            // Compacted: when the store holds the same string (no stream took the key), the
+            // state can leave the value to it and be packed.
+            let same = e.state.is_compact_form()
+                && e.state
+                    .materialize(&Default::default(), None)
+                    .is_some_and(|v| {
+                        db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
+                            s.expire_at_ms().is_none() && apply::same_content(&v, &s.value)
+                        })
+                    });
+            if same {
+                e.state.drop_value();
+                self.keys.repack(id.0, &id.1, db);
             }
         }
     }
 
     /// Handles one message from `peer`; returns what the node must apply to its store.
-    pub fn on_message(&mut self, peer: NodeId, data: &[u8], now_ms: u64) -> Vec<Effect> {
+    /// `db`: the node's store (for the values of states that do not hold theirs).
+    pub fn on_message(
+        &mut self,
+        peer: NodeId,
+        data: &[u8],
+        now_ms: u64,
+        db: &mut Db,
+    ) -> Vec<Effect> {
         let env = match wire::decode(data) {
             Ok(e) if e.version == wire::PROTOCOL_VERSION && e.from == peer.0 => e,
             _ => {
@@ -1036,7 +1441,13 @@ impl Replicator {
                     self.stats.bad_messages += 1;
                     return effects;
                 };
-                let (changed, _) = self.merge_blobs(&batch.entries, true);
+                if !batch.skipped.is_empty() {
+                    match state::codec().deserialize::<CausalContext>(&batch.skipped) {
+                        Ok(cc) => self.seen.merge(&cc),
+                        Err(_) => self.stats.bad_messages += 1,
+                    }
+                }
+                let (changed, _) = self.merge_blobs(&batch.entries, true, db);
                 effects.push(Effect::Keys(changed));
                 let data = self.seen_report(d.seq);
                 self.outbox.push_back((peer, data));
@@ -1054,9 +1465,9 @@ impl Replicator {
                     .collect();
                 p.seen = Some(vv);
             }
-            Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms),
+            Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms, db),
             Some(Body::States(s)) => {
-                let (changed, in_sync) = self.merge_blobs(&s.entries, false);
+                let (changed, in_sync) = self.merge_blobs(&s.entries, false, db);
                 self.stats.max_states_merged =
                     self.stats.max_states_merged.max(s.entries.len() as u64);
                 effects.push(Effect::Keys(changed));
@@ -1073,16 +1484,22 @@ impl Replicator {
                             skip.insert(k);
                         }
                     }
-                    self.owe_leaves(peer, &s.want_leaves, false, now_ms);
+                    self.owe_leaves(peer, &s.want_leaves, false, now_ms, db);
                 }
             }
             Some(Body::SliceAck(a)) => {
                 if let Some(p) = self.peers.get_mut(&peer) {
                     p.transfer.inflight.retain(|&(n, _)| n != a.slice);
                 }
-                self.pump_transfer(peer, now_ms);
+                self.pump_transfer(peer, now_ms, db);
+            }
+            Some(Body::Publish(p)) if p.shard => {
+                effects.push(Effect::ShardPublish(p.channel, p.message))
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
+            Some(Body::Members(m)) => effects.push(Effect::Members(m)),
+            Some(Body::Forward(f)) => effects.push(Effect::Forward(f)),
+            Some(Body::ForwardReply(r)) => effects.push(Effect::ForwardReply(r)),
             None => self.stats.bad_messages += 1,
         }
         effects
@@ -1090,7 +1507,14 @@ impl Replicator {
 
     /// Merges received states; returns the keys whose contents changed here and the keys that
     /// are now equal to what the sender holds (no need to send them back).
-    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
+    /// Compact strings merged here hold their values until the node has made the store hold
+    /// them ([`Replicator::value_stored`]), or are packed again at once when nothing changed.
+    fn merge_blobs(
+        &mut self,
+        entries: &[KeyBlob],
+        deltas: bool,
+        db: &mut Db,
+    ) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
         self.patches.clear();
@@ -1100,6 +1524,11 @@ impl Replicator {
             .map(|b| lattice_store::key_hash(&b.key))
             .collect();
         for (i, b) in entries.iter().enumerate() {
+            if !self.owns(&b.key) {
+                // Not ours to keep (a peer that does not know the same placement yet, or a
+                // state offered by anti-entropy): its owners hold it.
+                continue;
+            }
             if i % PREFETCH_GROUP == 0 {
                 // The next group's states are looked up back to back, so their cache misses
                 // overlap instead of each merge waiting for its own.
@@ -1129,7 +1558,8 @@ impl Replicator {
             }
             let h = hashes[i];
             let frontier = &self.frontier;
-            let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
+            let entry = self.keys.get_or_insert_with(h, &b.key, db, KeyEntry::fresh);
+            let stored = stored_for(db, h, &b.key, &entry.state);
             // A delta into a large collection: the store is patched instead of rebuilt (and a
             // key merged twice in one message is rebuilt).
             let costly = deltas && entry.state.digest_is_costly();
@@ -1142,8 +1572,10 @@ impl Replicator {
             let again = entry.merged_in == self.messages_merged;
             entry.merged_in = self.messages_merged;
             match &incoming {
-                Incoming::Assignment(a) => entry.state.merge_assignment(frontier, a),
-                Incoming::Full(st) => entry.state.merge(frontier, st),
+                Incoming::Assignment(a) => {
+                    entry.state.merge_assignment(frontier, a, stored.as_deref())
+                }
+                Incoming::Full(st) => entry.state.merge(frontier, st, stored.as_deref()),
             }
             if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
@@ -1153,11 +1585,13 @@ impl Replicator {
                 h,
                 &b.key,
                 entry,
+                stored.as_deref(),
                 &mut self.merkle,
                 &mut self.stale_digests,
                 &mut self.scratch,
             );
-            if moved || patch.is_some() {
+            let unchanged = !moved && patch.is_none();
+            if !unchanged {
                 changed.push(b.key.clone());
             }
             if again {
@@ -1167,10 +1601,15 @@ impl Replicator {
             }
             // Only a States message (anti-entropy) asks whether the sender holds the same.
             if let (false, Incoming::Full(st)) = (deltas, &incoming) {
-                let ours = key_digest(&b.key, &entry.state, &mut self.scratch);
+                let ours = key_digest(&b.key, &entry.state, stored.as_deref(), &mut self.scratch);
                 if Some(ours) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
                     in_sync.push(b.key.clone());
                 }
+            }
+            if unchanged {
+                // Nothing changed: the store holds this state's value already.
+                entry.state.drop_value();
+                self.keys.repack(h, &b.key, db);
             }
         }
         (changed, in_sync)
@@ -1184,7 +1623,7 @@ impl Replicator {
         }
     }
 
-    fn on_digests(&mut self, peer: NodeId, d: Digests, now_ms: u64) {
+    fn on_digests(&mut self, peer: NodeId, d: Digests, now_ms: u64, db: &Db) {
         // Level 0 names its node (the root); a deeper level names parents, each followed by
         // the digests of all its children (see `wire::Digests`).
         let per_index = if d.level == 0 { 1 } else { FANOUT };
@@ -1241,7 +1680,7 @@ impl Replicator {
             );
         } else {
             let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
-            self.owe_leaves(peer, &leaves, true, now_ms);
+            self.owe_leaves(peer, &leaves, true, now_ms, db);
         }
     }
 
@@ -1255,14 +1694,15 @@ impl Replicator {
     /// anything reads the Merkle tree.
     fn refresh_digests(&mut self) {
         for (h, key) in std::mem::take(&mut self.stale_digests) {
-            let Some(e) = self.keys.get_mut(h, &key) else {
+            // Stale digests are of large collections, never packed.
+            let Some(e) = self.keys.get_keyed_mut(h, &key) else {
                 continue; // collected since
             };
             if !e.digest_stale {
                 continue; // digested since (its state became small)
             }
             e.digest_stale = false;
-            let digest = key_digest(&key, &e.state, &mut self.scratch);
+            let digest = key_digest(&key, &e.state, None, &mut self.scratch);
             self.merkle.update(merkle::leaf_of(h), e.digest, digest);
             e.digest = digest;
         }
@@ -1277,8 +1717,12 @@ impl Replicator {
     pub fn info(&self, now_ms: u64, out: &mut String) {
         use std::fmt::Write as _;
         let up = self.peers.values().filter(|p| p.up).count();
-        let tombstone_keys = self.keys.values().filter(|e| e.state.is_empty()).count();
-        let list_tombstones: usize = self.keys.values().map(|e| e.state.tombstones()).sum();
+        let tombstone_keys = self
+            .keys
+            .keyed_values()
+            .filter(|e| e.state.is_empty())
+            .count();
+        let list_tombstones: usize = self.keys.keyed_values().map(|e| e.state.tombstones()).sum();
         let cloud: usize = self.seen.cloud().len();
         let _ = write!(
             out,
@@ -1300,9 +1744,10 @@ impl Replicator {
         );
         let _ = write!(
             out,
-            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\n",
+            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\npacked_keys:{}\r\n",
             self.pending.len(),
-            self.gc_sweep.len()
+            self.gc_sweep.len(),
+            self.keys.packed_len()
         );
         let sent: u64 = self.peers.values().map(|p| p.bytes_sent).sum();
         let received: u64 = self.peers.values().map(|p| p.bytes_received).sum();
@@ -1338,7 +1783,9 @@ impl Replicator {
         }
     }
 
-    pub fn check_invariants(&self) {
+    /// `db`: the node's store, whose marks must name exactly the packed keys.
+    pub fn check_invariants(&self, db: &Db) {
+        self.keys.check_invariants(db);
         assert!(
             self.pending.len() <= MAX_QUEUED_KEYS,
             "delta queue over its bound"

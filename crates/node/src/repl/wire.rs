@@ -28,7 +28,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10")]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 14")]
     pub body: Option<Body>,
 }
 
@@ -48,9 +48,55 @@ pub enum Body {
     /// A PUBLISH to deliver to the receiver's own subscribers.
     #[prost(message, tag = "9")]
     Publish(Publish),
-    /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
+    /// Partitioned cluster: the members the sender knows, with their client addresses.
     #[prost(message, tag = "10")]
+    Members(Members),
+    /// Partitioned cluster: a client's command for a key the sender does not own.
+    #[prost(message, tag = "11")]
+    Forward(Forward),
+    /// The owner's reply to a `Forward`, in the client's protocol, byte for byte.
+    #[prost(message, tag = "12")]
+    ForwardReply(ForwardReply),
+    /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
+    /// (13 is left to a later message kind.)
+    #[prost(message, tag = "14")]
     SliceAck(SliceAck),
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Member {
+    #[prost(uint32, tag = "1")]
+    pub id: u32,
+    #[prost(string, tag = "2")]
+    pub host: String,
+    #[prost(uint32, tag = "3")]
+    pub port: u32,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Members {
+    #[prost(message, repeated, tag = "1")]
+    pub members: Vec<Member>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Forward {
+    /// The sender's number for this request (echoed in the reply).
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// The client's protocol: 2 or 3 (the reply is encoded in it).
+    #[prost(uint32, tag = "2")]
+    pub proto: u32,
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    pub args: Vec<bytes::Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct ForwardReply {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub reply: bytes::Bytes,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -76,6 +122,11 @@ pub struct Deltas {
 pub struct DeltaBatch {
     #[prost(message, repeated, tag = "1")]
     pub entries: Vec<KeyBlob>,
+    /// Partitioned cluster: the `bincode` of the joined causal contexts of the batch's deltas
+    /// this receiver does not own (their states went only to their owners). The receiver
+    /// counts those dots as seen, so its GC report does not stall on writes it never holds.
+    #[prost(bytes = "bytes", tag = "2")]
+    pub skipped: bytes::Bytes,
 }
 
 /// Acknowledges one `Deltas` message and reports the sender's seen-set frontier (the
@@ -130,6 +181,10 @@ pub struct Publish {
     pub channel: bytes::Bytes,
     #[prost(bytes = "bytes", tag = "2")]
     pub message: bytes::Bytes,
+    /// An SPUBLISH (for shard channel subscribers) rather than a PUBLISH. Absent from the
+    /// messages of nodes that predate sharded pub/sub, which read as false.
+    #[prost(bool, tag = "3")]
+    pub shard: bool,
 }
 
 /// Writes an encoded [`DeltaBatch`] entry by entry, byte for byte what prost would produce for
@@ -167,6 +222,17 @@ impl BatchWriter {
     }
 
     pub fn finish(self) -> bytes::Bytes {
+        bytes::Bytes::from(self.buf)
+    }
+
+    /// Appends [`DeltaBatch::skipped`] (protobuf lets a field follow the repeated entries).
+    pub fn finish_with_skipped(mut self, skipped: &[u8]) -> bytes::Bytes {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        if !skipped.is_empty() {
+            encode_key(2, WireType::LengthDelimited, &mut self.buf);
+            encode_varint(skipped.len() as u64, &mut self.buf);
+            self.buf.extend_from_slice(skipped);
+        }
         bytes::Bytes::from(self.buf)
     }
 }
@@ -216,6 +282,7 @@ mod tests {
         }
         let expected = DeltaBatch {
             entries: entries.clone(),
+            skipped: bytes::Bytes::new(),
         }
         .encode_to_vec();
         assert_eq!(w.len(), expected.len());

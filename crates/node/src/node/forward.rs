@@ -1,0 +1,326 @@
+//! A partitioned cluster in the shell: membership gossip on the peer links, commands
+//! forwarded to an owner and their replies relayed in the client's reply order, and the
+//! commands peers forward here (ARCHITECTURE, "A partitioned cluster").
+//!
+//! Reply order: a connection whose command was forwarded keeps running its later commands
+//! (a pipeline is not held up by a round trip), but their replies queue behind the forwarded
+//! one in the connection's `relay`; the owner's reply, when it arrives, releases everything
+//! up to the next reply still awaited. So the client reads its replies in request order.
+
+use bytes::{Bytes, BytesMut};
+use lattice_resp::{Protocol, ReplyWriter};
+
+use super::Node;
+use crate::client::{Client, ConnId, ReplyMode};
+use crate::cluster::{
+    peer_conn, Forwarded, Member, RelaySlot, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS,
+};
+use crate::repl::wire::{self, Body};
+use lattice_crdt::NodeId;
+
+/// The reply when no owner of a slot is reachable.
+pub const SLOT_NOT_SERVED: &str = "CLUSTERDOWN Hash slot not served";
+const NO_REPLY: &str =
+    "TRYAGAIN No reply from the slot's owner in time; the command may or may not have run";
+const OWNER_LOST: &str =
+    "TRYAGAIN The slot's owner went away with the command in flight; it may or may not have run";
+const TOO_MANY: &str = "TRYAGAIN Too many commands waiting for their owners";
+
+impl Node {
+    /// A new link to `peer`: tell it every member we know (it learns our client address).
+    pub(super) fn cluster_peer_up(&mut self, peer: NodeId) {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        c.up.insert(peer.0);
+        c.link_changed(peer.0);
+        self.send_members(&[peer]);
+    }
+
+    fn send_members(&mut self, to: &[NodeId]) {
+        let Some(c) = self.core.cluster.as_deref() else {
+            return;
+        };
+        let members = wire::Members {
+            members: c
+                .members
+                .iter()
+                .map(|(id, m)| wire::Member {
+                    id: *id,
+                    host: m.host.clone(),
+                    port: u32::from(m.port),
+                })
+                .collect(),
+        };
+        if let Some(r) = self.core.repl.as_mut() {
+            for &peer in to {
+                r.send_control(peer, Body::Members(members.clone()));
+            }
+        }
+    }
+
+    pub(super) fn cluster_members(&mut self, m: wire::Members) {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        let learned = c.learn(m.members.into_iter().filter_map(|m| {
+            let port = u16::try_from(m.port).ok()?;
+            Some((m.id, Member { host: m.host, port }))
+        }));
+        if !learned {
+            return;
+        }
+        let placement = c.placement().cloned();
+        let ups: Vec<NodeId> = c.up.iter().map(|&p| NodeId(p)).collect();
+        if let Some(r) = self.core.repl.as_mut() {
+            r.set_ownership(placement);
+        }
+        // Gossip what was new on; a member list only grows, so this ends.
+        self.send_members(&ups);
+    }
+
+    /// The link to `peer` dropped: its forwarded reads go to the next live owner; its writes
+    /// (which may have run) are answered with an error.
+    pub(super) fn cluster_peer_down(&mut self, peer: NodeId) {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        c.up.remove(&peer.0);
+        for id in c.waiting_on(peer.0) {
+            self.retry_or_fail(id, OWNER_LOST);
+        }
+    }
+
+    fn retry_or_fail(&mut self, id: u64, error: &str) {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        let Some(f) = c.get(id).cloned() else {
+            return;
+        };
+        let next = if f.write {
+            None
+        } else {
+            c.live_owner(f.slot, Some(f.peer)).filter(|&o| o != c.me)
+        };
+        match next {
+            Some(owner) => {
+                c.redirect(id, owner);
+                self.send_forward(owner, id, &f);
+            }
+            None => {
+                c.finish(id);
+                c.stats.forward_failures += 1;
+                let reply = error_reply(error, f.proto);
+                self.relay_reply(f.conn, id, reply);
+            }
+        }
+    }
+
+    fn send_forward(&mut self, owner: u32, id: u64, f: &Forwarded) {
+        if let Some(r) = self.core.repl.as_mut() {
+            r.send_control(
+                NodeId(owner),
+                Body::Forward(wire::Forward {
+                    id,
+                    proto: f.proto,
+                    args: f.args.clone(),
+                }),
+            );
+        }
+    }
+
+    /// Forwards `args` (whose keys hash to `slot`, not owned here) for `conn`; returns the
+    /// forward's id, or the error to answer at once.
+    pub(super) fn start_forward(
+        &mut self,
+        conn: ConnId,
+        args: &[Bytes],
+        slot: u16,
+        proto: Protocol,
+    ) -> Result<u64, &'static str> {
+        let write = self
+            .core
+            .table
+            .find(&args[0])
+            .is_some_and(|s| s.is_write() || !s.subcommands.is_empty());
+        let now_ms = self.core.now.as_millis();
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return Err(SLOT_NOT_SERVED);
+        };
+        if c.pending_len() >= MAX_PENDING_FORWARDS {
+            return Err(TOO_MANY);
+        }
+        let Some(owner) = c.live_owner(slot, None).filter(|&o| o != c.me) else {
+            return Err(SLOT_NOT_SERVED);
+        };
+        let f = Forwarded {
+            conn,
+            peer: owner,
+            slot,
+            args: args.to_vec(),
+            proto: if proto == Protocol::Resp3 { 3 } else { 2 },
+            write,
+            deadline_ms: now_ms + FORWARD_TIMEOUT_MS,
+            resend_ms: 0,
+        };
+        let id = c.start(f.clone());
+        self.send_forward(owner, id, &f);
+        Ok(id)
+    }
+
+    /// The owner answered forward `id`.
+    pub(super) fn cluster_forward_reply(&mut self, peer: NodeId, r: wire::ForwardReply) {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        if c.get(r.id).is_none_or(|f| f.peer != peer.0) {
+            return; // answered already (timed out, or retried elsewhere)
+        }
+        let f = c.finish(r.id).expect("present");
+        self.relay_reply(f.conn, r.id, r.reply);
+    }
+
+    /// Fills the relay slot `id` of `conn` and releases every reply now in order.
+    fn relay_reply(&mut self, conn: ConnId, id: u64, reply: Bytes) {
+        let core = &mut self.core;
+        let Some(client) = core.clients.get_mut(&conn) else {
+            return; // the client left
+        };
+        let Some(slot) = client.relay.iter_mut().find(|s| s.id == id) else {
+            return;
+        };
+        slot.reply = Some(if slot.silent { Bytes::new() } else { reply });
+        while client.relay.front().is_some_and(|s| s.reply.is_some()) {
+            let s = client.relay.pop_front().expect("present");
+            if cfg!(feature = "planted-forward-bug") {
+                client.out.extend_from_slice(&s.after);
+                client.out.extend_from_slice(&s.reply.expect("ready"));
+                continue;
+            }
+            client.out.extend_from_slice(&s.reply.expect("ready"));
+            client.out.extend_from_slice(&s.after);
+        }
+        if !client.out.is_empty() && !client.pending {
+            client.pending = true;
+            core.pending.push_back(conn);
+        }
+    }
+
+    /// Unanswered forwards are sent again (a lost message); those past their deadline are
+    /// answered with an error.
+    pub(super) fn cluster_timeouts(&mut self, now_ms: u64) {
+        let (resend, expired) = match self.core.cluster.as_deref_mut() {
+            Some(c) => (c.due_resends(now_ms), c.expired(now_ms)),
+            None => return,
+        };
+        for (id, peer) in resend {
+            let f = self
+                .core
+                .cluster
+                .as_deref()
+                .and_then(|c| c.get(id))
+                .cloned();
+            if let Some(f) = f {
+                self.send_forward(peer, id, &f);
+            }
+        }
+        for id in expired {
+            if let Some(c) = self.core.cluster.as_deref_mut() {
+                c.stats.forward_timeouts += 1;
+                if let Some(f) = c.finish(id) {
+                    let reply = error_reply(NO_REPLY, f.proto);
+                    self.relay_reply(f.conn, id, reply);
+                }
+            }
+        }
+    }
+
+    /// A peer forwards a command for a slot it believes this node owns: run it on the peer's
+    /// stand-in client, in the client's protocol, and send the reply bytes back.
+    pub(super) fn cluster_serve_forward(&mut self, peer: NodeId, f: wire::Forward) {
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        if f.args.is_empty() {
+            return;
+        }
+        if !c.first_delivery(peer.0, f.id) {
+            // A copy (resent, or duplicated on the way): it ran once; answer again if the
+            // reply is still kept.
+            if let Some(reply) = c.kept_reply(peer.0, f.id) {
+                if let Some(r) = self.core.repl.as_mut() {
+                    r.send_control(
+                        peer,
+                        Body::ForwardReply(wire::ForwardReply { id: f.id, reply }),
+                    );
+                }
+            }
+            return;
+        }
+        let conn = peer_conn(peer.0);
+        let now_ms = self.core.now.as_millis();
+        if !self.core.clients.contains_key(&conn) {
+            let mut c = Client::new(conn, format!("peer-{}", peer.0), String::new(), now_ms);
+            c.via_peer = true;
+            self.core.clients.insert(conn, c);
+        }
+        let client = self.core.clients.get_mut(&conn).expect("inserted");
+        client.authenticated = true;
+        client.reply_mode = ReplyMode::On;
+        client.proto = if f.proto == 3 {
+            Protocol::Resp3
+        } else {
+            Protocol::Resp2
+        };
+        let before = client.out.len();
+        let blocked = self.execute(conn, &f.args);
+        if blocked {
+            // Never forwarded (see `Core::route`); refused rather than parked.
+            self.core.unpark(conn);
+        }
+        let Some(client) = self.core.clients.get_mut(&conn) else {
+            return;
+        };
+        let reply = client.out.split_off(before).freeze();
+        if let Some(c) = self.core.cluster.as_deref_mut() {
+            c.stats.served_for_peers += 1;
+            c.keep_reply(peer.0, f.id, &reply);
+        }
+        if let Some(r) = self.core.repl.as_mut() {
+            r.send_control(
+                peer,
+                Body::ForwardReply(wire::ForwardReply { id: f.id, reply }),
+            );
+        }
+    }
+
+    pub(super) fn cluster_next_deadline_ms(&self) -> Option<u64> {
+        self.core
+            .cluster
+            .as_deref()
+            .and_then(|c| c.next_deadline_ms())
+    }
+}
+
+/// `-<error>\r\n`: the same in RESP2 and RESP3.
+fn error_reply(error: &str, proto: u32) -> Bytes {
+    let mut out = BytesMut::new();
+    let proto = if proto == 3 {
+        Protocol::Resp3
+    } else {
+        Protocol::Resp2
+    };
+    ReplyWriter::new(&mut out, proto).error(error.as_bytes());
+    out.freeze()
+}
+
+/// A relay slot for a command just forwarded.
+pub(super) fn relay_slot(id: u64, silent: bool) -> RelaySlot {
+    RelaySlot {
+        id,
+        reply: None,
+        silent,
+        after: BytesMut::new(),
+    }
+}
