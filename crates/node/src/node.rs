@@ -142,6 +142,22 @@ impl Node {
                 crate::repl::Effect::Publish(channel, message) => {
                     self.core.deliver_publish(&channel, &message);
                 }
+                crate::repl::Effect::Functions {
+                    peer,
+                    digest,
+                    entries,
+                } => {
+                    let core = &mut self.core;
+                    if crate::cmd::function::merge_remote(core, &entries) {
+                        let blob = crate::cmd::function::entries_blob(core);
+                        if let Some(r) = core.repl.as_mut() {
+                            r.set_functions(blob);
+                        }
+                    }
+                    if let Some(r) = core.repl.as_mut() {
+                        r.functions_received(peer, digest);
+                    }
+                }
             }
         }
         self.release_parked();

@@ -6,6 +6,7 @@ use crate::ctx::CommandSpec;
 pub mod connection;
 pub mod dump;
 pub mod expire;
+pub mod function;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -40,6 +41,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     pubsub::COMMANDS,
     stream::COMMANDS,
     script::COMMANDS,
+    function::COMMANDS,
 ];
 
 #[cfg(test)]

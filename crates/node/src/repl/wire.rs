@@ -25,7 +25,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9")]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10")]
     pub body: Option<Body>,
 }
 
@@ -45,6 +45,9 @@ pub enum Body {
     /// A PUBLISH to deliver to the receiver's own subscribers.
     #[prost(message, tag = "9")]
     Publish(Publish),
+    /// The function library set: its digest alone (an anti-entropy probe) or whole.
+    #[prost(message, tag = "10")]
+    Functions(Functions),
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -109,6 +112,19 @@ pub struct Publish {
     pub channel: bytes::Bytes,
     #[prost(bytes = "bytes", tag = "2")]
     pub message: bytes::Bytes,
+}
+
+/// The sender's function library set (see `cmd::function::library`): with `full`, every entry
+/// (`entries`); without, only its `digest`, which the receiver answers with its own set when
+/// the digests differ.
+#[derive(Clone, PartialEq, Message)]
+pub struct Functions {
+    #[prost(fixed64, tag = "1")]
+    pub digest: u64,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub entries: bytes::Bytes,
+    #[prost(bool, tag = "3")]
+    pub full: bool,
 }
 
 /// Writes an encoded [`DeltaBatch`] entry by entry, byte for byte what prost would produce for

@@ -32,6 +32,9 @@ pub const MEMORY_LIMIT_BYTES: usize = 512 << 20;
 /// bodies cannot grow the node without bound.
 pub const MAX_CACHED_SCRIPTS: usize = 100_000;
 pub const MAX_CACHED_BYTES: usize = 256 << 20;
+/// The Redis version scripts see as `redis.REDIS_VERSION` (and as a number, 0x00MMmmpp).
+pub const REDIS_VERSION: &str = "7.0.15";
+pub const REDIS_VERSION_NUM: i64 = 0x0007_000f;
 /// The interpreter and the script cache of one node.
 pub struct Scripts {
     pub(crate) lua: Lua,
@@ -43,6 +46,16 @@ pub struct Scripts {
     pub(crate) can_suspend: bool,
     /// The script in progress between two slices, if any.
     pub(crate) running: Option<Running>,
+    /// FUNCTION's libraries, on the same interpreter.
+    pub(crate) libraries: crate::cmd::function::library::Libraries,
+}
+
+/// What is running: an EVAL script or a function (FCALL). SCRIPT KILL stops only the first,
+/// FUNCTION KILL only the second, as in Redis.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Eval,
+    Function,
 }
 
 /// A script suspended between two slices, and what the node needs to finish it.
@@ -51,7 +64,11 @@ pub(crate) struct Running {
     /// The connection that sent EVAL: it gets the reply when the script ends, and its later
     /// requests wait until then.
     pub(crate) caller: ConnId,
+    /// The script's SHA-1, or the function's name: errors name it.
     pub(crate) sha: String,
+    pub(crate) kind: Kind,
+    /// The command that started it (FUNCTION STATS shows it).
+    pub(crate) command: Vec<Bytes>,
     pub(crate) read_only: bool,
     pub(crate) rng: ChaCha8Rng,
     /// The node's time when the script started: commands inside it see this time, and
@@ -201,6 +218,8 @@ impl Scripts {
         // scripts written for older servers.
         redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
         redis.raw_set("set_repl", lua.create_function(|_, _: i64| Ok(()))?)?;
+        redis.raw_set("REDIS_VERSION", REDIS_VERSION)?;
+        redis.raw_set("REDIS_VERSION_NUM", REDIS_VERSION_NUM)?;
         for (name, v) in [
             ("LOG_DEBUG", 0),
             ("LOG_VERBOSE", 1),
@@ -234,7 +253,9 @@ impl Scripts {
         // Before the prelude wraps `pcall`: the probe counts the C calls of the raw one.
         let can_suspend = coroutine::layout_matches(&lua);
         lua.load(PRELUDE).set_name("=prelude").exec()?;
+        let libraries = crate::cmd::function::library::Libraries::new(&lua)?;
         Ok(Scripts {
+            libraries,
             lua,
             cache: BTreeMap::new(),
             cache_bytes: 0,
@@ -356,16 +377,59 @@ impl Scripts {
             let g = lua.globals();
             g.raw_set("KEYS", string_sequence(lua, keys)?)?;
             g.raw_set("ARGV", string_sequence(lua, argv)?)?;
-            lua.set_named_registry_value("lattice.resp", 2)?;
             lua.create_thread(self.cache[sha].func.clone())
         };
         let thread = setup().map_err(internal_error)?;
-        coroutine::install_hook(lua, &thread, HOOK_STEP);
+        Ok(self.running(thread, conn, now, sha, Kind::Eval, read_only, seed))
+    }
+
+    /// Prepares function `func` (called `name`) to run for `conn` with `keys` and `args` as
+    /// its two parameters, as Redis calls functions.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_function(
+        &mut self,
+        conn: ConnId,
+        now: Micros,
+        name: &str,
+        func: Function,
+        keys: &[Bytes],
+        argv: &[Bytes],
+        read_only: bool,
+        seed: u64,
+    ) -> Result<Running, Vec<u8>> {
+        let lua = &self.lua;
+        let setup = || -> mlua::Result<Thread> {
+            let thunk: Function = self.libraries.binder.call((
+                func,
+                string_sequence(lua, keys)?,
+                string_sequence(lua, argv)?,
+            ))?;
+            lua.create_thread(thunk)
+        };
+        let thread = setup().map_err(internal_error)?;
+        Ok(self.running(thread, conn, now, name, Kind::Function, read_only, seed))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn running(
+        &self,
+        thread: Thread,
+        conn: ConnId,
+        now: Micros,
+        name: &str,
+        kind: Kind,
+        read_only: bool,
+        seed: u64,
+    ) -> Running {
+        self.lua.set_named_registry_value("lattice.resp", 2).ok();
+        coroutine::install_hook(&self.lua, &thread, HOOK_STEP);
         self.hook.reset();
-        Ok(Running {
+        Running {
             thread,
             caller: conn,
-            sha: sha.to_string(),
+            sha: name.to_string(),
+            kind,
+            command: Vec::new(),
             read_only,
             rng: ChaCha8Rng::seed_from_u64(seed),
             started: now,
@@ -374,7 +438,7 @@ impl Scripts {
             timed_out: false,
             silent: false,
             close_caller: false,
-        })
+        }
     }
 }
 
