@@ -234,6 +234,7 @@ impl Scripts {
             redis.raw_set(name, v)?;
         }
         g.raw_set("redis", redis)?;
+        g.raw_set("bit", bit_library(&lua)?)?;
         // math.random / randomseed come from the per-script generator (registered per run).
         let math: Table = g.raw_get("math")?;
         math.raw_set(
@@ -319,6 +320,110 @@ impl Scripts {
     pub fn body(&self, sha: &str) -> Option<&Bytes> {
         self.cache.get(sha).map(|c| &c.body)
     }
+}
+
+/// Lua BitOp's `bit` table (which Redis loads): 32-bit operations whose results are signed
+/// 32-bit numbers; arguments are numbers taken modulo 2^32.
+fn bit_library(lua: &Lua) -> mlua::Result<Table> {
+    fn tobit(v: f64) -> i32 {
+        // Lua BitOp's normalization: the number modulo 2^32, as a signed 32-bit value.
+        let m = v.trunc().rem_euclid(4_294_967_296.0);
+        m as u64 as u32 as i32
+    }
+    fn nums(args: &MultiValue, name: &str) -> mlua::Result<Vec<i32>> {
+        args.iter()
+            .map(|v| match v {
+                LuaValue::Integer(i) => Ok(tobit(*i as f64)),
+                LuaValue::Number(n) => Ok(tobit(*n)),
+                LuaValue::String(s) => s
+                    .to_str()
+                    .ok()
+                    .and_then(|t| t.trim().parse::<f64>().ok())
+                    .map(tobit)
+                    .ok_or_else(|| {
+                        mlua::Error::runtime(format!("bad argument to '{name}' (number expected)"))
+                    }),
+                _ => Err(mlua::Error::runtime(format!(
+                    "bad argument to '{name}' (number expected)"
+                ))),
+            })
+            .collect()
+    }
+    fn first(args: &MultiValue, name: &str) -> mlua::Result<i32> {
+        nums(args, name)?.first().copied().ok_or_else(|| {
+            mlua::Error::runtime(format!("bad argument #1 to '{name}' (number expected)"))
+        })
+    }
+    let t = lua.create_table()?;
+    type Fold = fn(i32, i32) -> i32;
+    for (name, op) in [
+        ("band", (|a, b| a & b) as Fold),
+        ("bor", |a, b| a | b),
+        ("bxor", |a, b| a ^ b),
+    ] {
+        t.raw_set(
+            name,
+            lua.create_function(move |_, args: MultiValue| {
+                let v = nums(&args, name)?;
+                let first = *v.first().ok_or_else(|| {
+                    mlua::Error::runtime(format!("bad argument #1 to '{name}' (number expected)"))
+                })?;
+                Ok(v[1..].iter().fold(first, |a, b| op(a, *b)) as f64)
+            })?,
+        )?;
+    }
+    type Shift = fn(i32, u32) -> i32;
+    for (name, op) in [
+        (
+            "lshift",
+            (|a: i32, n: u32| ((a as u32) << n) as i32) as Shift,
+        ),
+        ("rshift", |a, n| ((a as u32) >> n) as i32),
+        ("arshift", |a, n| a >> n),
+        ("rol", |a, n| (a as u32).rotate_left(n) as i32),
+        ("ror", |a, n| (a as u32).rotate_right(n) as i32),
+    ] {
+        t.raw_set(
+            name,
+            lua.create_function(move |_, args: MultiValue| {
+                let v = nums(&args, name)?;
+                if v.len() < 2 {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad argument #2 to '{name}' (number expected)"
+                    )));
+                }
+                Ok(op(v[0], (v[1] & 31) as u32) as f64)
+            })?,
+        )?;
+    }
+    t.raw_set(
+        "tobit",
+        lua.create_function(|_, args: MultiValue| Ok(first(&args, "tobit")? as f64))?,
+    )?;
+    t.raw_set(
+        "bnot",
+        lua.create_function(|_, args: MultiValue| Ok(!first(&args, "bnot")? as f64))?,
+    )?;
+    t.raw_set(
+        "bswap",
+        lua.create_function(|_, args: MultiValue| Ok(first(&args, "bswap")?.swap_bytes() as f64))?,
+    )?;
+    t.raw_set(
+        "tohex",
+        lua.create_function(|_, args: MultiValue| {
+            let v = nums(&args, "tohex")?;
+            let x = first(&args, "tohex")? as u32;
+            let n = v.get(1).copied().unwrap_or(8);
+            let digits = n.unsigned_abs().min(8) as usize;
+            let hex = if n < 0 {
+                format!("{x:08X}")
+            } else {
+                format!("{x:08x}")
+            };
+            Ok(hex[8 - digits..].to_string())
+        })?,
+    )?;
+    Ok(t)
 }
 
 /// SHA-1 of `data` in lowercase hex, as `redis.sha1hex` and script IDs use it.
