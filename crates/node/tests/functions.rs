@@ -38,7 +38,7 @@ fn load_call_list_delete() {
         "-ERR Library 'mylib' already exists\r\n"
     );
     let list = h.cmd(1, &["FUNCTION", "LIST"]);
-    assert!(list.contains("$9\r\nno-writes\r\n"), "{list}");
+    assert!(list.contains("+no-writes\r\n"), "{list}");
     assert!(list.contains("$11\r\nreads a key\r\n"), "{list}");
     assert!(!list.contains("library_code"));
     assert!(h

@@ -313,9 +313,10 @@ fn function_list(core: &mut Core, call: &mut Call) {
                 .filter(|(bit, _)| f.flags & (1 << bit) != 0)
                 .map(|(_, n)| *n)
                 .collect();
+            // Status strings, as Redis replies them.
             out.set_len(names.len());
             for n in names {
-                out.bulk(n.as_bytes());
+                out.simple(n.as_bytes());
             }
         }
         if with_code {

@@ -99,7 +99,7 @@ impl Default for Scripts {
 
 /// Lua run once at start-up, after the `redis` table exists: wraps `redis.call` so that an
 /// error reply raises, keeps raw `xpcall` for the runner, makes `pcall`/`xpcall` re-raise a
-/// budget stop, and protects globals.
+/// budget stop, and makes globals read-only.
 const PRELUDE: &str = r#"
 local rawpcall, rawxpcall, killed, kill_message = pcall, xpcall, __lattice_killed, __lattice_kill_message
 local unwrap = __lattice_unwrap
@@ -115,14 +115,37 @@ pcall = function(...) return checked(rawpcall(...)) end
 xpcall = function(f, h)
   return checked(rawxpcall(f, function(e) return h(unwrap(e)) end))
 end
-local mt = {}
-mt.__index = function(_, name)
-  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+-- Read-only globals, as Redis 7.0's read-only tables: the globals table and the library
+-- tables a script sees are empty proxies over the real ones; writing to them, changing their
+-- metatables (or the string metatable) or rawset on them raises "Attempt to modify a readonly
+-- table". Reads go through table __index chains (no Lua call per global read).
+local raw_setmt, raw_getmt, raw_rawset, err, tostr, nxt = setmetatable, getmetatable, rawset, error, tostring, next
+local function readonly() err("Attempt to modify a readonly table", 2) end
+local sentinel = raw_setmt({}, { __newindex = readonly, __metatable = false })
+local function protect(real)
+  return raw_setmt({}, { __index = real, __newindex = readonly, __metatable = sentinel })
 end
-mt.__newindex = function(_, name)
-  error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+setmetatable = function(t, m)
+  if raw_getmt(t) == sentinel then readonly() end
+  return raw_setmt(t, m)
 end
-setmetatable(_G, mt)
+rawset = function(t, k, v)
+  if raw_getmt(t) == sentinel then readonly() end
+  return raw_rawset(t, k, v)
+end
+raw_getmt("").__metatable = sentinel
+local backing = {}
+for k, v in nxt, _G do backing[k] = v end
+for _, name in ipairs({ "redis", "bit", "string", "math", "table" }) do
+  if backing[name] then backing[name] = protect(backing[name]) end
+end
+local G = _G
+for k in nxt, backing do G[k] = nil end
+backing._G = G
+raw_setmt(backing, { __index = function(_, name)
+  err("Script attempted to access nonexistent global variable '" .. tostr(name) .. "'", 2)
+end })
+raw_setmt(G, { __index = backing, __newindex = readonly, __metatable = sentinel })
 "#;
 
 impl Scripts {
