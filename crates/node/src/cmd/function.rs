@@ -199,6 +199,9 @@ fn function_load(core: &mut Core, call: &mut Call) {
     if existing && !replace {
         return call.error(&format!("ERR Library '{name}' already exists"));
     }
+    if !existing && core.scripts.libraries.len() >= library::MAX_LIBRARIES {
+        return call.error("ERR too many function libraries: delete some first");
+    }
     let others = core.scripts.libraries.code_bytes()
         - core
             .scripts
@@ -596,6 +599,9 @@ fn function_restore(core: &mut Core, call: &mut Call) {
         .sum();
     if kept + bytes > MAX_CODE_BYTES {
         return call.error("ERR function libraries are too large: delete some first");
+    }
+    if libs.len() - removed.len() + incoming.len() > library::MAX_LIBRARIES {
+        return call.error("ERR too many function libraries: delete some first");
     }
     let stamp = next_stamp(core);
     let libs = &mut core.scripts.libraries;

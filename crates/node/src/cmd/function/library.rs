@@ -319,12 +319,15 @@ impl Libraries {
         true
     }
 
-    /// Deletes every library at `stamp`.
+    /// Deletes every library at `stamp`, including those left out for a name collision
+    /// (which a later rebuild would otherwise bring back).
     pub(crate) fn flush(&mut self, stamp: Stamp) {
-        let keys: Vec<String> = self.libs.keys().cloned().collect();
-        for k in keys {
-            self.unload(&k);
-            self.entries.insert(k, Entry { stamp, code: None });
+        self.libs.clear();
+        self.funcs.clear();
+        for e in self.entries.values_mut() {
+            if e.code.is_some() {
+                *e = Entry { stamp, code: None };
+            }
         }
         self.trim_tombstones();
     }
