@@ -463,3 +463,30 @@ fn script_cache_load_exists_flush() {
     assert_eq!(h.cmd(1, &["EXEC"]), "*1\r\n+OK\r\n");
     assert_eq!(h.cmd(1, &["GET", "bar"]), "$3\r\nbar\r\n");
 }
+
+#[test]
+fn unpack_of_a_huge_range_is_an_error_not_a_crash() {
+    let mut h = node();
+    for (i, j) in [
+        ("-2", "2147483647"),
+        ("0", "2147483647"),
+        ("-2147483648", "-2"),
+    ] {
+        let script = format!("return {{unpack({{1,2,3}}, {i}, {j})}}");
+        let r = h.cmd(1, &["EVAL", &script, "0"]);
+        assert!(r.contains("too many results to unpack"), "{r}");
+    }
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return {unpack({1,2,3}, 2)}", "0"]),
+        "*2\r\n:2\r\n:3\r\n"
+    );
+    let r = h.cmd(
+        1,
+        &[
+            "EVAL",
+            "local a = {} for i = 1, 7999 do a[i] = 1 end return #{unpack(a)}",
+            "0",
+        ],
+    );
+    assert_eq!(r, ":7999\r\n");
+}

@@ -115,6 +115,17 @@ pcall = function(...) return checked(rawpcall(...)) end
 xpcall = function(f, h)
   return checked(rawxpcall(f, function(e) return h(unwrap(e)) end))
 end
+-- Lua 5.1's unpack computes its result count in a C int: a huge range overflows it and
+-- crashes the process. Ranges of 8000 or more results (Lua's C stack limit) are refused first.
+local raw_unpack, tonum, typ = unpack, tonumber, type
+unpack = function(...)
+  local t, i, j = ...
+  if typ(t) == "table" then
+    local lo, hi = tonum(i) or 1, tonum(j) or #t
+    if hi - lo >= 8000 then error("too many results to unpack", 2) end
+  end
+  return raw_unpack(...)
+end
 -- Read-only globals, as Redis 7.0's read-only tables: the globals table and the library
 -- tables a script sees are empty proxies over the real ones; writing to them, changing their
 -- metatables (or the string metatable) or rawset on them raises "Attempt to modify a readonly
