@@ -490,3 +490,15 @@ fn unpack_of_a_huge_range_is_an_error_not_a_crash() {
     );
     assert_eq!(r, ":7999\r\n");
 }
+
+#[test]
+fn sha1hex_wants_one_argument() {
+    let mut h = node();
+    assert!(h
+        .cmd(1, &["EVAL", "return redis.sha1hex()", "0"])
+        .contains("wrong number of arguments"));
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return redis.sha1hex('abc')", "0"]),
+        "$40\r\na9993e364706816aba3e25717850c26c9cd0d89d\r\n"
+    );
+}

@@ -219,7 +219,22 @@ impl Scripts {
         )?;
         redis.raw_set(
             "sha1hex",
-            lua.create_function(|_, s: mlua::LuaString| Ok(sha1_hex(&s.as_bytes())))?,
+            // As Redis: exactly one argument; a string or number is hashed, anything else
+            // hashes as the empty string.
+            lua.create_function(|_, args: MultiValue| {
+                let args: Vec<LuaValue> = args.into_iter().collect();
+                let [arg] = args.as_slice() else {
+                    return Err(mlua::Error::runtime("wrong number of arguments"));
+                };
+                Ok(match arg {
+                    LuaValue::String(s) => sha1_hex(&s.as_bytes()),
+                    LuaValue::Integer(i) => sha1_hex(i.to_string().as_bytes()),
+                    LuaValue::Number(n) => {
+                        sha1_hex(crate::cmd::script::lua_number_text(*n).as_bytes())
+                    }
+                    _ => sha1_hex(b""),
+                })
+            })?,
         )?;
         redis.raw_set(
             "error_reply",
