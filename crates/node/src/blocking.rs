@@ -22,6 +22,9 @@ pub enum TimeoutReply {
     NullArray,
     /// `$-1` (RESP2) / `_` (RESP3): BRPOPLPUSH and BLMOVE inside MULTI.
     NullBulk,
+    /// An integer: WAIT's count of peers that have its writes, kept current while it waits
+    /// (`crate::cmd::role`).
+    Integer(i64),
 }
 
 impl TimeoutReply {
@@ -29,6 +32,7 @@ impl TimeoutReply {
         match self {
             TimeoutReply::NullArray => out.null_array(),
             TimeoutReply::NullBulk => out.null(),
+            TimeoutReply::Integer(n) => out.integer(n),
         }
     }
 }

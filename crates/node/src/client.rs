@@ -61,6 +61,8 @@ pub struct Client {
     /// Pub/sub subscriptions.
     pub channels: BTreeSet<Bytes>,
     pub patterns: BTreeSet<Bytes>,
+    /// Sharded pub/sub subscriptions (SSUBSCRIBE).
+    pub shard_channels: BTreeSet<Bytes>,
 }
 
 /// The state of a transaction being queued.
@@ -72,9 +74,10 @@ pub struct MultiState {
 }
 
 impl Client {
-    /// Subscribed to anything (RESP2 clients are then restricted to pub/sub commands).
+    /// Subscribed to anything (RESP2 clients are then restricted to pub/sub commands):
+    /// channels, patterns and shard channels.
     pub fn subscriptions(&self) -> usize {
-        self.channels.len() + self.patterns.len()
+        self.channels.len() + self.patterns.len() + self.shard_channels.len()
     }
 }
 
@@ -104,6 +107,7 @@ impl Client {
             queued_requests: VecDeque::new(),
             channels: BTreeSet::new(),
             patterns: BTreeSet::new(),
+            shard_channels: BTreeSet::new(),
         }
     }
 
@@ -139,7 +143,7 @@ impl Client {
             Protocol::Resp3 => 3,
         };
         format!(
-            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
             self.id.0,
             self.peer_addr,
             self.local_addr,
@@ -149,6 +153,7 @@ impl Client {
             flags,
             self.channels.len(),
             self.patterns.len(),
+            self.shard_channels.len(),
             multi,
             self.out.len(),
             self.last_command,

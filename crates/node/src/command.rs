@@ -279,6 +279,25 @@ impl<'a> Call<'a> {
         self.out.ok();
     }
 
+    /// Redis's reply to a known subcommand given arguments it does not take (the container's
+    /// name in capitals, the subcommand as the client typed it).
+    pub fn subcommand_syntax_error(&mut self) {
+        let sub = String::from_utf8_lossy(&self.args[1][..self.args[1].len().min(128)]);
+        let container = String::from_utf8_lossy(&self.args[0]).to_ascii_uppercase();
+        let message = format!(
+            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."
+        );
+        self.error(&message);
+    }
+
+    /// Replies with help text, a simple string per line (the HELP subcommands).
+    pub fn help(&mut self, lines: &[&str]) {
+        self.out.array_len(lines.len());
+        for l in lines {
+            self.out.simple(l.as_bytes());
+        }
+    }
+
     /// Whether this call replied with an error.
     pub fn failed(&self) -> bool {
         self.error_code.is_some()

@@ -281,6 +281,11 @@ pub struct Config {
     pub timeout_s: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
+    pub slowlog_log_slower_than_us: i64,
+    pub slowlog_max_len: u64,
+    /// `latency-monitor-threshold` (ms; 0: the latency monitor is off).
+    pub latency_monitor_threshold_ms: u64,
     pub requirepass: Option<String>,
     /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
@@ -320,6 +325,9 @@ impl Default for Config {
             timeout_s: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            slowlog_log_slower_than_us: 0,
+            slowlog_max_len: 0,
+            latency_monitor_threshold_ms: 0,
             requirepass: None,
             notify_keyspace_events: 0,
             node_id: 1,
@@ -469,6 +477,10 @@ impl Config {
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.slowlog_log_slower_than_us =
+            self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
+        self.slowlog_max_len = int(self, "slowlog-max-len");
+        self.latency_monitor_threshold_ms = int(self, "latency-monitor-threshold");
         self.appendonly = self.values["appendonly"] == "yes";
         self.appendfsync = match self.values["appendfsync"].as_str() {
             "always" => Fsync::Always,

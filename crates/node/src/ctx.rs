@@ -56,6 +56,8 @@ pub struct Core {
     /// Pub/sub: channel or pattern -> subscribers, in connection order.
     pub(crate) channels: BTreeMap<Bytes, BTreeSet<ConnId>>,
     pub(crate) patterns: BTreeMap<Bytes, BTreeSet<ConnId>>,
+    /// Sharded pub/sub: shard channel -> subscribers (`crate::cmd::shard_pubsub`).
+    pub(crate) shard_channels: BTreeMap<Bytes, BTreeSet<ConnId>>,
     /// WATCHed key -> watching clients.
     pub(crate) watched_keys: BTreeMap<Bytes, BTreeSet<ConnId>>,
     /// Key -> clients parked on it, first come first served.
@@ -76,6 +78,21 @@ pub struct Core {
     pub(crate) scripts: Scripts,
     /// Persistence: records, syncs, held replies, snapshots (`crate::persist`).
     pub(crate) persist: Persist,
+    /// SLOWLOG's entries (`crate::cmd::slowlog`).
+    pub(crate) slowlog: crate::cmd::slowlog::SlowLog,
+    /// The request being timed for the slow log and the latency monitor.
+    pub(crate) timing: crate::cmd::slowlog::Timing,
+    /// Clients parked in WAIT: the count of this node's writes they wait for and how many
+    /// peers must have them (`crate::cmd::role`).
+    pub(crate) waits: BTreeMap<ConnId, crate::cmd::role::Wait>,
+    /// The process's first and largest memory figures (MEMORY STATS).
+    pub(crate) memory: crate::cmd::memory::MemoryHistory,
+    /// CLIENT PAUSE: the pause in effect and the clients it holds (`crate::cmd::pause`).
+    pub(crate) pausing: crate::cmd::pause::Pausing,
+    /// Connections in MONITOR mode (`crate::cmd::monitor`).
+    pub(crate) monitors: BTreeSet<ConnId>,
+    /// LATENCY's events (`crate::cmd::latency`).
+    pub(crate) latency: crate::cmd::latency::LatencyMonitor,
 }
 
 impl Core {
@@ -115,6 +132,7 @@ impl Core {
             run_id,
             channels: BTreeMap::new(),
             patterns: BTreeMap::new(),
+            shard_channels: BTreeMap::new(),
             watched_keys: BTreeMap::new(),
             blocked_on: BTreeMap::new(),
             block_deadlines: BTreeSet::new(),
@@ -125,6 +143,13 @@ impl Core {
             repl,
             scripts: Scripts::new(),
             persist: Persist::default(),
+            slowlog: Default::default(),
+            timing: Default::default(),
+            latency: Default::default(),
+            waits: BTreeMap::new(),
+            memory: Default::default(),
+            pausing: Default::default(),
+            monitors: BTreeSet::new(),
         }
     }
 

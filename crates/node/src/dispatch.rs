@@ -59,7 +59,17 @@ impl Core {
             }),
         };
         match admission {
-            Admission::Run(spec) => self.run_handler(spec, &mut call),
+            Admission::Run(spec) => {
+                use crate::cmd::monitor::Source;
+                let monitored = !self.monitors.is_empty();
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, true);
+                }
+                self.run_handler(spec, &mut call);
+                if monitored {
+                    self.feed_monitors(conn, spec, args, Source::Client, false);
+                }
+            }
             Admission::Queue => {
                 if let Some(m) = self.clients.get_mut(&conn).and_then(|c| c.multi.as_mut()) {
                     m.queued.push(args.to_vec());
@@ -162,6 +172,13 @@ impl Core {
         if let Some(i) = intent {
             if self.repl.as_ref().is_some_and(|r| r.must_settle_before(i)) {
                 self.settle_captures();
+            }
+            // An increment is captured as the difference from the old value, which a compact
+            // string leaves to the store: keep a copy before the command changes it.
+            if let (Intent::Increment, Some(r), Some(key)) =
+                (i, self.repl.as_mut(), call.args.get(1))
+            {
+                r.keep_value(key, &mut self.db);
             }
         }
         handler(self, call);

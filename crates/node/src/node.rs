@@ -58,6 +58,11 @@ impl Node {
     /// (then they are served, and refused with BUSY unless `allow-busy`), the script caller's
     /// own requests and replication messages until the end.
     pub fn handle(&mut self, now: Micros, input: Input) {
+        // Requests handed in at one time are one batch (a pipeline); anything else, or a later
+        // time, ends the batch being timed at the latest time the node had.
+        if !matches!(input, Input::Request { .. }) || now > self.core.now {
+            self.end_timing();
+        }
         self.advance(now);
         self.take_input(input);
     }
@@ -95,7 +100,7 @@ impl Node {
                 core.close_client(conn);
             }
             Input::Closed { conn } => Node::forget_client(&mut self.core, conn),
-            Input::ProcessStats(p) => self.core.process = p,
+            Input::ProcessStats(p) => self.core.set_process_stats(p),
             Input::PeerUp { peer } => {
                 let now_ms = self.core.now.as_millis();
                 if let Some(r) = self.core.repl.as_mut() {
@@ -121,10 +126,11 @@ impl Node {
 
     fn peer_message(&mut self, peer: NodeId, data: &[u8]) {
         let now_ms = self.core.now.as_millis();
-        let Some(r) = self.core.repl.as_mut() else {
+        let core = &mut self.core;
+        let Some(r) = core.repl.as_mut() else {
             return;
         };
-        for effect in r.on_message(peer, data, now_ms) {
+        for effect in r.on_message(peer, data, now_ms, &mut core.db) {
             match effect {
                 crate::repl::Effect::Keys(keys) => {
                     // A message changes up to thousands of keys: each group's store entries
@@ -158,13 +164,38 @@ impl Node {
                         r.functions_received(peer, digest);
                     }
                 }
+                crate::repl::Effect::ShardPublish(channel, message) => {
+                    self.core.deliver_shard_publish(&channel, &message);
+                }
             }
+        }
+        if !self.core.waits.is_empty() {
+            self.core.serve_waits();
         }
         self.release_parked();
     }
 
+    /// The requests handed in since the last call (or since the node last saw a later time)
+    /// were handed over completely at `now`: the driver's clock after running them. Their
+    /// duration, shared evenly by the commands they ran, is what the slow log and the latency
+    /// monitor record (`crate::cmd::slowlog`). A driver that never calls it gets durations of
+    /// 0 (no time passed for its requests on the node's clock).
+    pub fn request_done(&mut self, now: Micros) {
+        self.advance(now);
+        self.end_timing();
+    }
+
+    /// Ends the timing of the requests being timed at the node's time, unless a script they
+    /// started still runs (its slices are part of its time).
+    fn end_timing(&mut self) {
+        if self.core.timing.begun() && self.core.scripts.running.is_none() {
+            self.core.timing_end(self.core.now);
+        }
+    }
+
     /// Runs due timers: blocking timeouts, active expiry, statistics, idle-client timeouts.
     pub fn handle_timeout(&mut self, now: Micros) {
+        self.end_timing();
         self.advance(now);
         if self.core.scripts.running.is_some() {
             // No other timer runs in the middle of a script (Redis runs none either): expiry
@@ -173,10 +204,14 @@ impl Node {
         }
         let now_ms = self.core.now.as_millis();
         self.expire_blocked(now_ms);
+        if self.core.pausing.pause.is_some() {
+            self.core.expire_pause(now_ms);
+            self.release_parked();
+        }
         self.core.persist_tick();
         self.core.settle_captures();
         if let Some(r) = self.core.repl.as_mut() {
-            r.tick(now_ms);
+            r.tick(now_ms, &mut self.core.db);
         }
         if now_ms < self.next_cron_ms {
             return;
@@ -188,9 +223,13 @@ impl Node {
             EXPIRE_KEYS_PER_TICK
         };
         let mut expired: Vec<Vec<u8>> = Vec::new();
-        let (_, more) = core
-            .db
-            .expire_due(now_ms, budget, |e| expired.push(e.key().to_vec()));
+        // Nothing is deleted while CLIENT PAUSE holds writes.
+        let (_, more) = if core.writes_paused() {
+            (0, false)
+        } else {
+            core.db
+                .expire_due(now_ms, budget, |e| expired.push(e.key().to_vec()))
+        };
         for key in &expired {
             core.after_expiry(key);
         }
@@ -229,6 +268,9 @@ impl Node {
             Some(d) => cron.min(d),
             None => cron,
         };
+        if let Some(d) = self.core.pause_deadline_ms() {
+            next = next.min(d);
+        }
         if let Some(r) = self.core.repl.as_ref() {
             next = next.min(r.next_deadline_ms(self.core.now.as_millis()));
         }

@@ -67,6 +67,7 @@ impl Core {
     /// Releases `conn` from every queue it is parked in; returns what it was parked with.
     pub(crate) fn unpark(&mut self, conn: ConnId) -> Option<Blocked> {
         let blocked = self.clients.get_mut(&conn)?.blocked.take()?;
+        self.waits.remove(&conn);
         for key in &blocked.keys {
             if let Some(q) = self.blocked_on.get_mut(key) {
                 q.retain(|c| *c != conn);

@@ -559,3 +559,59 @@ fn function_libraries_replicate_as_a_set() {
         assert_eq!(c.cmd(i, &["FUNCTION", "LIST"]), "*0\r\n");
     }
 }
+
+#[test]
+fn spublish_reaches_shard_subscribers_on_other_nodes_only() {
+    let mut c = Cluster::new(2);
+    let now = Micros::from_millis(c.now_ms);
+    c.nodes[1].handle(
+        now,
+        Input::Connected {
+            conn: ConnId(2),
+            peer_addr: "127.0.0.1:3".into(),
+            local_addr: "127.0.0.1:2".into(),
+        },
+    );
+    for cmd in [&b"SSUBSCRIBE"[..], b"SUBSCRIBE"] {
+        c.nodes[1].handle(
+            now,
+            Input::Request {
+                conn: ConnId(2),
+                args: vec![Bytes::copy_from_slice(cmd), Bytes::from_static(b"ch")],
+            },
+        );
+    }
+    c.drain(1);
+    c.replies[1].clear();
+    assert_eq!(c.cmd(0, &["SPUBLISH", "ch", "hello"]), ":0\r\n");
+    c.settle();
+    let got = String::from_utf8_lossy(&c.replies[1]).into_owned();
+    assert_eq!(got, "*3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n");
+}
+
+#[test]
+fn role_is_master_everywhere_and_wait_counts_peers_that_have_the_writes() {
+    let mut c = Cluster::new(3);
+    c.settle();
+    c.cmd(0, &["SET", "a", "1"]);
+    c.cmd(0, &["SET", "b", "2"]);
+    assert_eq!(c.cmd(0, &["ROLE"]), "*3\r\n$6\r\nmaster\r\n:2\r\n*0\r\n");
+    assert_eq!(c.cmd(1, &["ROLE"]), "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n");
+    // Nothing has been acknowledged yet: WAIT 0 answers at once, WAIT 2 parks.
+    assert_eq!(c.cmd(0, &["WAIT", "0", "0"]), ":0\r\n");
+    assert_eq!(c.cmd(0, &["WAIT", "2", "0"]), "");
+    c.settle();
+    assert_eq!(std::mem::take(&mut c.replies[0]), b":2\r\n");
+    // With one peer cut off, WAIT 2 times out with the one that has the write.
+    c.partition(2, true);
+    c.cmd(0, &["SET", "c", "3"]);
+    assert_eq!(c.cmd(0, &["WAIT", "2", "100"]), "");
+    c.advance(50);
+    assert!(c.replies[0].is_empty());
+    c.advance(100);
+    assert_eq!(std::mem::take(&mut c.replies[0]), b":1\r\n");
+    // Inside MULTI it answers at once.
+    c.cmd(0, &["MULTI"]);
+    c.cmd(0, &["WAIT", "2", "0"]);
+    assert_eq!(c.cmd(0, &["EXEC"]), "*1\r\n:1\r\n");
+}

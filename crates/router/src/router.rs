@@ -142,7 +142,9 @@ impl<D: Dir> Router<D> {
         }
         let end_us = clock_us();
         let elapsed_us = end_us.saturating_sub(now.0);
-        self.now(end_us);
+        let end = self.now(end_us);
+        // The batch's time for the slow log and the latency monitor, shared like the above.
+        self.node.request_done(end);
         self.end_batch(conn, commands, elapsed_us, protocol_error, own_out)
     }
 

@@ -25,6 +25,7 @@ pub mod hashes;
 pub mod hll;
 pub mod keys;
 pub mod lists;
+pub mod ops;
 pub mod sets;
 pub mod sort;
 pub mod strings;
@@ -269,6 +270,7 @@ pub const ALL: &[Family] = &[
     hll::FAMILY,
     geo::FAMILY,
     functions::FAMILY,
+    ops::FAMILY,
 ];
 
 pub fn family_names() -> Vec<&'static str> {

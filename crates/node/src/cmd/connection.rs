@@ -174,6 +174,26 @@ pub const COMMANDS: &[CommandSpec] = &[
                 client_unblock,
             ),
             spec(
+                "client|pause",
+                -3,
+                &["admin", "noscript", "loading", "stale"],
+                (0, 0, 0),
+                CONN,
+                "2.9.50",
+                "Suspends commands processing.",
+                crate::cmd::pause::client_pause,
+            ),
+            spec(
+                "client|unpause",
+                2,
+                &["admin", "noscript", "loading", "stale"],
+                (0, 0, 0),
+                CONN,
+                "6.2.0",
+                "Resumes processing commands from paused clients.",
+                crate::cmd::pause::client_unpause,
+            ),
+            spec(
                 "client|reply",
                 3,
                 &[],
@@ -340,6 +360,7 @@ fn quit(core: &mut Core, call: &mut Call) {
 fn reset(core: &mut Core, call: &mut Call) {
     core.unwatch_all(call.conn);
     crate::cmd::pubsub::unsubscribe_all(core, call.conn);
+    core.monitors.remove(&call.conn);
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.multi = None;
     }
@@ -632,6 +653,10 @@ fn client_unblock(core: &mut Core, call: &mut Call) {
         return call.syntax_error();
     }
     let target = ConnId(id as u64);
+    if core.pausing.held.contains(&target) {
+        // Held by CLIENT PAUSE, not blocked by its command: only the pause's end frees it.
+        return call.out.integer(0);
+    }
     match core.unpark(target) {
         Some(blocked) => {
             if as_error {

@@ -10,7 +10,7 @@ mod tests;
 use lattice_store::{Str, Value};
 
 use crate::cmd::string::value::{changed, cstr, opt_is, read_str, write_str, WrongType};
-use crate::command::{spec, Call};
+use crate::command::{spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use format::{Corrupt, DENSE, HDR, REGISTERS, SPARSE};
 
@@ -20,7 +20,8 @@ const HLL: &str = "hyperloglog";
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     spec("pfadd", -2, &["write", "denyoom", "fast"], (1, 1, 1), HLL, "2.8.9", "Adds the specified elements to the specified HyperLogLog.", pfadd),
-    spec("pfcount", -2, &["readonly"], (1, -1, 1), HLL, "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", pfcount),
+    // May replicate (it can rewrite the key's cached count); COMMAND INFO does not show it.
+    spec("pfcount", -2, &["readonly"], (1, -1, 1), HLL, "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", pfcount).with(Flag::MayReplicate),
     spec("pfmerge", -2, &["write", "denyoom"], (1, -1, 1), HLL, "2.8.9", "Merge N different HyperLogLogs into a single one.", pfmerge),
     spec("pfdebug", 3, &["write", "denyoom", "admin"], (2, 2, 1), HLL, "2.8.9", "Internal commands for debugging HyperLogLog values", pfdebug),
     spec("pfselftest", 1, &["admin"], (0, 0, 0), HLL, "2.8.9", "An internal command for testing HyperLogLog values", pfselftest),

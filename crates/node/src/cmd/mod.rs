@@ -11,11 +11,18 @@ pub mod geo;
 pub mod hash;
 pub mod hll;
 pub mod keys;
+pub mod latency;
 pub mod list;
+pub mod memory;
+pub mod monitor;
+pub mod pause;
 pub mod pubsub;
+pub mod role;
 pub mod script;
 pub mod server;
 pub mod set;
+pub mod shard_pubsub;
+pub mod slowlog;
 pub mod sort;
 pub mod stream;
 pub mod string;
@@ -42,6 +49,12 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     stream::COMMANDS,
     script::COMMANDS,
     function::COMMANDS,
+    slowlog::COMMANDS,
+    latency::COMMANDS,
+    role::COMMANDS,
+    shard_pubsub::COMMANDS,
+    memory::COMMANDS,
+    monitor::COMMANDS,
 ];
 
 #[cfg(test)]
@@ -97,6 +110,6 @@ mod tests {
         }
         let count = |f: Flag| every_spec().iter().filter(|s| s.has(f)).count();
         assert_eq!(count(Flag::RunsInsideMulti), 6);
-        assert_eq!(count(Flag::AllowedWhileSubscribed), 7);
+        assert_eq!(count(Flag::AllowedWhileSubscribed), 9);
     }
 }

@@ -4,6 +4,8 @@
 //! RESP2 subscribers are restricted to pub/sub commands (enforced by the dispatcher); RESP3
 //! subscribers receive messages as push frames and may run any command.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use bytes::Bytes;
 use lattice_resp::ReplyWriter;
 use lattice_store::glob_match;
@@ -68,7 +70,10 @@ pub const COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Posts a message to a channel.",
         publish_cmd,
-    ),
+    )
+    // Redis flags it may-replicate (CLIENT PAUSE WRITE holds it) without showing the flag in
+    // COMMAND INFO.
+    .with(Flag::MayReplicate),
     container(
         "pubsub",
         -2,
@@ -107,6 +112,26 @@ pub const COMMANDS: &[CommandSpec] = &[
                 pubsub_numpat,
             ),
             spec(
+                "pubsub|shardchannels",
+                -2,
+                &["pubsub", "loading", "stale"],
+                (0, 0, 0),
+                PUBSUB,
+                "7.0.0",
+                "Returns the active shard channels.",
+                crate::cmd::shard_pubsub::shard_channels,
+            ),
+            spec(
+                "pubsub|shardnumsub",
+                -2,
+                &["pubsub", "loading", "stale"],
+                (0, 0, 0),
+                PUBSUB,
+                "7.0.0",
+                "Returns the count of subscribers of shard channels.",
+                crate::cmd::shard_pubsub::shard_numsub,
+            ),
+            spec(
                 "pubsub|help",
                 2,
                 &["loading", "stale"],
@@ -122,44 +147,72 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 pub use crate::events::*;
 
-fn subscription_count(core: &Core, conn: ConnId) -> i64 {
-    core.clients
-        .get(&conn)
-        .map_or(0, |c| c.subscriptions() as i64)
+/// The three kinds of subscription. They share the bookkeeping (the client's set and the
+/// node's index of subscribers) and differ in their names and in what a confirmation counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Channel,
+    Pattern,
+    /// Sharded pub/sub (`crate::cmd::shard_pubsub`).
+    Shard,
 }
 
-fn subscribe_generic(core: &mut Core, call: &mut Call, pattern: bool) {
+impl Kind {
+    fn words(self) -> (&'static [u8], &'static [u8]) {
+        match self {
+            Kind::Channel => (b"subscribe", b"unsubscribe"),
+            Kind::Pattern => (b"psubscribe", b"punsubscribe"),
+            Kind::Shard => (b"ssubscribe", b"sunsubscribe"),
+        }
+    }
+
+    fn of_client(self, c: &mut crate::client::Client) -> &mut BTreeSet<Bytes> {
+        match self {
+            Kind::Channel => &mut c.channels,
+            Kind::Pattern => &mut c.patterns,
+            Kind::Shard => &mut c.shard_channels,
+        }
+    }
+
+    fn index(self, core: &mut Core) -> &mut BTreeMap<Bytes, BTreeSet<ConnId>> {
+        match self {
+            Kind::Channel => &mut core.channels,
+            Kind::Pattern => &mut core.patterns,
+            Kind::Shard => &mut core.shard_channels,
+        }
+    }
+
+    /// What a confirmation counts, as Redis 7.0: channels and patterns together, shard
+    /// channels apart.
+    fn count(self, core: &Core, conn: ConnId) -> i64 {
+        core.clients.get(&conn).map_or(0, |c| match self {
+            Kind::Channel | Kind::Pattern => c.channels.len() + c.patterns.len(),
+            Kind::Shard => c.shard_channels.len(),
+        }) as i64
+    }
+}
+
+pub(crate) fn subscribe_generic(core: &mut Core, call: &mut Call, kind: Kind) {
     let conn = call.conn;
     for ch in &call.args[1..] {
         let Some(c) = core.clients.get_mut(&conn) else {
             return;
         };
-        let added = if pattern {
-            c.patterns.insert(ch.clone())
-        } else {
-            c.channels.insert(ch.clone())
-        };
-        if added {
-            let map = if pattern {
-                &mut core.patterns
-            } else {
-                &mut core.channels
-            };
-            map.entry(ch.clone()).or_default().insert(conn);
+        if kind.of_client(c).insert(ch.clone()) {
+            kind.index(core).entry(ch.clone()).or_default().insert(conn);
         }
-        let count = subscription_count(core, conn);
-        let kind: &[u8] = if pattern { b"psubscribe" } else { b"subscribe" };
-        confirm(core, call, kind, Some(ch), count);
+        confirm(core, conn, kind, kind.words().0, Some(ch));
     }
 }
 
 /// Writes a (un)subscribe confirmation. Redis sends these (like messages) as pushes that
 /// CLIENT REPLY OFF/SKIP do not silence, in RESP2 as well as RESP3, so they go out through
 /// the connection's push path instead of the command's reply.
-fn confirm(core: &mut Core, call: &mut Call, kind: &[u8], name: Option<&[u8]>, count: i64) {
-    core.write_to(call.conn, |w: &mut ReplyWriter| {
+fn confirm(core: &mut Core, conn: ConnId, kind: Kind, word: &[u8], name: Option<&[u8]>) {
+    let count = kind.count(core, conn);
+    core.write_to(conn, |w: &mut ReplyWriter| {
         w.push_len(3);
-        w.bulk(kind);
+        w.bulk(word);
         match name {
             Some(n) => w.bulk(n),
             None => w.null(),
@@ -169,85 +222,68 @@ fn confirm(core: &mut Core, call: &mut Call, kind: &[u8], name: Option<&[u8]>, c
 }
 
 fn subscribe(core: &mut Core, call: &mut Call) {
-    subscribe_generic(core, call, false);
+    subscribe_generic(core, call, Kind::Channel);
 }
 
 fn psubscribe(core: &mut Core, call: &mut Call) {
-    subscribe_generic(core, call, true);
+    subscribe_generic(core, call, Kind::Pattern);
 }
 
 /// Removes one subscription; true if it existed.
-fn remove_subscription(core: &mut Core, conn: ConnId, name: &Bytes, pattern: bool) -> bool {
+fn remove_subscription(core: &mut Core, conn: ConnId, name: &Bytes, kind: Kind) -> bool {
     let Some(c) = core.clients.get_mut(&conn) else {
         return false;
     };
-    let removed = if pattern {
-        c.patterns.remove(name)
-    } else {
-        c.channels.remove(name)
-    };
-    let map = if pattern {
-        &mut core.patterns
-    } else {
-        &mut core.channels
-    };
-    if let Some(set) = map.get_mut(name) {
+    let removed = kind.of_client(c).remove(name);
+    let index = kind.index(core);
+    if let Some(set) = index.get_mut(name) {
         set.remove(&conn);
         if set.is_empty() {
-            map.remove(name);
+            index.remove(name);
         }
     }
     removed
 }
 
-fn unsubscribe_generic(core: &mut Core, call: &mut Call, pattern: bool) {
+/// The client's subscriptions of `kind`.
+fn subscriptions_of(core: &mut Core, conn: ConnId, kind: Kind) -> Vec<Bytes> {
+    core.clients
+        .get_mut(&conn)
+        .map(|c| kind.of_client(c).iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+pub(crate) fn unsubscribe_generic(core: &mut Core, call: &mut Call, kind: Kind) {
     let conn = call.conn;
-    let kind: &[u8] = if pattern {
-        b"punsubscribe"
-    } else {
-        b"unsubscribe"
-    };
+    let word = kind.words().1;
     let names: Vec<Bytes> = if call.argc() > 1 {
         call.args[1..].to_vec()
     } else {
-        match core.clients.get(&conn) {
-            Some(c) if pattern => c.patterns.iter().cloned().collect(),
-            Some(c) => c.channels.iter().cloned().collect(),
-            None => Vec::new(),
-        }
+        subscriptions_of(core, conn, kind)
     };
     if names.is_empty() {
-        let count = subscription_count(core, conn);
-        confirm(core, call, kind, None, count);
-        return;
+        return confirm(core, conn, kind, word, None);
     }
     for name in names {
-        remove_subscription(core, conn, &name, pattern);
-        let count = subscription_count(core, conn);
-        confirm(core, call, kind, Some(&name), count);
+        remove_subscription(core, conn, &name, kind);
+        confirm(core, conn, kind, word, Some(&name));
     }
 }
 
 fn unsubscribe(core: &mut Core, call: &mut Call) {
-    unsubscribe_generic(core, call, false);
+    unsubscribe_generic(core, call, Kind::Channel);
 }
 
 fn punsubscribe(core: &mut Core, call: &mut Call) {
-    unsubscribe_generic(core, call, true);
+    unsubscribe_generic(core, call, Kind::Pattern);
 }
 
 /// Drops every subscription of `conn` without replying (disconnect, RESET).
 pub fn unsubscribe_all(core: &mut Core, conn: ConnId) {
-    let Some(c) = core.clients.get(&conn) else {
-        return;
-    };
-    let channels: Vec<Bytes> = c.channels.iter().cloned().collect();
-    let patterns: Vec<Bytes> = c.patterns.iter().cloned().collect();
-    for ch in channels {
-        remove_subscription(core, conn, &ch, false);
-    }
-    for p in patterns {
-        remove_subscription(core, conn, &p, true);
+    for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
+        for name in subscriptions_of(core, conn, kind) {
+            remove_subscription(core, conn, &name, kind);
+        }
     }
 }
 
@@ -296,6 +332,10 @@ fn pubsub_help(_core: &mut Core, call: &mut Call) {
         "NUMSUB [<channel> ...]",
         "    Return the number of subscribers for the specified channels, excluding",
         "    pattern subscriptions(default: no channels).",
+        "SHARDCHANNELS [<pattern>]",
+        "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+        "SHARDNUMSUB [<shardchannel> ...]",
+        "    Return the number of subscribers for the specified shard level channel(s)",
         "HELP",
         "    Print this help.",
     ];

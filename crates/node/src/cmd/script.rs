@@ -329,6 +329,9 @@ fn execute(
     let mut sub = Call::new(conn, args, now, ReplyWriter::new(&mut buf, resp));
     sub.in_exec = true;
     core.run_handler(spec, &mut sub);
+    if !core.monitors.is_empty() {
+        core.feed_monitors(conn, spec, args, crate::cmd::monitor::Source::Script, false);
+    }
     if let Some(code) = sub.error_code.take() {
         core.stats.total_error_replies += 1;
         *core.stats.errors.entry(code).or_insert(0) += 1;

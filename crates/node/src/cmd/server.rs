@@ -139,35 +139,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         ],
     },
     container(
-        "memory",
-        -2,
-        SERVER,
-        "4.0.0",
-        "A container for memory diagnostics commands.",
-        &[
-            spec(
-                "memory|usage",
-                -3,
-                &["readonly"],
-                (2, 2, 1),
-                SERVER,
-                "4.0.0",
-                "Estimates the memory usage of a key.",
-                memory_usage,
-            ),
-            spec(
-                "memory|help",
-                2,
-                &["loading", "stale"],
-                (0, 0, 0),
-                SERVER,
-                "4.0.0",
-                "Returns helpful text about the different subcommands.",
-                memory_help,
-            ),
-        ],
-    ),
-    container(
         "config",
         -2,
         SERVER,
@@ -512,7 +483,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -524,6 +495,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 s.keyspace_misses,
                 core.channels.len(),
                 core.patterns.len(),
+                core.shard_channels.len(),
                 s.total_error_replies,
             );
         }
@@ -851,6 +823,7 @@ fn config_help(_core: &mut Core, call: &mut Call) {
     }
 }
 
+
 // ---- COMMAND GETKEYS ----
 
 /// Positions of the key arguments of `args` (a whole command line), or an error message.
@@ -947,40 +920,5 @@ fn command_getkeys(core: &mut Core, call: &mut Call) {
                 call.out.bulk(&cmd_args[p]);
             }
         }
-    }
-}
-
-// ---- MEMORY ----
-
-fn memory_usage(core: &mut Core, call: &mut Call) {
-    let mut i = 3;
-    while i < call.argc() {
-        if is(call.arg(i), "samples") && i + 1 < call.argc() {
-            if crate::args::parse_i64(call.arg(i + 1)).is_none_or(|n| n < 0) {
-                return call.error(crate::args::NOT_INTEGER);
-            }
-            i += 2;
-        } else {
-            return call.syntax_error();
-        }
-    }
-    match core.db.get_live(call.arg(2), call.now_ms, |_| {}) {
-        Some(e) => call.out.integer(e.memory_usage() as i64),
-        None => call.out.null(),
-    }
-}
-
-fn memory_help(_core: &mut Core, call: &mut Call) {
-    const LINES: &[&str] = &[
-        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "USAGE <key> [SAMPLES <count>]",
-        "    Return memory in bytes used by <key> and its value. Nested values are",
-        "    sampled up to <count> times (default: 5, 0 means sample all).",
-        "HELP",
-        "    Print this help.",
-    ];
-    call.out.array_len(LINES.len());
-    for l in LINES {
-        call.out.simple(l.as_bytes());
     }
 }

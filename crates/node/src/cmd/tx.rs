@@ -119,8 +119,21 @@ fn exec(core: &mut Core, call: &mut Call) {
         sub.in_exec = true;
         // Resolved when queued, so this finds the same command again.
         match crate::dispatch::resolve(core, args) {
-            Ok(spec) => core.run_handler(spec, &mut sub),
+            Ok(spec) => {
+                use crate::cmd::monitor::Source;
+                let monitored = !core.monitors.is_empty();
+                if monitored {
+                    core.feed_monitors(call.conn, spec, args, Source::Client, true);
+                }
+                core.run_handler(spec, &mut sub);
+                if monitored {
+                    core.feed_monitors(call.conn, spec, args, Source::Client, false);
+                }
+            }
             Err(unresolved) => sub.error_bytes(&unresolved.message(args)),
+        }
+        if core.timing_wanted() {
+            core.timing_note(call.conn, args.clone());
         }
         if let Some(code) = sub.error_code.take() {
             core.stats.total_error_replies += 1;

@@ -16,6 +16,13 @@ impl Core {
             }
         }
         core.clients.check_invariants();
+        core.slowlog.check_invariants();
+        core.timing.check_invariants();
+        core.latency.check_invariants();
+        core.check_wait_invariants();
+        core.check_shard_invariants();
+        core.check_pause_invariants();
+        core.check_monitor_invariants();
         for (id, c) in core.clients.iter() {
             assert_eq!(*id, c.id, "client stored under another id");
             if c.pending {

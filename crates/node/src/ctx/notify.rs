@@ -40,7 +40,7 @@ impl Core {
     /// PUBLISH: local subscribers now, and every peer's subscribers (replication).
     pub fn publish(&mut self, channel: &[u8], message: &[u8]) -> usize {
         if let Some(r) = self.repl.as_mut() {
-            r.publish(channel, message);
+            r.publish(channel, message, false);
         }
         self.deliver_publish(channel, message)
     }
@@ -81,7 +81,7 @@ impl Core {
         receivers
     }
 
-    fn deliver(&mut self, conn: ConnId, f: impl FnOnce(&mut ReplyWriter)) {
+    pub(crate) fn deliver(&mut self, conn: ConnId, f: impl FnOnce(&mut ReplyWriter)) {
         self.write_to(conn, f);
         if self
             .clients

@@ -45,7 +45,28 @@ impl Node {
             }
             return;
         }
-        self.execute(conn, &args);
+        if self.core.pausing.pause.is_some() && self.core.pause_hold(conn, &args) {
+            return;
+        }
+        // A request refused with BUSY while a script runs is no part of the script's time,
+        // and one queued in a transaction has not run yet (EXEC's commands are noted as it
+        // runs them).
+        let timed = self.core.scripts.running.is_none();
+        let in_multi = self
+            .core
+            .clients
+            .get(&conn)
+            .is_some_and(|c| c.multi.is_some());
+        let parked = self.execute(conn, &args);
+        let queued = in_multi
+            && self
+                .core
+                .clients
+                .get(&conn)
+                .is_some_and(|c| c.multi.is_some());
+        if timed && !parked && !queued {
+            self.core.timing_note(conn, args);
+        }
     }
 
     /// Runs `args` for `conn` into its output buffer, honouring CLIENT REPLY, and parks the
@@ -132,6 +153,8 @@ impl Node {
                     };
                     let parked_again = self.execute(conn, &args);
                     if !parked_again {
+                        // Logged once served, as Redis logs a blocked command.
+                        self.core.timing_note(conn, args);
                         self.core.unpark(conn);
                         self.run_queued(conn);
                     }
@@ -188,6 +211,7 @@ impl Node {
         core.unpark(conn);
         core.unwatch_all(conn);
         crate::cmd::pubsub::unsubscribe_all(core, conn);
+        core.monitors.remove(&conn);
         core.clients.remove(&conn);
     }
 }

@@ -112,6 +112,10 @@ pub struct Publish {
     pub channel: bytes::Bytes,
     #[prost(bytes = "bytes", tag = "2")]
     pub message: bytes::Bytes,
+    /// An SPUBLISH (for shard channel subscribers) rather than a PUBLISH. Absent from the
+    /// messages of nodes that predate sharded pub/sub, which read as false.
+    #[prost(bool, tag = "3")]
+    pub shard: bool,
 }
 
 /// The sender's function library set (see `cmd::function::library`): with `full`, every entry

@@ -1,0 +1,78 @@
+//! The operations family: the parts of SLOWLOG, LATENCY, ROLE, WAIT, MEMORY, OBJECT, sharded
+//! pub/sub and CLIENT PAUSE whose replies do not depend on timing or on the process: their
+//! errors, empty logs, replies with no subscribers, and nil for missing keys. (What a slow
+//! command leaves in the logs, pauses that hold requests and subscriptions are covered by the
+//! node's own tests: a second connection or a clock would be needed to compare them.)
+
+use super::{Cmd, Cmp, Ctx, Family};
+
+pub const FAMILY: Family = Family {
+    name: "ops",
+    weight: 3,
+    gen,
+};
+
+fn channel(c: &mut Ctx) -> Vec<u8> {
+    match c.below(4) {
+        0 => c.key(),
+        1 => c.member(),
+        _ => c
+            .pick(&["ch", "chan1", "{t}ch", "news.*"])
+            .as_bytes()
+            .to_vec(),
+    }
+}
+
+fn gen(c: &mut Ctx) -> Cmd {
+    match c.below(20) {
+        0 => Cmd::new("SLOWLOG").a("GET").a("0"),
+        1 => Cmd::new("SLOWLOG")
+            .a("GET")
+            .a(*c.pick(&["-2", "-222", "x", "1.5", ""])),
+        2 => Cmd::new("SLOWLOG")
+            .a(*c.pick(&["nope", "get", "len"]))
+            .a("1")
+            .a("2"),
+        3 => Cmd::new("LATENCY").a("LATEST"),
+        4 => Cmd::new("LATENCY")
+            .a("HISTORY")
+            .a(*c.pick(&["command", "blabla", "fast-command"])),
+        5 => Cmd::new("LATENCY").a("RESET").all(c.members(0, 3)),
+        6 => Cmd::new("ROLE"),
+        7 => Cmd::new("WAIT").a("0").a(*c.pick(&["0", "1", "10"])),
+        8 => Cmd::new("WAIT")
+            .a(*c.pick(&["x", "1", "0"]))
+            .a(*c.pick(&["-1", "y", "1.5"])),
+        9 => Cmd::new("MEMORY").a("USAGE").a(c.key()).cmp(Cmp::NilOrNot),
+        10 => Cmd::new("MEMORY")
+            .a("USAGE")
+            .a(c.key())
+            .a(*c.pick(&["SAMPLES", "samples", "nope"]))
+            .a(*c.pick(&["-1", "x", "0", "5"]))
+            .cmp(Cmp::NilOrNot),
+        11 => Cmd::new("OBJECT").a("FREQ").a(c.key()),
+        12 => Cmd::new("OBJECT")
+            .a("IDLETIME")
+            .a(c.key())
+            .cmp(Cmp::Tolerance(2)),
+        13 => Cmd::new("SPUBLISH").a(channel(c)).a(c.value()),
+        14 => Cmd::new("PUBSUB")
+            .a("SHARDCHANNELS")
+            .all((0..c.below(2)).map(|_| channel(c)).collect::<Vec<_>>()),
+        15 => {
+            let n = c.below(4);
+            let names: Vec<Vec<u8>> = (0..n).map(|_| channel(c)).collect();
+            Cmd::new("PUBSUB").a("SHARDNUMSUB").all(names)
+        }
+        // At most a 10 ms pause when valid: it holds the next writes briefly on both sides.
+        16 => Cmd::new("CLIENT")
+            .a("PAUSE")
+            .a(*c.pick(&["-1", "x", "10"]))
+            .a(*c.pick(&["NONE", "read", "WRITE"])),
+        17 => Cmd::new("CLIENT").a("UNPAUSE"),
+        18 => Cmd::new("MEMORY")
+            .a(*c.pick(&["STATS", "DOCTOR"]))
+            .a("extra"),
+        _ => Cmd::new("PUBSUB").a("SHARDCHANNELS").a("a").a("b"),
+    }
+}
