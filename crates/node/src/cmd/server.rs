@@ -823,7 +823,6 @@ fn config_help(_core: &mut Core, call: &mut Call) {
     }
 }
 
-
 // ---- COMMAND GETKEYS ----
 
 /// Positions of the key arguments of `args` (a whole command line), or an error message.
