@@ -83,7 +83,7 @@ difftest:
 	  ./target/release/lattice-difftest --seed $$seed --commands 20000 \
 	    --lattice-bin ./target/release/lattice-server || exit 1; \
 	done
-	for fam in bits hll geo; do \
+	for fam in bits hll geo functions; do \
 	  ./target/release/lattice-difftest --seed 1 --commands 20000 --families $$fam \
 	    --lattice-bin ./target/release/lattice-server || exit 1; \
 	done
@@ -157,7 +157,7 @@ compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick --strict \
 	  --skip-lattice "SETBIT/BITFIELD only increase dirty when the value changed" \
-	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo"
+	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions"
 
 ## Maelstrom's workloads against lattice-maelstrom processes behind a controlled network, every
 ## history checked (maelstrom/README.md). maelstrom-quick is the short version in `make test`.

@@ -42,13 +42,16 @@ const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
 /// `3 varint-count (varint-len arg)*`: a command to run again (see `Flag::LoggedAsCommand`).
 const OP_CMD: u8 = 3;
+/// `4 varint-len entries`: the whole function library set (`cmd::function::library`'s
+/// encoding of its replicated entries), replacing the one before.
+const OP_FUNCTIONS: u8 = 4;
 
 /// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
 
 pub use crate::config::Fsync;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -56,7 +59,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
+pub(crate) fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
     let mut v: u64 = 0;
     for shift in (0..64).step_by(7) {
         let b = *data.get(*at).ok_or("truncated varint")?;
@@ -69,7 +72,7 @@ fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
     Err("varint too long".into())
 }
 
-fn get_bytes<'a>(data: &'a [u8], at: &mut usize) -> Result<&'a [u8], String> {
+pub(crate) fn get_bytes<'a>(data: &'a [u8], at: &mut usize) -> Result<&'a [u8], String> {
     let n = get_varint(data, at)?;
     let end = usize::try_from(n)
         .ok()
@@ -152,10 +155,26 @@ impl Core {
         }
     }
 
+    /// The function library set changed: the next record carries it whole.
+    pub(crate) fn persist_functions(&mut self) {
+        self.persist.changes_since_save += 1;
+        if self.persist.logging {
+            self.persist.functions = true;
+        }
+    }
+
+    /// `OP_FUNCTIONS` with the current library set.
+    fn put_functions(&self, data: &mut Vec<u8>) {
+        let blob = crate::cmd::function::entries_blob(self);
+        data.push(OP_FUNCTIONS);
+        put_varint(data, blob.len() as u64);
+        data.extend_from_slice(&blob);
+    }
+
     /// Turns the changes captured since the last record into the next record.
     pub(crate) fn persist_flush(&mut self) {
         let p = &mut self.persist;
-        if p.dirty.is_empty() && !p.clear && p.commands.is_empty() {
+        if p.dirty.is_empty() && !p.clear && p.commands.is_empty() && !p.functions {
             return;
         }
         let now_ms = self.now.as_millis();
@@ -164,6 +183,10 @@ impl Core {
             data.push(OP_CLEAR);
             p.clear = false;
         }
+        if std::mem::take(&mut self.persist.functions) {
+            self.put_functions(&mut data);
+        }
+        let p = &mut self.persist;
         data.append(&mut p.commands);
         let mut keys = std::mem::take(&mut p.dirty);
         if keys.len() > 1 {
@@ -326,6 +349,14 @@ impl Core {
         // the records after its sequence number give an exact state.
         self.persist.logging = true;
         self.persist.out.push_back(Output::SnapshotBegin { seq });
+        // The library set goes first, whole (later changes follow in the records after `seq`).
+        if !self.scripts.libraries.entries.is_empty() {
+            let mut data = Vec::new();
+            self.put_functions(&mut data);
+            self.persist.out.push_back(Output::SnapshotChunk {
+                data: Bytes::from(data),
+            });
+        }
         if kind == SnapshotKind::Save {
             while self.snapshot_slice() {}
         }
@@ -545,6 +576,11 @@ impl Core {
                 OP_DEL => {
                     let key = get_bytes(data, &mut at)?;
                     self.db.remove(key);
+                }
+                OP_FUNCTIONS => {
+                    let blob = get_bytes(data, &mut at)?;
+                    crate::cmd::function::load_recorded(self, blob)
+                        .map_err(|e| format!("function libraries: {e}"))?;
                 }
                 OP_CMD => {
                     let n = get_varint(data, &mut at)?;

@@ -19,6 +19,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub mod bits;
 pub mod expire;
+pub mod functions;
 pub mod geo;
 pub mod hashes;
 pub mod hll;
@@ -268,6 +269,7 @@ pub const ALL: &[Family] = &[
     bits::FAMILY,
     hll::FAMILY,
     geo::FAMILY,
+    functions::FAMILY,
     ops::FAMILY,
 ];
 

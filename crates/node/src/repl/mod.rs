@@ -54,7 +54,9 @@ use hashbrown::HashTable;
 use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
-use self::wire::{Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, States};
+use self::wire::{
+    Ack, Body, DeltaBatch, Deltas, Digests, Envelope, Functions, KeyBlob, Publish, States,
+};
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
 const MAX_QUEUED_KEYS: usize = 100_000;
@@ -107,6 +109,13 @@ pub enum Effect {
     Forward(wire::Forward),
     /// An owner's reply to a command this node forwarded.
     ForwardReply(wire::ForwardReply),
+    /// A peer's whole function library set, to merge; then answer with
+    /// [`Replicator::functions_received`].
+    Functions {
+        peer: NodeId,
+        digest: u64,
+        entries: Bytes,
+    },
     /// A remote SPUBLISH to deliver to local shard channel subscribers.
     ShardPublish(Bytes, Bytes),
 }
@@ -230,6 +239,9 @@ pub struct Replicator {
     dot_node: NodeId,
     cluster_size: usize,
     pub hlc: HlcClock,
+    /// The encoded function library set of this node and its digest (`set_functions`).
+    functions: Bytes,
+    functions_digest: u64,
     counter: VersionVector,
     /// Every dot merged here (own writes included).
     seen: CausalContext,
@@ -335,6 +347,8 @@ impl Replicator {
             dot_node,
             cluster_size,
             hlc: HlcClock::new(dot_node),
+            functions: Bytes::from_static(&[0]),
+            functions_digest: lattice_store::dump::crc64(&[0]),
             counter: VersionVector::new(),
             seen: CausalContext::new(),
             frontier: VersionVector::new(),
@@ -631,6 +645,38 @@ impl Replicator {
         let ups: Vec<NodeId> = self.live_peers();
         for n in ups {
             self.outbox.push_back((n, data.clone()));
+        }
+    }
+
+    /// The node's function library set changed (`entries`: its encoding): every live peer
+    /// receives it whole.
+    pub fn set_functions(&mut self, entries: Bytes) {
+        self.functions_digest = lattice_store::dump::crc64(&entries);
+        self.functions = entries;
+        let data = self.envelope(self.functions_body(true));
+        for n in self.live_peers() {
+            self.outbox.push_back((n, data.clone()));
+        }
+    }
+
+    fn functions_body(&self, full: bool) -> Body {
+        Body::Functions(Functions {
+            digest: self.functions_digest,
+            entries: if full {
+                self.functions.clone()
+            } else {
+                Bytes::new()
+            },
+            full,
+        })
+    }
+
+    /// After merging a peer's set (or receiving its digest): if ours still differs from what
+    /// it holds, it gets ours, so that one exchange leaves both equal.
+    pub fn functions_received(&mut self, peer: NodeId, their_digest: u64) {
+        if their_digest != self.functions_digest {
+            let body = self.functions_body(true);
+            self.send_ae(peer, body);
         }
     }
 
@@ -962,6 +1008,9 @@ impl Replicator {
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
                 self.refresh_digests();
+                // The library set's digest rides along with every round.
+                let probe = self.functions_body(false);
+                self.send_ae(id, probe);
                 let root = self.merkle.root();
                 self.send_ae(
                     id,
@@ -1204,6 +1253,12 @@ impl Replicator {
             Some(Body::Members(m)) => effects.push(Effect::Members(m)),
             Some(Body::Forward(f)) => effects.push(Effect::Forward(f)),
             Some(Body::ForwardReply(r)) => effects.push(Effect::ForwardReply(r)),
+            Some(Body::Functions(f)) if f.full => effects.push(Effect::Functions {
+                peer,
+                digest: f.digest,
+                entries: f.entries,
+            }),
+            Some(Body::Functions(f)) => self.functions_received(peer, f.digest),
             None => self.stats.bad_messages += 1,
         }
         effects
