@@ -111,6 +111,8 @@ pub struct SlowLog {
 #[derive(Debug)]
 struct Candidate {
     conn: ConnId,
+    /// The command's full name (`client|list`), for its latency histogram.
+    name: &'static str,
     args: Vec<Bytes>,
 }
 
@@ -160,13 +162,14 @@ impl Core {
     pub(crate) fn timing_wanted(&self) -> bool {
         (self.config.slowlog_log_slower_than_us >= 0 && self.config.slowlog_max_len > 0)
             || self.config.latency_monitor_threshold_ms > 0
+            || self.config.latency_tracking
     }
 
     /// Remembers a command `conn` ran (its own request, one of its EXEC, or a blocked one it
     /// released) until the duration of the requests being timed is known; the first one
     /// starts the timing at the node's current time. Skipped: EXEC itself (its commands are
     /// logged one by one, as Redis does).
-    pub(crate) fn timing_note(&mut self, conn: ConnId, args: Vec<Bytes>) {
+    pub(crate) fn timing_note(&mut self, conn: ConnId, name: &'static str, args: Vec<Bytes>) {
         if args.first().is_some_and(|a| is(a, "exec"))
             || self.timing.candidates.len() >= MAX_CANDIDATES
             || !self.timing_wanted()
@@ -177,7 +180,7 @@ impl Core {
             self.timing.begun = true;
             self.timing.start = self.now;
         }
-        self.timing.candidates.push(Candidate { conn, args });
+        self.timing.candidates.push(Candidate { conn, name, args });
     }
 
     /// The requests being timed ended at `end`: each command they ran gets an equal share of
@@ -192,7 +195,11 @@ impl Core {
             let elapsed = end.0.saturating_sub(self.timing.start.0);
             let share = elapsed / candidates.len() as u64;
             let time_s = self.timing.start.0 / 1_000_000;
+            let histograms = self.config.latency_tracking;
             for c in candidates.drain(..) {
+                if histograms {
+                    self.stats.commands.entry(c.name).record_latency(share);
+                }
                 self.latency_command(&c.args, share, end);
                 self.slowlog_push(c.conn, c.args, share, time_s);
             }
