@@ -126,10 +126,11 @@ impl Node {
 
     fn peer_message(&mut self, peer: NodeId, data: &[u8]) {
         let now_ms = self.core.now.as_millis();
-        let Some(r) = self.core.repl.as_mut() else {
+        let core = &mut self.core;
+        let Some(r) = core.repl.as_mut() else {
             return;
         };
-        for effect in r.on_message(peer, data, now_ms) {
+        for effect in r.on_message(peer, data, now_ms, &mut core.db) {
             match effect {
                 crate::repl::Effect::Keys(keys) => {
                     // A message changes up to thousands of keys: each group's store entries
@@ -194,7 +195,7 @@ impl Node {
         self.core.persist_tick();
         self.core.settle_captures();
         if let Some(r) = self.core.repl.as_mut() {
-            r.tick(now_ms);
+            r.tick(now_ms, &mut self.core.db);
         }
         if now_ms < self.next_cron_ms {
             return;
