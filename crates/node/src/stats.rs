@@ -9,7 +9,7 @@ pub struct CommandStats {
     pub usec: u64,
     pub rejected_calls: u64,
     pub failed_calls: u64,
-    /// Durations of the calls that were timed (`crate::cmd::slowlog`), by power-of-two
+    /// Durations of the calls the driver timed (`Node::charge_command_time`), by power-of-two
     /// bucket: bucket `k` counts durations below `1024 << k` ns.
     pub latency: [u64; LATENCY_BUCKETS],
 }
@@ -18,11 +18,11 @@ pub struct CommandStats {
 pub const LATENCY_BUCKETS: usize = 32;
 
 impl CommandStats {
-    /// Counts one call that took `us` microseconds.
-    pub fn record_latency(&mut self, us: u64) {
+    /// Counts `calls` calls that took `us` microseconds each.
+    pub fn record_latency(&mut self, us: u64, calls: u64) {
         let q = us.saturating_mul(1000) >> 10;
         let k = (64 - q.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
-        self.latency[k] += 1;
+        self.latency[k] += calls;
     }
 
     /// Calls timed.

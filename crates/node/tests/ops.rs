@@ -5,7 +5,7 @@
 
 mod harness;
 use harness::Harness;
-use lattice_node::{Input, Micros, ProcessStats};
+use lattice_node::{ConnId, Input, Micros, ProcessStats};
 
 fn node() -> Harness {
     let mut h = Harness::new();
@@ -24,7 +24,11 @@ fn timed(h: &mut Harness, line: &str, took_ms: u64) -> String {
     let args: Vec<&str> = line.split(' ').collect();
     let reply = h.cmd(1, &args);
     h.now_ms += took_ms;
+    // What the server's router reports after a batch: its end, and its time per command.
     h.node.request_done(Micros::from_millis(h.now_ms));
+    if let Some(name) = h.node.last_command(ConnId(1)) {
+        h.node.charge_command_time(name, 1, took_ms * 1000);
+    }
     reply
 }
 

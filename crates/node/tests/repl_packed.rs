@@ -131,7 +131,10 @@ fn packed_keys_are_repaired_whole_by_anti_entropy_and_stay_consistent() {
             Micros::from_millis(0),
             Input::Request {
                 conn: ConnId(1),
-                args: vec![Bytes::from_static(b"INFO"), Bytes::from_static(b"replication")],
+                args: vec![
+                    Bytes::from_static(b"INFO"),
+                    Bytes::from_static(b"replication"),
+                ],
             },
         );
         while let Some(o) = n.poll_output() {
@@ -152,7 +155,11 @@ fn packed_keys_are_repaired_whole_by_anti_entropy_and_stay_consistent() {
         let (keys, packed) = info(&mut c.nodes[i]);
         assert_eq!(keys, KEYS, "node {}", i + 1);
         // GC has run: every key is a plain string written once, so nearly all are packed.
-        assert!(packed * 10 >= keys * 9, "node {}: {packed} of {keys} packed", i + 1);
+        assert!(
+            packed * 10 >= keys * 9,
+            "node {}: {packed} of {keys} packed",
+            i + 1
+        );
     }
     // Every kind of change to packed keys, on every node, replicated and checked.
     for i in (0..KEYS).step_by(7) {

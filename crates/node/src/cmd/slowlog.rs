@@ -111,8 +111,6 @@ pub struct SlowLog {
 #[derive(Debug)]
 struct Candidate {
     conn: ConnId,
-    /// The command's full name (`client|list`), for its latency histogram.
-    name: &'static str,
     args: Vec<Bytes>,
 }
 
@@ -162,14 +160,13 @@ impl Core {
     pub(crate) fn timing_wanted(&self) -> bool {
         (self.config.slowlog_log_slower_than_us >= 0 && self.config.slowlog_max_len > 0)
             || self.config.latency_monitor_threshold_ms > 0
-            || self.config.latency_tracking
     }
 
     /// Remembers a command `conn` ran (its own request, one of its EXEC, or a blocked one it
     /// released) until the duration of the requests being timed is known; the first one
     /// starts the timing at the node's current time. Skipped: EXEC itself (its commands are
     /// logged one by one, as Redis does).
-    pub(crate) fn timing_note(&mut self, conn: ConnId, name: &'static str, args: Vec<Bytes>) {
+    pub(crate) fn timing_note(&mut self, conn: ConnId, args: Vec<Bytes>) {
         if args.first().is_some_and(|a| is(a, "exec"))
             || self.timing.candidates.len() >= MAX_CANDIDATES
             || !self.timing_wanted()
@@ -180,30 +177,34 @@ impl Core {
             self.timing.begun = true;
             self.timing.start = self.now;
         }
-        self.timing.candidates.push(Candidate { conn, name, args });
+        self.timing.candidates.push(Candidate { conn, args });
     }
 
     /// The requests being timed ended at `end`: each command they ran gets an equal share of
-    /// their time and goes into the slow log and the latency monitor if slow enough.
+    /// their time and goes into the slow log and the latency monitor if slow enough. When the
+    /// whole batch is faster than both thresholds no share can reach them, and the commands
+    /// are only forgotten: the common case costs a comparison.
     pub(crate) fn timing_end(&mut self, end: Micros) {
         if !self.timing.begun {
             return;
         }
         self.timing.begun = false;
+        let elapsed = end.0.saturating_sub(self.timing.start.0);
+        let slowlog = self.config.slowlog_log_slower_than_us;
+        let monitor_ms = self.config.latency_monitor_threshold_ms;
+        let may_log =
+            (slowlog >= 0 && self.config.slowlog_max_len > 0 && elapsed >= slowlog as u64)
+                || (monitor_ms > 0 && elapsed / 1000 >= monitor_ms);
         let mut candidates = std::mem::take(&mut self.timing.candidates);
-        if !candidates.is_empty() {
-            let elapsed = end.0.saturating_sub(self.timing.start.0);
+        if may_log && !candidates.is_empty() {
             let share = elapsed / candidates.len() as u64;
             let time_s = self.timing.start.0 / 1_000_000;
-            let histograms = self.config.latency_tracking;
             for c in candidates.drain(..) {
-                if histograms {
-                    self.stats.commands.entry(c.name).record_latency(share);
-                }
                 self.latency_command(&c.args, share, end);
                 self.slowlog_push(c.conn, c.args, share, time_s);
             }
         }
+        candidates.clear();
         // Keep the allocation for the next batch.
         self.timing.candidates = candidates;
     }

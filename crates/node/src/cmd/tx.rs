@@ -133,9 +133,7 @@ fn exec(core: &mut Core, call: &mut Call) {
             Err(unresolved) => sub.error_bytes(&unresolved.message(args)),
         }
         if core.timing_wanted() {
-            if let Ok(spec) = crate::dispatch::resolve(core, args) {
-                core.timing_note(call.conn, spec.name, args.clone());
-            }
+            core.timing_note(call.conn, args.clone());
         }
         if let Some(code) = sub.error_code.take() {
             core.stats.total_error_replies += 1;

@@ -54,8 +54,8 @@ impl Node {
         let timed = self.core.scripts.running.is_none();
         self.core.ran = None;
         let parked = self.execute(conn, &args);
-        if let Some(name) = self.core.ran.take().filter(|_| timed && !parked) {
-            self.core.timing_note(conn, name, args);
+        if self.core.ran.take().is_some() && timed && !parked {
+            self.core.timing_note(conn, args);
         }
     }
 
@@ -145,8 +145,8 @@ impl Node {
                     let parked_again = self.execute(conn, &args);
                     if !parked_again {
                         // Logged once served, as Redis logs a blocked command.
-                        if let Some(name) = self.core.ran.take() {
-                            self.core.timing_note(conn, name, args);
+                        if self.core.ran.take().is_some() {
+                            self.core.timing_note(conn, args);
                         }
                         self.core.unpark(conn);
                         self.run_queued(conn);
