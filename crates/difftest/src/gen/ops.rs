@@ -25,7 +25,8 @@ fn channel(c: &mut Ctx) -> Vec<u8> {
 
 fn gen(c: &mut Ctx) -> Cmd {
     match c.below(20) {
-        0 => Cmd::new("SLOWLOG").a("GET").a("0"),
+        // Fixed: without its count SLOWLOG GET lists what each server logged.
+        0 => Cmd::new("SLOWLOG").a("GET").a("0").fixed(),
         1 => Cmd::new("SLOWLOG")
             .a("GET")
             .a(*c.pick(&["-2", "-222", "x", "1.5", ""])),
