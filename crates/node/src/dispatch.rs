@@ -243,6 +243,7 @@ impl Core {
         // Inside EXEC the connection's command stays EXEC (CLIENT INFO/LIST cmd=), as in Redis.
         if let Some(c) = self.clients.get_mut(&call.conn).filter(|_| !call.in_exec) {
             c.last_command = spec.name;
+            self.ran = Some(spec.name);
         }
         let handler = spec.handler.expect("resolve returns runnable commands");
         if spec.is_write() {

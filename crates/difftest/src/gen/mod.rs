@@ -41,7 +41,7 @@ pub enum Cmp {
     Sorted,
     /// Non-negative integers may differ by `tol`; negative ones (-1, -2) must be equal.
     Tolerance(i64),
-    /// Only nil versus non-nil matters (RANDOMKEY).
+    /// Only nil versus non-nil matters (RANDOMKEY, MEMORY USAGE).
     NilOrNot,
     /// Not compared at all (TIME).
     Skip,

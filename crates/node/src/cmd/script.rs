@@ -317,7 +317,9 @@ fn execute(
     if spec.has(Flag::NoScript) {
         return Err("ERR This Redis command is not allowed from script".into());
     }
-    if read_only && spec.is_write() {
+    // As Redis, a read-only script may not run what may replicate either (PUBLISH): that is
+    // what lets CLIENT PAUSE WRITE run read-only scripts.
+    if read_only && (spec.is_write() || spec.has(Flag::MayReplicate)) {
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
     }
     if spec.is_write() {

@@ -502,7 +502,12 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             );
         }
         "replication" => {
-            t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+            // The offset is ROLE's: the writes this node has stamped (`crate::cmd::role`).
+            let offset = core.repl.as_ref().map_or(0, |r| r.own_writes());
+            let _ = write!(
+                t,
+                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:{offset}\r\n"
+            );
             if let Some(r) = core.repl.as_ref() {
                 r.info(now_ms, t);
             }
@@ -653,7 +658,7 @@ fn command_all_info(core: &mut Core, call: &mut Call) {
 }
 
 /// Finds `get` or `client|setname` style names.
-fn lookup_full(core: &Core, name: &[u8]) -> Option<&'static CommandSpec> {
+pub(crate) fn lookup_full(core: &Core, name: &[u8]) -> Option<&'static CommandSpec> {
     let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
     match lower.split_once('|') {
         None => core.table.find(lower.as_bytes()),
