@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use lattice_placement::Placement;
 
 use crate::client::ConnId;
@@ -81,17 +81,6 @@ pub struct ClusterStats {
     pub forward_timeouts: u64,
     pub forward_failures: u64,
     pub served_for_peers: u64,
-}
-
-/// One place in a connection's reply order taken by a forwarded command: its reply once it
-/// arrives, then whatever the connection's later commands answered meanwhile.
-#[derive(Debug)]
-pub struct RelaySlot {
-    pub id: u64,
-    pub reply: Option<Bytes>,
-    /// CLIENT REPLY OFF/SKIP was in force: the reply is dropped when it arrives.
-    pub silent: bool,
-    pub after: BytesMut,
 }
 
 pub struct Cluster {

@@ -658,13 +658,9 @@ impl Replicator {
                 if !self.peer_owns(peer, k) {
                     continue;
                 }
-                e.state.encode_into(&self.frontier, &mut self.scratch);
-                let blob = Bytes::copy_from_slice(&self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k.clone(),
-                    state: blob,
-                });
+                let blob = key_blob(k, &e.state, &self.frontier, &mut self.scratch);
+                bytes += blob.state.len() + k.len();
+                entries.push(blob);
             }
             leaf += 1;
         }
@@ -1206,13 +1202,9 @@ impl Replicator {
                 if skip.contains(k) || !self.peer_owns(peer, k) {
                     continue;
                 }
-                e.state.encode_into(&self.frontier, &mut self.scratch);
-                let blob = Bytes::copy_from_slice(&self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k.clone(),
-                    state: blob,
-                });
+                let blob = key_blob(k, &e.state, &self.frontier, &mut self.scratch);
+                bytes += blob.state.len() + k.len();
+                entries.push(blob);
                 if bytes >= MAX_BATCH_BYTES {
                     self.hurry_ae(peer, now_ms);
                     break 'outer;
@@ -1338,6 +1330,20 @@ enum Incoming {
 }
 
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
+/// A key's whole state as anti-entropy ships it.
+fn key_blob(
+    key: &Bytes,
+    state: &KeyState,
+    frontier: &VersionVector,
+    scratch: &mut Vec<u8>,
+) -> KeyBlob {
+    state.encode_into(frontier, scratch);
+    KeyBlob {
+        key: key.clone(),
+        state: Bytes::copy_from_slice(scratch),
+    }
+}
+
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
     if st.encode_assignment_into(scratch) {
