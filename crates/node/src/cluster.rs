@@ -34,7 +34,8 @@ const DEDUP_WINDOW: usize = 4_096;
 const REPLY_CACHE_BYTES: usize = 1 << 20;
 /// A forward unanswered this long is sent again to the same owner (the owner runs it once and
 /// answers the copy from its reply cache): a lost message costs this, not the full timeout.
-pub const FORWARD_RESEND_MS: u64 = 250;
+/// Doubles with each copy.
+pub const FORWARD_RESEND_MS: u64 = 100;
 
 /// Forward ids from one peer that already ran here, with their replies while they fit.
 #[derive(Default)]
@@ -71,6 +72,8 @@ pub struct Forwarded {
     pub deadline_ms: u64,
     /// When it is sent again if still unanswered (set by `Cluster::start`).
     pub resend_ms: u64,
+    /// Copies sent so far.
+    pub copies: u32,
 }
 
 /// Counters for INFO's `cluster` section.
@@ -290,7 +293,8 @@ impl Cluster {
             self.resends.remove(&(t, id));
             if let Some(f) = self.pending.get_mut(&id) {
                 out.push((id, f.peer));
-                f.resend_ms = now_ms + FORWARD_RESEND_MS;
+                f.copies += 1;
+                f.resend_ms = now_ms + (FORWARD_RESEND_MS << f.copies.min(5));
                 self.resends.insert((f.resend_ms, id));
             }
         }

@@ -161,6 +161,7 @@ impl Node {
             write,
             deadline_ms: now_ms + FORWARD_TIMEOUT_MS,
             resend_ms: 0,
+            copies: 0,
         };
         let id = c.start(f.clone());
         self.send_forward(owner, id, &f);

@@ -72,6 +72,10 @@ const RTO_MAX_MS: u64 = 5_000;
 const MAX_RETRIES: u32 = 6;
 /// Period of anti-entropy with each live peer.
 pub const AE_INTERVAL_MS: u64 = 1_000;
+/// Partitioned: a push of the shared keys runs at least every this many anti-entropy periods
+/// (the lower id of a pair starts it), until a tree per shared slot group makes periodic
+/// comparison cheap again (ARCHITECTURE, "A partitioned cluster").
+const PUSH_EVERY_ROUNDS: u32 = 10;
 /// Delay before the next anti-entropy round when the last one was cut short by a bound.
 const AE_FOLLOW_UP_MS: u64 = 10;
 /// The `Ack` sequence number of a report that acknowledges no message.
@@ -140,6 +144,8 @@ struct Peer {
     /// Partitioned: the next Merkle leaf whose shared keys a catch-up push sends this peer
     /// (`None`: no push under way). See `Replicator::push_shared`.
     push_leaf: Option<usize>,
+    /// Partitioned: anti-entropy periods since the last push to this peer.
+    rounds_since_push: u32,
 }
 
 struct KeyEntry {
@@ -791,7 +797,13 @@ impl Replicator {
                 // agree, so a round ships every shared key: only the rounds a link coming up,
                 // an overflow or a given-up retransmission asks for are run (delivery is
                 // otherwise acknowledged and retransmitted).
-                let periodic = self.node < id && self.ownership.is_none();
+                // Partitioned, a push of the shared keys still runs every
+                // `PUSH_EVERY_ROUNDS` periods: a push sent into a one-way cut is lost unnoticed.
+                let periodic = self.node < id
+                    && (self.ownership.is_none() || {
+                        p.rounds_since_push += 1;
+                        p.rounds_since_push >= PUSH_EVERY_ROUNDS
+                    });
                 let starts = p.needs_ae || periodic;
                 p.needs_ae = false;
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
@@ -802,6 +814,7 @@ impl Replicator {
                     // Partitioned: the trees cover different slots, so instead of comparing
                     // them, every key both own is pushed, a batch per tick.
                     p.push_leaf = Some(0);
+                    p.rounds_since_push = 0;
                     self.stats.ae_rounds += 1;
                     continue;
                 }
