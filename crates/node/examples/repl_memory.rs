@@ -137,6 +137,16 @@ fn main() {
         digests.iter().all(|d| *d == digests[0]),
         "replicas differ: {digests:?}"
     );
+    // Where each node's replication bytes are, by part (estimates from its structures).
+    println!("replicated state by part, B/key (node 1, node 2, node 3):");
+    let parts: Vec<Vec<(&str, usize)>> = nodes.iter().map(|n| n.replication_memory()).collect();
+    for (i, (name, _)) in parts[0].iter().enumerate() {
+        let per: Vec<String> = parts
+            .iter()
+            .map(|p| format!("{:.1}", p[i].1 as f64 / keys as f64))
+            .collect();
+        println!("  {name}: {}", per.join(", "));
+    }
     // Measure each node alone: drop the others one at a time.
     let total = LIVE.load(Ordering::Relaxed) - base;
     let mut per_node = Vec::new();

@@ -254,6 +254,13 @@ impl Core {
             if self.repl.as_ref().is_some_and(|r| r.must_settle_before(i)) {
                 self.settle_captures();
             }
+            // An increment is captured as the difference from the old value, which a compact
+            // string leaves to the store: keep a copy before the command changes it.
+            if let (Intent::Increment, Some(r), Some(key)) =
+                (i, self.repl.as_mut(), call.args.get(1))
+            {
+                r.keep_value(key, &mut self.db);
+            }
         }
         handler(self, call);
         if self.persist.active {

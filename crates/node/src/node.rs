@@ -129,10 +129,11 @@ impl Node {
 
     fn peer_message(&mut self, peer: NodeId, data: &[u8]) {
         let now_ms = self.core.now.as_millis();
-        let Some(r) = self.core.repl.as_mut() else {
+        let core = &mut self.core;
+        let Some(r) = core.repl.as_mut() else {
             return;
         };
-        let effects = r.on_message(peer, data, now_ms);
+        let effects = r.on_message(peer, data, now_ms, &mut core.db);
         for effect in effects {
             match effect {
                 crate::repl::Effect::Keys(keys) => {
@@ -202,7 +203,7 @@ impl Node {
         self.core.persist_tick();
         self.core.settle_captures();
         if let Some(r) = self.core.repl.as_mut() {
-            r.tick(now_ms);
+            r.tick(now_ms, &mut self.core.db);
         }
         if now_ms < self.next_cron_ms {
             return;

@@ -833,7 +833,10 @@ fn cluster_flags_are_validated() {
             "invalid seed",
         ),
         (&["--cluster-port", "7000"], "--cluster-port needs --seeds"),
-        (&["--replication-factor", "2"], "--replication-factor needs --seeds"),
+        (
+            &["--replication-factor", "2"],
+            "--replication-factor needs --seeds",
+        ),
         (
             &[
                 "--seeds",

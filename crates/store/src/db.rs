@@ -42,7 +42,7 @@ pub struct Entry {
     /// epoch: the resolution of Redis's LRU clock, in 4 bytes instead of 8.
     access_s: u32,
     /// The key's length, or [`LONG_KEY`] when the key is at least that long and its length is
-    /// in the first 8 bytes of `tail`.
+    /// in the first 8 bytes of `tail`; the top bit is the replication mark ([`MARK`]).
     key_len: u32,
     tail: [u8],
 }
@@ -65,11 +65,18 @@ const _: () = assert!(
 /// Key lengths from here up are stored in the tail as 8 bytes (a key over 4 GiB needs a
 /// proto-max-bulk-len raised past its default 512 MiB). Small under test, so the long form is
 /// exercised by ordinary keys.
-const LONG_KEY: u32 = if cfg!(test) { 24 } else { u32::MAX };
+const LONG_KEY: u32 = if cfg!(test) { 24 } else { LEN_MASK };
+
+/// The top bit of `key_len`: the key is marked (see [`Db::set_mark`]). A bit the block already
+/// had, so marking costs no memory: a replicating node keeps the compact states of about every
+/// key without their key bytes, and the mark says which stored key such a state belongs to.
+const MARK: u32 = 1 << 31;
+/// The bits of `key_len` that hold the length (or [`LONG_KEY`]).
+const LEN_MASK: u32 = !MARK;
 
 impl Entry {
     pub fn key(&self) -> &[u8] {
-        if self.key_len == LONG_KEY {
+        if self.key_len & LEN_MASK == LONG_KEY {
             &self.tail[8..]
         } else {
             &self.tail
@@ -78,6 +85,11 @@ impl Entry {
 
     pub fn expire_at_ms(&self) -> Option<u64> {
         self.deadline_ms.map(NonZeroU64::get)
+    }
+
+    /// Whether the key carries the mark (see [`Db::set_mark`]).
+    pub fn is_marked(&self) -> bool {
+        self.key_len & MARK != 0
     }
 
     /// True when the deadline has passed at `now_ms`. A key expires at its deadline exactly,
@@ -182,7 +194,7 @@ impl EntryBox {
         let head = self.0.as_ptr();
         // SAFETY: the block is live; a short key is `key_len` bytes right after the header.
         unsafe {
-            let n = (*head).key_len;
+            let n = (*head).key_len & LEN_MASK;
             if n == LONG_KEY {
                 return self.key() == key;
             }
@@ -199,7 +211,7 @@ impl EntryBox {
         // SAFETY: the block is live and initialised (see `new`); a long key's length is in the
         // tail's first 8 bytes, which may be unaligned.
         unsafe {
-            match (*head).key_len {
+            match (*head).key_len & LEN_MASK {
                 LONG_KEY => {
                     let tail = head.cast::<u8>().add(std::mem::size_of::<Head>());
                     8 + tail.cast::<u64>().read_unaligned() as usize
@@ -320,6 +332,11 @@ pub struct Db {
     deadlines: BTreeMap<(u64, u64), u32>,
     volatile: usize,
     stats: DbStats,
+    /// The keys of marked entries removed since the owner of the marks last asked
+    /// ([`Db::was_marked`], [`Db::forget_marked`]): a mark says which key a keyless record
+    /// elsewhere belongs to, and that must stay known until the record is updated after the
+    /// command that removed the key. Empty on a node that marks nothing.
+    marked_gone: Vec<Box<[u8]>>,
 }
 
 impl Default for Db {
@@ -338,6 +355,7 @@ impl Db {
             deadlines: BTreeMap::new(),
             volatile: 0,
             stats: DbStats::default(),
+            marked_gone: Vec::new(),
         }
     }
 
@@ -409,6 +427,7 @@ impl Db {
             self.len -= 1;
             self.move_deadline(h, entry.expire_at_ms(), None);
             self.stats.expired_keys += 1;
+            self.note_gone(&entry);
             on_expired(&entry);
             return None;
         }
@@ -473,7 +492,70 @@ impl Db {
         let (entry, _) = found.remove();
         self.len -= 1;
         self.move_deadline(h, entry.expire_at_ms(), None);
+        self.note_gone(&entry);
         Some(entry)
+    }
+
+    /// Remembers the key of a marked entry that leaves the table.
+    fn note_gone(&mut self, entry: &Entry) {
+        if entry.is_marked() {
+            self.marked_gone.push(entry.key().into());
+        }
+    }
+
+    /// Sets or clears the mark of `key` (`h` its [`key_hash`]); false when there is no such
+    /// key. The mark is kept while the key's value and deadline change and goes when the key
+    /// is removed, which is then remembered until [`Db::forget_marked`] (see
+    /// [`Db::was_marked`]). The store itself never reads it.
+    pub fn set_mark(&mut self, h: u64, key: &[u8], on: bool) -> bool {
+        debug_assert_eq!(h, key_hash(key));
+        let Some(e) = self.slots[slot_of(h)].find_mut(table_hash(h), |e| e.has_key(key)) else {
+            return false;
+        };
+        let head = e.0.as_ptr();
+        // SAFETY: the block is live and exclusively borrowed through the table.
+        unsafe {
+            if on {
+                (*head).key_len |= MARK;
+            } else {
+                (*head).key_len &= LEN_MASK;
+            }
+        }
+        true
+    }
+
+    /// Whether `key` is stored marked, or was removed marked since it was last forgotten (and
+    /// perhaps stored again since, unmarked: the mark still names it).
+    pub fn was_marked(&self, h: u64, key: &[u8]) -> bool {
+        self.get_raw_hashed(h, key).is_some_and(|e| e.is_marked())
+            || self.marked_gone.iter().any(|k| k[..] == *key)
+    }
+
+    /// Forgets that `key` was removed marked (the owner of the mark has taken note).
+    pub fn forget_marked(&mut self, key: &[u8]) {
+        if let Some(i) = self.marked_gone.iter().position(|k| k[..] == *key) {
+            self.marked_gone.swap_remove(i);
+        }
+    }
+
+    /// The marked key whose hash is `h`: stored, or removed since and not yet forgotten.
+    /// (Whoever marks keeps at most one marked key per hash.)
+    pub fn marked_key(&self, h: u64) -> Option<&[u8]> {
+        let stored = self.slots[slot_of(h)]
+            .iter_hash(table_hash(h))
+            .find(|e| e.is_marked() && key_hash(e.key()) == h)
+            .map(|e| e.key());
+        stored.or_else(|| {
+            self.marked_gone
+                .iter()
+                .find(|k| key_hash(k) == h)
+                .map(|k| &k[..])
+        })
+    }
+
+    /// Marked keys removed and not yet forgotten.
+    pub fn marked_gone(&self) -> usize {
+        self.marked_gone.len()
     }
 
     fn move_deadline(&mut self, h: u64, old: Option<u64>, new: Option<u64>) {
@@ -523,6 +605,9 @@ impl Db {
                 self.move_deadline(h, entry.expire_at_ms(), None);
                 self.stats.expired_keys += 1;
                 removed += 1;
+                if entry.is_marked() {
+                    self.marked_gone.push(entry.key().into());
+                }
                 on_expired(&entry);
             }
         }
@@ -571,6 +656,11 @@ impl Db {
 
     /// Deletes every key.
     pub fn clear(&mut self) {
+        for t in &self.slots {
+            for e in t.iter().filter(|e| e.is_marked()) {
+                self.marked_gone.push(e.key().into());
+            }
+        }
         for t in &mut self.slots {
             // Replacing (not clearing) releases the memory of tables that had grown.
             *t = HashTable::new();
@@ -674,6 +764,54 @@ mod tests {
         // The rest are freed with the tables.
         db.clear();
         assert!(db.is_empty());
+    }
+
+    #[test]
+    fn marks_survive_value_changes_and_are_remembered_past_removal() {
+        let mut db = Db::new();
+        // Short and long (test LONG_KEY = 24) keys: the mark shares the length field.
+        let short = b"short".to_vec();
+        let long = vec![b'l'; 40];
+        for k in [&short, &long] {
+            let h = key_hash(k);
+            assert!(!db.set_mark(h, k, true), "no such key yet");
+            db.insert(k, s("1"), None, 0);
+            assert!(!db.was_marked(h, k));
+            assert!(db.set_mark(h, k, true));
+            db.insert(k, s("2"), Some(50), 0);
+            assert!(db.set_expire(k, None));
+            let e = db.get_raw(k).unwrap();
+            assert!(e.is_marked());
+            assert_eq!((e.key(), &e.value), (&k[..], &s("2")));
+            assert_eq!(db.marked_key(h), Some(&k[..]));
+        }
+        let h = key_hash(&short);
+        assert!(db.set_mark(h, &short, false));
+        assert!(!db.was_marked(h, &short));
+        assert_eq!(db.marked_key(h), None);
+        assert!(db.set_mark(h, &short, true));
+        db.remove(&short);
+        assert_eq!(db.marked_gone(), 1);
+        assert!(db.was_marked(h, &short));
+        assert_eq!(db.marked_key(h), Some(&short[..]));
+        // Stored again unmarked: still named by the mark until forgotten.
+        db.insert(&short, s("3"), None, 0);
+        assert!(db.was_marked(h, &short));
+        db.forget_marked(&short);
+        assert!(!db.was_marked(h, &short));
+        assert_eq!(db.marked_gone(), 0);
+        // Expiry and clearing remember marked keys too.
+        let hl = key_hash(&long);
+        db.set_expire(&long, Some(10));
+        assert!(db.get_live(&long, 11, |_| {}).is_none());
+        assert!(db.was_marked(hl, &long));
+        db.forget_marked(&long);
+        db.insert(b"m", s("x"), None, 0);
+        db.set_mark(key_hash(b"m"), b"m", true);
+        db.clear();
+        assert!(db.was_marked(key_hash(b"m"), b"m"));
+        assert!(!db.was_marked(h, &short));
+        db.check_invariants();
     }
 
     #[test]

@@ -108,11 +108,22 @@ impl Node {
         self.core.repl.as_mut().map_or(0, |r| r.digest())
     }
 
+    /// Heap bytes of the replicated state by part (see `Replicator::memory`); empty on a
+    /// standalone node.
+    #[must_use]
+    pub fn replication_memory(&self) -> Vec<(&'static str, usize)> {
+        self.core
+            .repl
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.memory())
+    }
+
     /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
     /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
     #[must_use]
     pub fn string_stamp(&mut self, key: &[u8]) -> Option<lattice_crdt::Hlc> {
         self.core.settle_key(key);
-        self.core.repl.as_ref()?.state(key)?.string_stamp()
+        let core = &self.core;
+        core.repl.as_ref()?.state(key, &core.db)?.string_stamp()
     }
 }

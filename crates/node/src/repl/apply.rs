@@ -102,15 +102,7 @@ impl Core {
         };
         let now_ms = self.now.as_millis();
         for (key, overwrote) in keys {
-            let entry = self.db.get_raw(key).filter(|e| !e.is_expired(now_ms));
-            repl.capture(
-                key,
-                entry.map(|e| (&e.value, e.expire_at_ms())),
-                intent,
-                *overwrote,
-                hint,
-                now_ms,
-            );
+            repl.capture(&mut self.db, key, false, intent, *overwrote, hint, now_ms);
         }
         if intent == Intent::Increment {
             // Merged counters are summed in a fixed order, which can differ from the command's
@@ -126,8 +118,16 @@ impl Core {
         self.settle_captures();
         let now_ms = self.now.as_millis();
         if let Some(repl) = self.repl.as_mut() {
-            for key in repl.keys_with_content() {
-                repl.capture(&key, None, Intent::Assign, false, None, now_ms);
+            for key in repl.keys_with_content(&self.db) {
+                repl.capture(
+                    &mut self.db,
+                    &key,
+                    true,
+                    Intent::Assign,
+                    false,
+                    None,
+                    now_ms,
+                );
             }
         }
     }
@@ -147,10 +147,19 @@ impl Core {
         let Some(repl) = self.repl.as_ref() else {
             return;
         };
-        let (value, deadline) = match repl.state(key) {
-            Some(st) => (st.materialize(&limits), st.deadline_ms()),
-            None => (None, None),
+        let Some(st) = repl.state(key, &self.db) else {
+            return self.store_remote(key, None, None);
         };
+        if st.value_in_store() {
+            return; // the store holds it already
+        }
+        let (value, deadline) = (st.materialize(&limits, None), st.deadline_ms());
+        self.store_remote(key, value, deadline);
+    }
+
+    /// Makes the store hold `value` with `deadline` under `key`, as a merged state says, then
+    /// lets the state leave its value to the store.
+    fn store_remote(&mut self, key: &Bytes, value: Option<Value>, deadline: Option<u64>) {
         let now_ms = self.now.as_millis();
         let stored = self.db.get_raw(key);
         if stored.is_some_and(|e| matches!(e.value, Value::Stream(_))) {
@@ -163,18 +172,22 @@ impl Core {
             (Some(v), Some(e)) => e.expire_at_ms() == deadline && same_content(v, &e.value),
             _ => false,
         };
-        if same {
-            return;
-        }
-        match value {
-            None => {
-                self.db.remove(key);
+        if !same {
+            match value {
+                None => {
+                    self.db.remove(key);
+                }
+                Some(v) => {
+                    self.db.insert(key, v, deadline, now_ms);
+                }
             }
-            Some(v) => {
-                self.db.insert(key, v, deadline, now_ms);
-            }
         }
-        self.touched_by_peer(key);
+        if let Some(repl) = self.repl.as_mut() {
+            repl.value_stored(key, &mut self.db);
+        }
+        if !same {
+            self.touched_by_peer(key);
+        }
     }
 
     /// Updates the store value of `key` element by element after a merge (see
@@ -186,7 +199,7 @@ impl Core {
         let (Some(repl), Some(stored)) = (self.repl.as_ref(), self.db.get_raw(key)) else {
             return false;
         };
-        let Some(st) = repl.state(key) else {
+        let Some(st) = repl.state(key, &self.db) else {
             return false;
         };
         let fits = !stored.is_expired(now_ms)
@@ -253,7 +266,7 @@ impl Core {
         let Some(repl) = self.repl.as_ref() else {
             return;
         };
-        repl.check_invariants();
+        repl.check_invariants(&self.db);
         let now_ms = self.now.as_millis();
         let limits = self.config.encoding;
         for e in self.db.iter() {
@@ -268,13 +281,28 @@ impl Core {
                 );
                 continue;
             }
-            let st = repl.state(e.key()).unwrap_or_else(|| {
+            let st = repl.state(e.key(), &self.db).unwrap_or_else(|| {
                 panic!(
                     "key {:?} is in the store but has no replicated state",
                     String::from_utf8_lossy(e.key())
                 )
             });
-            let m = st.materialize(&limits);
+            let m = if st.value_in_store() {
+                // Checked through the digest the state keeps, which covers the value.
+                let stored = match &e.value {
+                    Value::Str(s) => Some(s.as_bytes().into_owned()),
+                    _ => None,
+                };
+                assert!(
+                    repl.digest_matches(e.key(), stored.as_deref(), &self.db),
+                    "store and packed state differ for {:?}: store {:?}",
+                    String::from_utf8_lossy(e.key()),
+                    e.value
+                );
+                stored.map(|s| Value::Str(lattice_store::Str::from_bytes(&s)))
+            } else {
+                st.materialize(&limits, None)
+            };
             assert!(
                 m.as_ref().is_some_and(|m| same_content(m, &e.value)),
                 "store and replicated state differ for {:?}: store {:?}, state {:?}",

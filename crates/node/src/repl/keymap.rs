@@ -10,11 +10,31 @@
 //!
 //! Iteration order never depends on the table's layout: ordered walks go through the leaf
 //! index, sorted by (hash, key) as the ordered map was, so messages are the same on every run.
+//!
+//! Most keys of a replicating node hold a plain string written once, whose state is its stamp
+//! alone (see `state::Packed`): such a key is kept *packed*, as its hash, stamp and digest in a
+//! sorted vector per leaf, without its key bytes or a block of its own. Which key a packed
+//! record belongs to is told by the store: the key's entry there carries the mark
+//! (`lattice_store::Db::set_mark`), and there is at most one packed record per hash, so a key
+//! whose hash another key's record already has is kept in full. A packed entry is unpacked
+//! into the table whenever it is used mutably ([`KeyMap::get_mut`]), and packed again by
+//! [`KeyMap::repack`] when the caller is done with it.
+
+use std::borrow::Cow;
 
 use bytes::Bytes;
 use hashbrown::HashTable;
+use lattice_store::Db;
 
 use super::merkle::{leaf_of, LEAVES};
+
+/// An entry that may be reduced to a small `Copy` record while it is in the common state.
+pub trait Pack: Clone {
+    type Packed: Copy;
+    /// The record standing for this entry, if it can be packed now.
+    fn pack(&self) -> Option<Self::Packed>;
+    fn unpack(p: Self::Packed) -> Self;
+}
 
 /// One key's entry. `hash` is [`lattice_store::key_hash`] of `key`.
 pub struct Slot<E> {
@@ -40,62 +60,174 @@ fn table_hash(hash: u64) -> u64 {
     hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-pub struct KeyMap<E> {
+pub struct KeyMap<E: Pack> {
     /// `SHARDS` tables (allocated on first use), a key in `tables[shard_of(hash)]`. The tables
     /// hold pointers: a table keeps up to half its buckets empty after it grows, and an empty
     /// bucket then costs 9 bytes instead of a whole slot (about 110).
     tables: Vec<HashTable<Box<Slot<E>>>>,
+    /// Keys in `tables` and `packed` together.
     len: usize,
-    /// Per Merkle leaf, the hashes of its keys in ascending order (a hash appears once per key,
-    /// so twice for two keys that share a 64-bit hash).
+    /// Per Merkle leaf, the hashes of its keys in `tables` in ascending order (a hash appears
+    /// once per key, so twice for two keys that share a 64-bit hash).
     leaves: Vec<Vec<u64>>,
+    /// Per Merkle leaf, the packed keys' records by ascending hash, one per hash at most.
+    packed: Vec<Vec<(u64, E::Packed)>>,
+    packed_len: usize,
 }
 
-impl<E> Default for KeyMap<E> {
+impl<E: Pack> Default for KeyMap<E> {
     fn default() -> Self {
         KeyMap {
             tables: Vec::new(),
             len: 0,
             leaves: Vec::new(),
+            packed: Vec::new(),
+            packed_len: 0,
         }
     }
 }
 
-impl<E> KeyMap<E> {
+/// Where `hash` is or would go in a leaf's packed records.
+fn packed_at<P>(leaf: &[(u64, P)], hash: u64) -> Result<usize, usize> {
+    leaf.binary_search_by_key(&hash, |r| r.0)
+}
+
+impl<E: Pack> KeyMap<E> {
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Keys held packed.
+    pub fn packed_len(&self) -> usize {
+        self.packed_len
+    }
+
+    /// Heap bytes by part: (table buckets, slot blocks, key copies, leaf index, packed
+    /// records), from lengths and capacities (allocator rounding left out).
+    pub fn memory(&self) -> [usize; 5] {
+        let buckets = self.tables.iter().map(HashTable::allocation_size).sum();
+        let slots =
+            self.tables.iter().map(HashTable::len).sum::<usize>() * std::mem::size_of::<Slot<E>>();
+        let keys = self
+            .tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|s| s.key.len())
+            .sum();
+        let leaves = self.leaves.iter().map(|v| v.capacity() * 8).sum::<usize>()
+            + self.leaves.capacity() * std::mem::size_of::<Vec<u64>>();
+        let packed = self
+            .packed
+            .iter()
+            .map(|v| v.capacity() * std::mem::size_of::<(u64, E::Packed)>())
+            .sum::<usize>()
+            + self.packed.capacity() * std::mem::size_of::<Vec<(u64, E::Packed)>>();
+        [buckets, slots, keys, leaves, packed]
+    }
+
+    /// The packed record of `key`, if it has one (`db` tells which key a record is).
+    fn packed_of(&self, hash: u64, key: &[u8], db: &Db) -> Option<(usize, usize)> {
+        let leaf = self.packed.get(leaf_of(hash))?;
+        let at = packed_at(leaf, hash).ok()?;
+        db.was_marked(hash, key).then_some((leaf_of(hash), at))
+    }
+
+    /// The entry of `key`, unpacked into a copy when it is packed.
+    pub fn get_any(&self, hash: u64, key: &[u8], db: &Db) -> Option<Cow<'_, E>> {
+        if let Some(e) = self.get(hash, key) {
+            return Some(Cow::Borrowed(e));
+        }
+        let (l, at) = self.packed_of(hash, key, db)?;
+        Some(Cow::Owned(E::unpack(self.packed[l][at].1)))
+    }
+
+    /// Moves `key`'s packed record, if it has one, into the table (the mark goes).
+    fn unpack_key(&mut self, hash: u64, key: &[u8], db: &mut Db) {
+        let Some((l, at)) = self.packed_of(hash, key, db) else {
+            return;
+        };
+        let (_, p) = self.packed[l].remove(at);
+        self.packed_len -= 1;
+        self.len -= 1;
+        if !db.set_mark(hash, key, false) || db.marked_gone() > 0 {
+            db.forget_marked(key);
+        }
+        self.insert_slot(hash, key, E::unpack(p));
+    }
+
+    /// Packs `key`'s entry if it can be ([`Pack::pack`]), no other key's record has its hash
+    /// and the store holds the key (to carry the mark). The caller vouches that the store holds
+    /// what the packed form leaves out.
+    pub fn repack(&mut self, hash: u64, key: &[u8], db: &mut Db) {
+        let Some(p) = self.get(hash, key).and_then(E::pack) else {
+            return;
+        };
+        let leaf = leaf_of(hash);
+        let Err(at) = self.packed.get(leaf).map_or(Err(0), |v| packed_at(v, hash)) else {
+            return; // another key's record has this hash
+        };
+        if db.marked_gone() > 0 && db.was_marked(hash, key) {
+            return; // removed marked, not yet forgotten: the mark would name it twice
+        }
+        if !db.set_mark(hash, key, true) {
+            return;
+        }
+        self.remove_slot(hash, key);
+        let records = &mut self.packed[leaf];
+        if records.len() == records.capacity() {
+            // A quarter more, not double: the records are most of a replicated key's bytes.
+            records.reserve_exact(4.max(records.len() / 4));
+        }
+        records.insert(at, (hash, p));
+        self.packed_len += 1;
+        self.len += 1;
     }
 
     fn table(&self, hash: u64) -> Option<&HashTable<Box<Slot<E>>>> {
         self.tables.get(shard_of(hash))
     }
 
+    /// The entry of `key` if it is in the table (not packed).
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&E> {
         self.table(hash)?
             .find(table_hash(hash), |s| s.hash == hash && s.key[..] == *key)
             .map(|s| &s.entry)
     }
 
-    pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut E> {
+    /// The entry of `key`, unpacked into the table if it was packed.
+    pub fn get_mut(&mut self, hash: u64, key: &[u8], db: &mut Db) -> Option<&mut E> {
+        self.unpack_key(hash, key, db);
+        self.get_keyed_mut(hash, key)
+    }
+
+    /// The entry of `key` if it is in the table (not packed).
+    pub fn get_keyed_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut E> {
         self.tables
             .get_mut(shard_of(hash))?
             .find_mut(table_hash(hash), |s| s.hash == hash && s.key[..] == *key)
             .map(|s| &mut s.entry)
     }
 
-    /// Looks `key` up only to bring its slot into cache ahead of use; changes nothing.
+    /// Looks `key` up only to bring its slot (or its leaf's packed records) into cache ahead
+    /// of use; changes nothing.
     pub fn prefetch(&self, hash: u64, key: &[u8]) {
-        std::hint::black_box(self.get(hash, key).is_some());
+        let packed = self
+            .packed
+            .get(leaf_of(hash))
+            .and_then(|v| v.first().map(|r| r.0));
+        std::hint::black_box((self.get(hash, key).is_some(), packed));
     }
 
-    /// The entry of `key`, created by `fresh` if there is none. `key` is cloned only then.
+    /// The entry of `key` (unpacked into the table if it was packed), created by `fresh` if
+    /// there is none. `key` is cloned only then.
     pub fn get_or_insert_with(
         &mut self,
         hash: u64,
         key: &[u8],
+        db: &mut Db,
         fresh: impl FnOnce() -> E,
     ) -> &mut E {
-        self.get_or_insert_keyed(hash, key, fresh).1
+        self.get_or_insert_keyed(hash, key, db, fresh).1
     }
 
     /// [`KeyMap::get_or_insert_with`], also handing out the map's own copy of the key (a
@@ -104,13 +236,30 @@ impl<E> KeyMap<E> {
         &mut self,
         hash: u64,
         key: &[u8],
+        db: &mut Db,
         fresh: impl FnOnce() -> E,
     ) -> (&Bytes, &mut E) {
         debug_assert_eq!(hash, lattice_store::key_hash(key));
+        self.unpack_key(hash, key, db);
+        self.insert_slot_with(hash, key, fresh)
+    }
+
+    fn insert_slot(&mut self, hash: u64, key: &[u8], entry: E) {
+        let mut entry = Some(entry);
+        self.insert_slot_with(hash, key, || entry.take().expect("called once"));
+    }
+
+    fn insert_slot_with(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        fresh: impl FnOnce() -> E,
+    ) -> (&Bytes, &mut E) {
         if self.tables.is_empty() {
             // Allocated on first use: a node that never replicates pays nothing.
             self.tables = (0..SHARDS).map(|_| HashTable::new()).collect();
             self.leaves = vec![Vec::new(); LEAVES];
+            self.packed = vec![Vec::new(); LEAVES];
         }
         match self.tables[shard_of(hash)].entry(
             table_hash(hash),
@@ -138,7 +287,13 @@ impl<E> KeyMap<E> {
         }
     }
 
-    pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<E> {
+    /// Removes `key`'s entry, packed or not.
+    pub fn remove(&mut self, hash: u64, key: &[u8], db: &mut Db) -> Option<E> {
+        self.unpack_key(hash, key, db);
+        self.remove_slot(hash, key)
+    }
+
+    fn remove_slot(&mut self, hash: u64, key: &[u8]) -> Option<E> {
         let slot = self
             .tables
             .get_mut(shard_of(hash))?
@@ -154,13 +309,39 @@ impl<E> KeyMap<E> {
         Some(slot.entry)
     }
 
-    /// Every entry, in no particular order (for counts and sums only).
-    pub fn values(&self) -> impl Iterator<Item = &E> {
+    /// Every entry in the table, in no particular order (for counts and sums only; packed
+    /// entries are plain strings, which such counts skip).
+    pub fn keyed_values(&self) -> impl Iterator<Item = &E> {
         self.tables.iter().flat_map(|t| t.iter().map(|s| &s.entry))
     }
 
-    /// The keys of `leaf` in (hash, key) order.
-    pub fn leaf(&self, leaf: usize) -> Vec<&Slot<E>> {
+    /// The keys of `leaf` with their entries in (hash, key) order, packed ones included (their
+    /// keys read from `db`).
+    pub fn leaf_entries(&self, leaf: usize, db: &Db) -> Vec<(Bytes, Cow<'_, E>)> {
+        let keyed = self.leaf(leaf);
+        let packed = self.packed.get(leaf).map_or(&[][..], |v| &v[..]);
+        let mut out = Vec::with_capacity(keyed.len() + packed.len());
+        let mut keyed = keyed.into_iter().peekable();
+        for &(h, p) in packed {
+            while let Some(s) = keyed.next_if(|s| s.hash < h) {
+                out.push((s.key.clone(), Cow::Borrowed(&s.entry)));
+            }
+            let Some(key) = db.marked_key(h) else {
+                debug_assert!(false, "a packed record whose key the store does not mark");
+                continue;
+            };
+            // Keys sharing the hash are in the table: the packed one goes among them in order.
+            while let Some(s) = keyed.next_if(|s| s.hash == h && s.key[..] < *key) {
+                out.push((s.key.clone(), Cow::Borrowed(&s.entry)));
+            }
+            out.push((Bytes::copy_from_slice(key), Cow::Owned(E::unpack(p))));
+        }
+        out.extend(keyed.map(|s| (s.key.clone(), Cow::Borrowed(&s.entry))));
+        out
+    }
+
+    /// The keys of `leaf` in the table (not packed) in (hash, key) order.
+    fn leaf(&self, leaf: usize) -> Vec<&Slot<E>> {
         let Some(hashes) = self.leaves.get(leaf) else {
             return Vec::new();
         };
@@ -188,19 +369,44 @@ impl<E> KeyMap<E> {
         out
     }
 
-    /// Every entry in (hash, key) order.
-    pub fn iter_ordered(&self) -> impl Iterator<Item = &Slot<E>> {
-        (0..self.leaves.len()).flat_map(move |l| self.leaf(l))
+    /// Every entry in (hash, key) order, packed ones included.
+    pub fn iter_ordered<'a>(
+        &'a self,
+        db: &'a Db,
+    ) -> impl Iterator<Item = (Bytes, Cow<'a, E>)> + 'a {
+        (0..self.leaves.len()).flat_map(move |l| self.leaf_entries(l, db))
     }
 
-    /// Asserts that the leaf index lists exactly the table's keys. A walk over every leaf, so
-    /// for tests rather than every simulated step.
-    #[cfg(test)]
-    pub fn check_invariants(&self) {
+    /// Asserts that the leaf index lists exactly the table's keys, and that every packed
+    /// record's key is marked in `db` (and only those). A walk over every key, so for tests
+    /// and simulations rather than every step.
+    pub fn check_invariants(&self, db: &Db) {
         let indexed: usize = self.leaves.iter().map(Vec::len).sum();
         let held: usize = self.tables.iter().map(HashTable::len).sum();
-        assert_eq!(held, self.len, "key count drifted");
-        assert_eq!(indexed, self.len, "leaf index and table disagree");
+        assert_eq!(held + self.packed_len, self.len, "key count drifted");
+        assert_eq!(indexed, held, "leaf index and table disagree");
+        let records: usize = self.packed.iter().map(Vec::len).sum();
+        assert_eq!(records, self.packed_len, "packed count drifted");
+        let marked = db.iter().filter(|e| e.is_marked()).count();
+        assert_eq!(
+            marked + db.marked_gone(),
+            records,
+            "marks and packed records differ"
+        );
+        for (l, records) in self.packed.iter().enumerate() {
+            assert!(
+                records.windows(2).all(|w| w[0].0 < w[1].0),
+                "packed records unsorted or a hash twice"
+            );
+            for &(h, _) in records {
+                assert_eq!(leaf_of(h), l, "packed record in the wrong leaf");
+                let key = db.marked_key(h).expect("a packed record's key is marked");
+                assert!(
+                    self.get(h, key).is_none(),
+                    "a key both packed and in the table"
+                );
+            }
+        }
         for (l, hashes) in self.leaves.iter().enumerate() {
             assert!(
                 hashes.windows(2).all(|w| w[0] <= w[1]),
@@ -216,42 +422,106 @@ impl<E> KeyMap<E> {
 
 #[cfg(test)]
 mod tests {
-    use super::KeyMap;
-    use lattice_store::key_hash;
+    use super::{KeyMap, Pack};
+    use lattice_store::{key_hash, Db, Str, Value};
+
+    /// Even entries pack (to themselves).
+    impl Pack for u32 {
+        type Packed = u32;
+        fn pack(&self) -> Option<u32> {
+            self.is_multiple_of(2).then_some(*self)
+        }
+        fn unpack(p: u32) -> u32 {
+            p
+        }
+    }
+
+    fn ordered(m: &KeyMap<u32>, db: &Db) -> Vec<(u64, Vec<u8>, u32)> {
+        m.iter_ordered(db)
+            .map(|(k, e)| (key_hash(&k), k.to_vec(), *e))
+            .collect()
+    }
 
     #[test]
     fn ordered_walks_follow_hash_then_key_and_survive_removal() {
+        let mut db = Db::new();
         let mut m: KeyMap<u32> = KeyMap::default();
         let keys: Vec<Vec<u8>> = (0..2_000u32)
             .map(|i| format!("k{i}").into_bytes())
             .collect();
         for (i, k) in keys.iter().enumerate() {
-            *m.get_or_insert_with(key_hash(k), k, || 0) += i as u32;
+            db.insert(k, Value::Str(Str::from_bytes(b"v")), None, 0);
+            *m.get_or_insert_with(key_hash(k), k, &mut db, || 0) += i as u32;
+            m.repack(key_hash(k), k, &mut db);
         }
-        // A second insert of an existing key finds it.
-        *m.get_or_insert_with(key_hash(b"k7"), b"k7", || 1_000) += 1;
+        assert_eq!(m.packed_len(), keys.len() / 2, "the even ones");
+        // A second insert of an existing key finds it (packed or not).
+        *m.get_or_insert_with(key_hash(b"k7"), b"k7", &mut db, || 1_000) += 1;
         assert_eq!(m.get(key_hash(b"k7"), b"k7"), Some(&8));
+        *m.get_or_insert_with(key_hash(b"k8"), b"k8", &mut db, || 1_000) += 2;
+        assert_eq!(m.get(key_hash(b"k8"), b"k8"), Some(&10), "unpacked");
+        m.repack(key_hash(b"k8"), b"k8", &mut db);
+        assert_eq!(m.get(key_hash(b"k8"), b"k8"), None, "packed again");
+        assert_eq!(m.get_any(key_hash(b"k8"), b"k8", &db).as_deref(), Some(&10));
         assert_eq!(m.len(), keys.len());
-        m.check_invariants();
-        let mut expected: Vec<(u64, Vec<u8>)> =
-            keys.iter().map(|k| (key_hash(k), k.clone())).collect();
+        m.check_invariants(&db);
+        let value = |i: usize| {
+            if i == 7 {
+                8
+            } else if i == 8 {
+                10
+            } else {
+                i as u32
+            }
+        };
+        let mut expected: Vec<(u64, Vec<u8>, u32)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (key_hash(k), k.clone(), value(i)))
+            .collect();
         expected.sort();
-        let walked: Vec<(u64, Vec<u8>)> =
-            m.iter_ordered().map(|s| (s.hash, s.key.to_vec())).collect();
-        assert_eq!(walked, expected);
+        assert_eq!(ordered(&m, &db), expected);
+        // Removed from the store first (as a DEL before its capture): the mark still tells.
         for k in keys.iter().step_by(3) {
-            assert!(m.remove(key_hash(k), k).is_some());
-            assert!(m.remove(key_hash(k), k).is_none());
+            db.remove(k);
+            assert!(m.remove(key_hash(k), k, &mut db).is_some());
+            assert!(m.remove(key_hash(k), k, &mut db).is_none());
         }
-        m.check_invariants();
-        expected.retain(|(_, k)| {
+        assert_eq!(db.marked_gone(), 0, "forgotten when their records went");
+        m.check_invariants(&db);
+        expected.retain(|(_, k, _)| {
             let i: usize = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
             !i.is_multiple_of(3)
         });
-        let walked: Vec<(u64, Vec<u8>)> =
-            m.iter_ordered().map(|s| (s.hash, s.key.to_vec())).collect();
-        assert_eq!(walked, expected);
-        assert!(m.get(key_hash(b"k0"), b"k0").is_none());
-        assert_eq!(m.get_mut(key_hash(b"k1"), b"k1").copied(), Some(1));
+        assert_eq!(ordered(&m, &db), expected);
+        assert!(m.get_any(key_hash(b"k0"), b"k0", &db).is_none());
+        assert_eq!(m.get_mut(key_hash(b"k1"), b"k1", &mut db).copied(), Some(1));
+        assert_eq!(m.get_mut(key_hash(b"k2"), b"k2", &mut db).copied(), Some(2));
+        m.check_invariants(&db);
+    }
+
+    #[test]
+    fn a_packed_record_stays_its_keys_while_the_store_replaces_the_key() {
+        let mut db = Db::new();
+        let mut m: KeyMap<u32> = KeyMap::default();
+        let (a, b) = (&b"a"[..], &b"b"[..]);
+        let (ha, hb) = (key_hash(a), key_hash(b));
+        db.insert(a, Value::Str(Str::from_bytes(b"v")), None, 0);
+        *m.get_or_insert_with(ha, a, &mut db, || 0) = 2;
+        // Not packed while the store lacks the key (nothing could carry the mark).
+        *m.get_or_insert_with(hb, b, &mut db, || 0) = 4;
+        m.repack(hb, b, &mut db);
+        m.repack(ha, a, &mut db);
+        assert_eq!(m.packed_len(), 1);
+        assert!(m.get(hb, b).is_some());
+        m.check_invariants(&db);
+        // `a` removed from the store and stored again before its record was used: still `a`'s.
+        db.remove(a);
+        db.insert(a, Value::Str(Str::from_bytes(b"w")), None, 0);
+        assert_eq!(m.get_any(ha, a, &db).as_deref(), Some(&2));
+        assert_eq!(m.get_mut(ha, a, &mut db).copied(), Some(2));
+        assert_eq!(db.marked_gone(), 0);
+        assert!(!db.get_raw(a).unwrap().is_marked());
+        m.check_invariants(&db);
     }
 }

@@ -94,6 +94,13 @@ impl Merkle {
         self.levels[level as usize][index]
     }
 
+    /// Heap bytes held (the levels and the dirty-leaf list).
+    pub fn heap_bytes(&self) -> usize {
+        self.levels.iter().map(|l| l.capacity() * 8).sum::<usize>()
+            + self.dirty.capacity() * 8
+            + self.listed.capacity()
+    }
+
     pub fn root(&mut self) -> u64 {
         self.digest(0, 0)
     }

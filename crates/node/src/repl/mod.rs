@@ -41,12 +41,13 @@ pub mod merkle;
 pub mod state;
 pub mod wire;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 use bincode::Options as _;
 use bytes::Bytes;
 use lattice_crdt::{CausalContext, Crdt, Hlc, HlcClock, NodeId, VersionVector};
-use lattice_store::Value;
+use lattice_store::{Db, Value};
 
 use hashbrown::HashTable;
 
@@ -148,6 +149,7 @@ struct Peer {
     rounds_since_push: u32,
 }
 
+#[derive(Clone)]
 struct KeyEntry {
     state: KeyState,
     digest: u64,
@@ -159,6 +161,47 @@ struct KeyEntry {
     digest_stale: bool,
     /// The `Replicator::messages_merged` number of the last message merged into this state.
     merged_in: u32,
+}
+
+/// A key whose state is a compact string with its value in the store, and that waits for no
+/// GC visit or lazy digest, is kept as its stamp and digest alone (see `keymap`).
+impl keymap::Pack for KeyEntry {
+    type Packed = (state::Packed, u64);
+
+    fn pack(&self) -> Option<Self::Packed> {
+        if self.gc_queued || self.digest_stale {
+            return None;
+        }
+        self.state.packed().map(|p| (p, self.digest))
+    }
+
+    fn unpack((p, digest): Self::Packed) -> KeyEntry {
+        KeyEntry {
+            state: KeyState::unpacked(p),
+            digest,
+            gc_queued: false,
+            digest_stale: false,
+            merged_in: 0,
+        }
+    }
+}
+
+/// The store's string under `key`, the value of a state that does not hold its own
+/// ([`KeyState::value_in_store`]).
+fn stored_str(db: &Db, h: u64, key: &[u8]) -> Option<Vec<u8>> {
+    match &db.get_raw_hashed(h, key)?.value {
+        Value::Str(s) => Some(s.as_bytes().into_owned()),
+        _ => None,
+    }
+}
+
+/// The store's string for `state` of `key` when the state needs it (else None, unread).
+fn stored_for(db: &Db, h: u64, key: &[u8], state: &KeyState) -> Option<Vec<u8>> {
+    if state.value_in_store() {
+        stored_str(db, h, key)
+    } else {
+        None
+    }
 }
 
 impl KeyEntry {
@@ -255,18 +298,21 @@ pub struct Replicator {
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
 type KeyId = (u64, Bytes);
 
-fn key_digest(key: &[u8], state: &KeyState, scratch: &mut Vec<u8>) -> u64 {
+/// `stored` as for [`KeyState::expand`].
+fn key_digest(key: &[u8], state: &KeyState, stored: Option<&[u8]>, scratch: &mut Vec<u8>) -> u64 {
     // Never 0 for a key with contents: 0 means absent.
-    state.digest(key, scratch).map_or(0, |d| d | 1)
+    state.digest(key, stored, scratch).map_or(0, |d| d | 1)
 }
 
 /// Brings `entry`'s digest and the Merkle tree up to date after its state changed, or lists
 /// it for [`Replicator::refresh_digests`] when its state is a large collection. Returns
 /// whether the digest may have changed (always true for a deferred one).
+/// `stored` as for [`KeyState::expand`].
 fn redigest(
     h: u64,
     key: &Bytes,
     entry: &mut KeyEntry,
+    stored: Option<&[u8]>,
     merkle: &mut Merkle,
     stale: &mut Vec<KeyId>,
     scratch: &mut Vec<u8>,
@@ -279,7 +325,7 @@ fn redigest(
         return true;
     }
     entry.digest_stale = false;
-    let digest = key_digest(key, &entry.state, scratch);
+    let digest = key_digest(key, &entry.state, stored, scratch);
     if digest == entry.digest {
         return false;
     }
@@ -389,10 +435,85 @@ impl Replicator {
         (keys, self.deferred_intent)
     }
 
-    pub fn state(&self, key: &[u8]) -> Option<&KeyState> {
-        self.keys
-            .get(lattice_store::key_hash(key), key)
-            .map(|e| &e.state)
+    /// The state of `key` (a copy when it is packed; `db` is the node's store).
+    pub fn state(&self, key: &[u8], db: &Db) -> Option<Cow<'_, KeyState>> {
+        match self.keys.get_any(lattice_store::key_hash(key), key, db)? {
+            Cow::Borrowed(e) => Some(Cow::Borrowed(&e.state)),
+            Cow::Owned(e) => Some(Cow::Owned(e.state)),
+        }
+    }
+
+    /// After the store was made to hold what the state of `key` says: a compact string drops
+    /// its own copy of the value and the key is packed when it can be.
+    pub fn value_stored(&mut self, key: &[u8], db: &mut Db) {
+        let h = lattice_store::key_hash(key);
+        if let Some(e) = self.keys.get_keyed_mut(h, key) {
+            e.state.drop_value();
+            self.keys.repack(h, key, db);
+        }
+    }
+
+    /// Where the replicated state's heap bytes are, by part (estimated from lengths and
+    /// capacities; allocator rounding and the insides of general states left out): what a
+    /// replicated key costs beside its store entry, for measurements.
+    pub fn memory(&self) -> Vec<(&'static str, usize)> {
+        let [buckets, slots, keys, leaves, packed] = self.keys.memory();
+        let full = self
+            .keys
+            .keyed_values()
+            .filter(|e| !e.state.is_compact_form())
+            .count()
+            * std::mem::size_of::<Full>();
+        let merkle = self.merkle.heap_bytes();
+        let pending = self.pending.len() * std::mem::size_of::<(u64, Bytes, Full)>();
+        let unacked = self.peers.values().map(|p| p.unacked_bytes).sum();
+        let queues = (self.gc_queue.capacity() + self.gc_sweep.capacity())
+            * std::mem::size_of::<KeyId>()
+            + self.deferred.capacity() * std::mem::size_of::<(Bytes, bool)>();
+        vec![
+            ("state table buckets", buckets),
+            ("state table slots", slots),
+            ("key copies", keys),
+            ("general states (outer)", full),
+            ("leaf index", leaves),
+            ("packed records", packed),
+            ("merkle tree", merkle),
+            ("delta queue (outer)", pending),
+            ("unacknowledged messages", unacked),
+            ("gc and deferral queues", queues),
+        ]
+    }
+
+    /// Whether the digest kept for `key` is the digest of its state with `stored` as the
+    /// store's string (for the node's invariant check: it covers a value the state leaves to
+    /// the store).
+    pub fn digest_matches(&self, key: &[u8], stored: Option<&[u8]>, db: &Db) -> bool {
+        let h = lattice_store::key_hash(key);
+        let Some(e) = self.keys.get_any(h, key, db) else {
+            return false;
+        };
+        let mut scratch = Vec::new();
+        e.digest_stale || key_digest(key, &e.state, stored, &mut scratch) == e.digest
+    }
+
+    /// Before a command increments `key`: a compact string takes a copy of its value back
+    /// from the store, which the command is about to change (the capture needs the old value
+    /// to tell the increment).
+    pub fn keep_value(&mut self, key: &[u8], db: &mut Db) {
+        let h = lattice_store::key_hash(key);
+        let needs = self
+            .keys
+            .get_any(h, key, db)
+            .is_some_and(|e| e.state.value_in_store());
+        if !needs {
+            return;
+        }
+        let Some(v) = stored_str(db, h, key) else {
+            return;
+        };
+        if let Some(e) = self.keys.get_mut(h, key, db) {
+            e.state.keep_value(&v);
+        }
     }
 
     /// Records a local change of `key` (its store value and deadline now) and queues the
@@ -400,21 +521,43 @@ impl Replicator {
     /// stamp even if the bytes are the ones already captured (a later `SET` of the same value
     /// must still win over an older concurrent write elsewhere).
     /// `hint`: what the command says it changed on `key` (see [`ChangeHint`]).
+    /// The key's value and deadline are read from `db` (the node's store), live at `now_ms`;
+    /// `gone`: capture the key as absent whatever the store holds (FLUSHALL, before it clears
+    /// the store).
+    #[allow(clippy::too_many_arguments)]
     pub fn capture(
         &mut self,
+        db: &mut Db,
         key: &[u8],
-        now_value: Option<(&Value, Option<u64>)>,
+        gone: bool,
         intent: Intent,
         overwrote: bool,
         hint: Option<ChangeHint<'_>>,
         now_ms: u64,
     ) {
         let h = lattice_store::key_hash(key);
-        if now_value.is_none() && self.keys.get(h, key).is_none() {
+        let live = |db: &Db| {
+            db.get_raw_hashed(h, key)
+                .filter(|e| !gone && !e.is_expired(now_ms))
+                .is_some()
+        };
+        if !live(db) && self.keys.get_any(h, key, db).is_none() {
             return; // nothing known, nothing to remove
         }
+        self.keys.get_or_insert_with(h, key, db, KeyEntry::fresh);
+        let db_read: &Db = db;
+        let now_value = db_read
+            .get_raw_hashed(h, key)
+            .filter(|e| !gone && !e.is_expired(now_ms))
+            .map(|e| (&e.value, e.expire_at_ms()));
+        let new_str = match now_value {
+            Some((Value::Str(s), _)) => Some(s.as_bytes()),
+            _ => None,
+        };
         let frontier = &self.frontier;
-        let (shared_key, entry) = self.keys.get_or_insert_keyed(h, key, KeyEntry::fresh);
+        let Some(entry) = self.keys.get_keyed_mut(h, key) else {
+            unreachable!("inserted above");
+        };
         let ts = self.hlc.now(now_ms);
         let mut st = Stamper {
             node: self.dot_node,
@@ -429,12 +572,15 @@ impl Replicator {
             .state
             .capture(frontier, now_value, intent, overwrote, hint, &mut st);
         if delta == Full::default() {
+            self.keys.repack(h, key, db);
             return; // unchanged: no new metadata, nothing to send
         }
+        let shared_key = Bytes::copy_from_slice(key);
         redigest(
             h,
-            shared_key,
+            &shared_key,
             entry,
+            new_str.as_deref(),
             &mut self.merkle,
             &mut self.stale_digests,
             &mut self.scratch,
@@ -444,10 +590,10 @@ impl Replicator {
             entry.gc_queued = true;
             self.gc_queue.push((h, shared_key.clone()));
         }
+        self.keys.repack(h, key, db);
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
         }
-        let shared_key = shared_key.clone();
         if !self.pending.push(h, shared_key, delta, MAX_QUEUED_KEYS) {
             self.pending.clear();
             for p in self.peers.values_mut() {
@@ -461,11 +607,11 @@ impl Replicator {
     }
 
     /// FLUSHALL: an observed-remove of every key known here.
-    pub fn keys_with_content(&self) -> Vec<Bytes> {
+    pub fn keys_with_content(&self, db: &Db) -> Vec<Bytes> {
         self.keys
-            .iter_ordered()
-            .filter(|s| s.entry.digest != 0 || s.entry.digest_stale)
-            .map(|s| s.key.clone())
+            .iter_ordered(db)
+            .filter(|(_, e)| e.digest != 0 || e.digest_stale)
+            .map(|(k, _)| k)
             .collect()
     }
 
@@ -651,7 +797,7 @@ impl Replicator {
     /// push's next leaf on, up to `MAX_BATCH_BYTES` (whole leaves). A full push of the shared
     /// keys costs their size, so it runs only when a link comes up, a queue overflowed or a
     /// retransmission gave up, never periodically (ARCHITECTURE, "A partitioned cluster").
-    fn push_shared(&mut self, peer: NodeId) {
+    fn push_shared(&mut self, peer: NodeId, db: &Db) {
         let Some(start) = self.peers.get(&peer).and_then(|p| p.push_leaf) else {
             return;
         };
@@ -659,12 +805,12 @@ impl Replicator {
         let mut bytes = 0;
         let mut leaf = start;
         while leaf < merkle::LEAVES && bytes < MAX_BATCH_BYTES {
-            for slot in self.keys.leaf(leaf) {
-                let (k, e) = (&slot.key, &slot.entry);
+            for (k, e) in self.keys.leaf_entries(leaf, db) {
+                let k = &k;
                 if !self.peer_owns(peer, k) {
                     continue;
                 }
-                let blob = key_blob(k, &e.state, &self.frontier, &mut self.scratch);
+                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
                 bytes += blob.state.len() + k.len();
                 entries.push(blob);
             }
@@ -745,7 +891,8 @@ impl Replicator {
     }
 
     /// Flushes, retransmissions, anti-entropy and GC rounds that are due.
-    pub fn tick(&mut self, now_ms: u64) {
+    /// `db`: the node's store (for the values of states that do not hold theirs).
+    pub fn tick(&mut self, now_ms: u64, db: &mut Db) {
         // A due flush runs even with nothing queued (deferred captures that turned out to
         // change nothing): it clears the deadline, which would otherwise stay due forever.
         if self.flush_ready(now_ms) || self.flush_due_ms.is_some_and(|d| d <= now_ms) {
@@ -840,10 +987,10 @@ impl Replicator {
             .map(|(id, _)| *id)
             .collect();
         for id in pushing {
-            self.push_shared(id);
+            self.push_shared(id, db);
         }
         if !self.gc_sweep.is_empty() {
-            self.gc_step();
+            self.gc_step(db);
         }
         if now_ms >= self.next_gc_ms {
             self.next_gc_ms = now_ms + GC_INTERVAL_MS;
@@ -921,13 +1068,14 @@ impl Replicator {
     /// Visits up to `GC_KEYS_PER_STEP` keys of the sweep: drops their metadata below the
     /// frontier, forgets the ones that hold nothing, and lists again those that keep metadata
     /// the frontier does not cover yet.
-    fn gc_step(&mut self) {
+    fn gc_step(&mut self, db: &mut Db) {
         let frontier = &self.frontier;
         for _ in 0..GC_KEYS_PER_STEP {
             let Some(id) = self.gc_sweep.pop_front() else {
                 break;
             };
-            let Some(e) = self.keys.get_mut(id.0, &id.1) else {
+            // Listed keys wait unpacked: a packed one was visited already.
+            let Some(e) = self.keys.get_keyed_mut(id.0, &id.1) else {
                 continue;
             };
             if !e.gc_queued {
@@ -939,13 +1087,13 @@ impl Replicator {
             e.state.gc(frontier);
             if e.state.collectable(frontier) {
                 let old = e.digest;
-                self.keys.remove(id.0, &id.1);
+                self.keys.remove(id.0, &id.1, db);
                 self.merkle.update(merkle::leaf_of(id.0), old, 0);
                 self.stats.keys_collected += 1;
                 continue;
             }
             if had_tombstones && !e.digest_stale {
-                let d = key_digest(&id.1, &e.state, &mut self.scratch);
+                let d = key_digest(&id.1, &e.state, None, &mut self.scratch);
                 if d != e.digest {
                     self.merkle.update(merkle::leaf_of(id.0), e.digest, d);
                     e.digest = d;
@@ -954,12 +1102,34 @@ impl Replicator {
             if !e.state.is_compact() {
                 e.gc_queued = true;
                 self.gc_queue.push(id);
+                continue;
+            }
+            // Compacted: when the store holds the same string (no stream took the key), the
+            // state can leave the value to it and be packed.
+            let same = e.state.is_compact_form()
+                && e.state
+                    .materialize(&Default::default(), None)
+                    .is_some_and(|v| {
+                        db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
+                            s.expire_at_ms().is_none() && apply::same_content(&v, &s.value)
+                        })
+                    });
+            if same {
+                e.state.drop_value();
+                self.keys.repack(id.0, &id.1, db);
             }
         }
     }
 
     /// Handles one message from `peer`; returns what the node must apply to its store.
-    pub fn on_message(&mut self, peer: NodeId, data: &[u8], now_ms: u64) -> Vec<Effect> {
+    /// `db`: the node's store (for the values of states that do not hold theirs).
+    pub fn on_message(
+        &mut self,
+        peer: NodeId,
+        data: &[u8],
+        now_ms: u64,
+        db: &mut Db,
+    ) -> Vec<Effect> {
         let env = match wire::decode(data) {
             Ok(e) if e.version == wire::PROTOCOL_VERSION && e.from == peer.0 => e,
             _ => {
@@ -1007,7 +1177,7 @@ impl Replicator {
                         Err(_) => self.stats.bad_messages += 1,
                     }
                 }
-                let (changed, _) = self.merge_blobs(&batch.entries, true);
+                let (changed, _) = self.merge_blobs(&batch.entries, true, db);
                 effects.push(Effect::Keys(changed));
                 let data = self.seen_report(d.seq);
                 self.outbox.push_back((peer, data));
@@ -1025,13 +1195,13 @@ impl Replicator {
                     .collect();
                 p.seen = Some(vv);
             }
-            Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms),
+            Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms, db),
             Some(Body::States(s)) => {
-                let (changed, in_sync) = self.merge_blobs(&s.entries, false);
+                let (changed, in_sync) = self.merge_blobs(&s.entries, false, db);
                 effects.push(Effect::Keys(changed));
                 if !s.want_leaves.is_empty() {
                     let in_sync = in_sync.into_iter().collect();
-                    self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms);
+                    self.send_leaves(peer, &s.want_leaves, Vec::new(), &in_sync, now_ms, db);
                 }
             }
             Some(Body::Publish(p)) if p.shard => {
@@ -1048,7 +1218,14 @@ impl Replicator {
 
     /// Merges received states; returns the keys whose contents changed here and the keys that
     /// are now equal to what the sender holds (no need to send them back).
-    fn merge_blobs(&mut self, entries: &[KeyBlob], deltas: bool) -> (Vec<Bytes>, Vec<Bytes>) {
+    /// Compact strings merged here hold their values until the node has made the store hold
+    /// them ([`Replicator::value_stored`]), or are packed again at once when nothing changed.
+    fn merge_blobs(
+        &mut self,
+        entries: &[KeyBlob],
+        deltas: bool,
+        db: &mut Db,
+    ) -> (Vec<Bytes>, Vec<Bytes>) {
         let mut changed = Vec::new();
         let mut in_sync = Vec::new();
         self.patches.clear();
@@ -1092,7 +1269,8 @@ impl Replicator {
             }
             let h = hashes[i];
             let frontier = &self.frontier;
-            let entry = self.keys.get_or_insert_with(h, &b.key, KeyEntry::fresh);
+            let entry = self.keys.get_or_insert_with(h, &b.key, db, KeyEntry::fresh);
+            let stored = stored_for(db, h, &b.key, &entry.state);
             // A delta into a large collection: the store is patched instead of rebuilt (and a
             // key merged twice in one message is rebuilt).
             let costly = deltas && entry.state.digest_is_costly();
@@ -1105,8 +1283,10 @@ impl Replicator {
             let again = entry.merged_in == self.messages_merged;
             entry.merged_in = self.messages_merged;
             match &incoming {
-                Incoming::Assignment(a) => entry.state.merge_assignment(frontier, a),
-                Incoming::Full(st) => entry.state.merge(frontier, st),
+                Incoming::Assignment(a) => {
+                    entry.state.merge_assignment(frontier, a, stored.as_deref())
+                }
+                Incoming::Full(st) => entry.state.merge(frontier, st, stored.as_deref()),
             }
             if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
@@ -1116,11 +1296,13 @@ impl Replicator {
                 h,
                 &b.key,
                 entry,
+                stored.as_deref(),
                 &mut self.merkle,
                 &mut self.stale_digests,
                 &mut self.scratch,
             );
-            if moved || patch.is_some() {
+            let unchanged = !moved && patch.is_none();
+            if !unchanged {
                 changed.push(b.key.clone());
             }
             if again {
@@ -1130,10 +1312,15 @@ impl Replicator {
             }
             // Only a States message (anti-entropy) asks whether the sender holds the same.
             if let (false, Incoming::Full(st)) = (deltas, &incoming) {
-                let ours = key_digest(&b.key, &entry.state, &mut self.scratch);
+                let ours = key_digest(&b.key, &entry.state, stored.as_deref(), &mut self.scratch);
                 if Some(ours) == st.digest(&b.key, &mut self.scratch).map(|d| d | 1) {
                     in_sync.push(b.key.clone());
                 }
+            }
+            if unchanged {
+                // Nothing changed: the store holds this state's value already.
+                entry.state.drop_value();
+                self.keys.repack(h, &b.key, db);
             }
         }
         (changed, in_sync)
@@ -1147,7 +1334,7 @@ impl Replicator {
         }
     }
 
-    fn on_digests(&mut self, peer: NodeId, d: Digests, now_ms: u64) {
+    fn on_digests(&mut self, peer: NodeId, d: Digests, now_ms: u64, db: &Db) {
         if d.level > DEPTH || d.index.len() != d.digest.len() {
             self.stats.bad_messages += 1;
             return;
@@ -1192,7 +1379,14 @@ impl Replicator {
             );
         } else {
             let leaves: Vec<u32> = differing.iter().map(|&l| l as u32).collect();
-            self.send_leaves(peer, &leaves, leaves.clone(), &Default::default(), now_ms);
+            self.send_leaves(
+                peer,
+                &leaves,
+                leaves.clone(),
+                &Default::default(),
+                now_ms,
+                db,
+            );
         }
     }
 
@@ -1206,16 +1400,17 @@ impl Replicator {
         want: Vec<u32>,
         skip: &std::collections::BTreeSet<Bytes>,
         now_ms: u64,
+        db: &Db,
     ) {
         let mut entries = Vec::new();
         let mut bytes = 0;
         'outer: for &leaf in leaves {
-            for slot in self.keys.leaf(leaf as usize) {
-                let (k, e) = (&slot.key, &slot.entry);
+            for (k, e) in self.keys.leaf_entries(leaf as usize, db) {
+                let k = &k;
                 if skip.contains(k) || !self.peer_owns(peer, k) {
                     continue;
                 }
-                let blob = key_blob(k, &e.state, &self.frontier, &mut self.scratch);
+                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
                 bytes += blob.state.len() + k.len();
                 entries.push(blob);
                 if bytes >= MAX_BATCH_BYTES {
@@ -1246,14 +1441,15 @@ impl Replicator {
     /// anything reads the Merkle tree.
     fn refresh_digests(&mut self) {
         for (h, key) in std::mem::take(&mut self.stale_digests) {
-            let Some(e) = self.keys.get_mut(h, &key) else {
+            // Stale digests are of large collections, never packed.
+            let Some(e) = self.keys.get_keyed_mut(h, &key) else {
                 continue; // collected since
             };
             if !e.digest_stale {
                 continue; // digested since (its state became small)
             }
             e.digest_stale = false;
-            let digest = key_digest(&key, &e.state, &mut self.scratch);
+            let digest = key_digest(&key, &e.state, None, &mut self.scratch);
             self.merkle.update(merkle::leaf_of(h), e.digest, digest);
             e.digest = digest;
         }
@@ -1268,8 +1464,12 @@ impl Replicator {
     pub fn info(&self, now_ms: u64, out: &mut String) {
         use std::fmt::Write as _;
         let up = self.peers.values().filter(|p| p.up).count();
-        let tombstone_keys = self.keys.values().filter(|e| e.state.is_empty()).count();
-        let list_tombstones: usize = self.keys.values().map(|e| e.state.tombstones()).sum();
+        let tombstone_keys = self
+            .keys
+            .keyed_values()
+            .filter(|e| e.state.is_empty())
+            .count();
+        let list_tombstones: usize = self.keys.keyed_values().map(|e| e.state.tombstones()).sum();
         let cloud: usize = self.seen.cloud().len();
         let _ = write!(
             out,
@@ -1291,9 +1491,10 @@ impl Replicator {
         );
         let _ = write!(
             out,
-            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\n",
+            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\npacked_keys:{}\r\n",
             self.pending.len(),
-            self.gc_sweep.len()
+            self.gc_sweep.len(),
+            self.keys.packed_len()
         );
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
@@ -1315,7 +1516,9 @@ impl Replicator {
         }
     }
 
-    pub fn check_invariants(&self) {
+    /// `db`: the node's store, whose marks must name exactly the packed keys.
+    pub fn check_invariants(&self, db: &Db) {
+        self.keys.check_invariants(db);
         assert!(
             self.pending.len() <= MAX_QUEUED_KEYS,
             "delta queue over its bound"
@@ -1348,9 +1551,11 @@ fn key_blob(
     key: &Bytes,
     state: &KeyState,
     frontier: &VersionVector,
+    db: &Db,
     scratch: &mut Vec<u8>,
 ) -> KeyBlob {
-    state.encode_into(frontier, scratch);
+    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
+    state.encode_into(frontier, stored.as_deref(), scratch);
     KeyBlob {
         key: key.clone(),
         state: Bytes::copy_from_slice(scratch),

@@ -450,7 +450,7 @@ impl Full {
             Some(CompactStr {
                 dot: *dot,
                 ts: reg.base_ts,
-                value: reg.base.to_vec().into_boxed_slice(),
+                value: Some(reg.base.to_vec().into_boxed_slice()),
             })
         })
     }
@@ -1004,6 +1004,17 @@ impl Crdt for Full {
 /// ([`KeyState::compacted`]); a string overwritten while its previous dot is still above the
 /// frontier stays full until the GC round that passes it (the overwritten dot must stay in the
 /// context until then, or a late copy of the old write would come back).
+///
+/// # The value in the store
+/// A compact string need not hold its value: the store holds it ([`KeyState::value_in_store`]).
+/// A local write leaves it there; a merged one until the store has been brought up to date
+/// ([`KeyState::drop_value`]). Whatever needs the value of such a state (its full form, its
+/// digest, its wire encoding) takes the store's string for the key as `stored`. Between a
+/// command and its capture the store already holds the new value, so the capture uses the new
+/// value in its place: exact, because the old value of a compact string only matters to an
+/// increment (the node copies it back from the store before an incrementing command runs,
+/// [`KeyState::keep_value`]) and to deciding whether a deadline-only command changed nothing
+/// (it never changes the value).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KeyState {
     repr: Repr,
@@ -1021,27 +1032,107 @@ enum Repr {
 struct CompactStr {
     dot: Dot,
     ts: Hlc,
-    value: Box<[u8]>,
+    /// None: the store holds the value (see the type's doc).
+    value: Option<Box<[u8]>>,
 }
 
 impl CompactStr {
-    fn reg(&self) -> Reg {
-        Reg::assigned(Bytes::copy_from_slice(&self.value), self.ts)
+    /// The value: held here, or `stored`.
+    fn value<'a>(&'a self, stored: Option<&'a [u8]>) -> &'a [u8] {
+        match (&self.value, stored) {
+            (Some(v), _) => v,
+            (None, Some(v)) => v,
+            (None, None) => {
+                // Every caller passes the store's value where a state may lack its own; an
+                // empty string here would be a wrong value, so a test or simulation fails.
+                debug_assert!(false, "a compact string without its value, none passed");
+                &[]
+            }
+        }
+    }
+
+    fn reg(&self, stored: Option<&[u8]>) -> Reg {
+        Reg::assigned(Bytes::copy_from_slice(self.value(stored)), self.ts)
     }
 }
 
+/// A compact string whose value is in the store, reduced to its stamp (see
+/// [`KeyState::packed`]): its dot and the timestamp of its write, issued by the same node.
+/// 24 bytes, so that a replicated key's own bytes stay a fraction of its store entry's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packed {
+    counter: u64,
+    wall_ms: u64,
+    node: u32,
+    logical: u32,
+}
+
 impl KeyState {
-    /// The general form of this state, given the replicator's applied GC frontier.
-    pub fn expand(&self, frontier: &VersionVector) -> Cow<'_, Full> {
+    /// The general form of this state, given the replicator's applied GC frontier. `stored`:
+    /// the store's string for the key (see the type's doc), needed when
+    /// [`KeyState::value_in_store`].
+    pub fn expand(&self, frontier: &VersionVector, stored: Option<&[u8]>) -> Cow<'_, Full> {
         match &self.repr {
             Repr::Full(f) => Cow::Borrowed(f),
             Repr::Empty => Cow::Owned(Full::fresh(frontier)),
             Repr::Str(c) => {
                 let mut f = Full::fresh(frontier);
-                f.string = OrMap::singleton((), c.dot, c.reg(), CausalContext::from_vv(frontier));
+                let reg = c.reg(stored);
+                f.string = OrMap::singleton((), c.dot, reg, CausalContext::from_vv(frontier));
                 f.stamps[Kind::Str as usize] = c.ts;
                 Cow::Owned(f)
             }
+        }
+    }
+
+    /// Whether this is a compact string whose value only the store holds.
+    pub fn value_in_store(&self) -> bool {
+        matches!(&self.repr, Repr::Str(c) if c.value.is_none())
+    }
+
+    /// Forgets a compact string's own copy of its value: the caller has made the store hold it.
+    pub fn drop_value(&mut self) {
+        if let Repr::Str(c) = &mut self.repr {
+            c.value = None;
+        }
+    }
+
+    /// Takes a copy of the value back from the store (`stored`) into a compact string that
+    /// lacks one: before a command that increments it changes the store's copy.
+    pub fn keep_value(&mut self, stored: &[u8]) {
+        if let Repr::Str(c) = &mut self.repr {
+            if c.value.is_none() {
+                c.value = Some(stored.into());
+            }
+        }
+    }
+
+    /// This state as its stamp alone, when it is a compact string whose value is in the store
+    /// and whose timestamp was issued with its dot (as every local write's is).
+    pub fn packed(&self) -> Option<Packed> {
+        match &self.repr {
+            Repr::Str(c) if c.value.is_none() && c.ts.node == c.dot.node => Some(Packed {
+                counter: c.dot.counter,
+                wall_ms: c.ts.wall_ms,
+                node: c.dot.node.0,
+                logical: c.ts.logical,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The state [`KeyState::packed`] reduced to `p`.
+    pub fn unpacked(p: Packed) -> KeyState {
+        let node = NodeId(p.node);
+        KeyState {
+            repr: Repr::Str(CompactStr {
+                dot: Dot {
+                    node,
+                    counter: p.counter,
+                },
+                ts: Hlc::new(p.wall_ms, p.logical, node),
+                value: None,
+            }),
         }
     }
 
@@ -1055,11 +1146,11 @@ impl KeyState {
         KeyState { repr }
     }
 
-    /// Mutable access to the full form, expanding a compact state first. The caller compacts
-    /// again when done ([`KeyState::recompact`]).
-    fn full_mut(&mut self, frontier: &VersionVector) -> &mut Full {
+    /// Mutable access to the full form, expanding a compact state first (`stored` as for
+    /// [`KeyState::expand`]). The caller compacts again when done ([`KeyState::recompact`]).
+    fn full_mut(&mut self, frontier: &VersionVector, stored: Option<&[u8]>) -> &mut Full {
         if !matches!(self.repr, Repr::Full(_)) {
-            let full = self.expand(frontier).into_owned();
+            let full = self.expand(frontier, stored).into_owned();
             self.repr = Repr::Full(Box::new(full));
         }
         match &mut self.repr {
@@ -1081,6 +1172,9 @@ impl KeyState {
     }
 
     /// Records what a local command did to this key (see [`Full::capture`]); returns the delta.
+    /// A compact string's value after it is the store's (it holds none of its own), and a
+    /// compact string without its value before takes the store's new one in its place (see
+    /// the type's doc).
     pub fn capture(
         &mut self,
         frontier: &VersionVector,
@@ -1102,7 +1196,7 @@ impl KeyState {
             if let Some(old) = old {
                 let new = s.as_bytes();
                 if let Some(c) = old {
-                    if !overwrote && c.value[..] == new[..] {
+                    if !overwrote && c.value(Some(&new[..])) == &new[..] {
                         return Full::default();
                     }
                 }
@@ -1120,7 +1214,8 @@ impl KeyState {
                 delta.stamps[Kind::Str as usize] = ts;
                 let still_needed = old_dot.is_some_and(|d| d.counter > frontier.get(d.node));
                 if still_needed {
-                    let full = self.full_mut(frontier);
+                    // The old value leaves with its dot (the delta's context names it).
+                    let full = self.full_mut(frontier, Some(&new));
                     full.string.merge(&delta.string);
                     let stamp = &mut full.stamps[Kind::Str as usize];
                     *stamp = (*stamp).max(ts);
@@ -1128,21 +1223,37 @@ impl KeyState {
                     self.repr = Repr::Str(CompactStr {
                         dot,
                         ts,
-                        value: new.to_vec().into_boxed_slice(),
+                        value: None,
                     });
                 }
                 return delta;
             }
         }
+        // The store's new string stands in for a value the state lacks (see the type's doc).
+        debug_assert!(
+            !(self.value_in_store() && intent == Intent::Increment),
+            "an increment of a string whose old value was not kept"
+        );
+        let new_str = match now {
+            Some((Value::Str(s), _)) => Some(s.as_bytes()),
+            _ => None,
+        };
+        let stand_in = new_str.as_deref().unwrap_or(&[]);
         let delta = self
-            .full_mut(frontier)
+            .full_mut(frontier, Some(stand_in))
             .capture(now, intent, overwrote, hint, st);
         self.recompact(frontier);
+        if new_str.is_some() {
+            // The store holds the new value.
+            self.drop_value();
+        }
         delta
     }
 
-    /// Joins `other` (a delta or a peer's state) into this state.
-    pub fn merge(&mut self, frontier: &VersionVector, other: &Full) {
+    /// Joins `other` (a delta or a peer's state) into this state (`stored` as for
+    /// [`KeyState::expand`]). A compact string result holds its value, even one that was
+    /// only in the store before: the caller brings the store up to date, then drops it.
+    pub fn merge(&mut self, frontier: &VersionVector, other: &Full, stored: Option<&[u8]>) {
         let compact = other.plain_assignment().and_then(|(dot, reg)| {
             self.merged_assignment(frontier, dot, reg, other.string.context())
         });
@@ -1150,16 +1261,21 @@ impl KeyState {
             self.repr = Repr::Str(c);
             return;
         }
-        self.full_mut(frontier).merge(other);
+        self.full_mut(frontier, stored).merge(other);
         self.recompact(frontier);
     }
 
     /// [`KeyState::merge`] of a decoded plain assignment: joined compact when it can be,
     /// else in its full form.
-    pub fn merge_assignment(&mut self, frontier: &VersionVector, a: &Assignment) {
+    pub fn merge_assignment(
+        &mut self,
+        frontier: &VersionVector,
+        a: &Assignment,
+        stored: Option<&[u8]>,
+    ) {
         match self.merged_assignment(frontier, a.dot, &a.reg, &a.cc) {
             Some(c) => self.repr = Repr::Str(c),
-            None => self.merge(frontier, &a.to_full()),
+            None => self.merge(frontier, &a.to_full(), stored),
         }
     }
 
@@ -1196,7 +1312,7 @@ impl KeyState {
         exact.then(|| CompactStr {
             dot,
             ts: reg.base_ts,
-            value: reg.base.to_vec().into_boxed_slice(),
+            value: Some(reg.base.to_vec().into_boxed_slice()),
         })
     }
 
@@ -1208,11 +1324,12 @@ impl KeyState {
         }
     }
 
-    /// The wire encoding of this state (its full form) into `out`, replacing its contents.
-    pub fn encode_into(&self, frontier: &VersionVector, out: &mut Vec<u8>) {
+    /// The wire encoding of this state (its full form) into `out`, replacing its contents
+    /// (`stored` as for [`KeyState::expand`]).
+    pub fn encode_into(&self, frontier: &VersionVector, stored: Option<&[u8]>, out: &mut Vec<u8>) {
         out.clear();
         codec()
-            .serialize_into(&mut *out, &*self.expand(frontier))
+            .serialize_into(&mut *out, &*self.expand(frontier, stored))
             .expect("in-memory states always encode");
     }
 
@@ -1247,8 +1364,9 @@ impl KeyState {
         }
     }
 
-    /// See [`Full::digest`]; a compact state digests exactly as its full form does.
-    pub fn digest(&self, key: &[u8], scratch: &mut Vec<u8>) -> Option<u64> {
+    /// See [`Full::digest`]; a compact state digests exactly as its full form does (`stored`
+    /// as for [`KeyState::expand`]).
+    pub fn digest(&self, key: &[u8], stored: Option<&[u8]>, scratch: &mut Vec<u8>) -> Option<u64> {
         match &self.repr {
             Repr::Empty => None,
             Repr::Str(c) => {
@@ -1259,7 +1377,7 @@ impl KeyState {
                 stamps[Kind::Str as usize] = c.ts;
                 string_digest_bytes(
                     key,
-                    std::iter::once(std::iter::once((&c.dot, c.ts, &c.value[..], &NO_PARTS))),
+                    std::iter::once(std::iter::once((&c.dot, c.ts, c.value(stored), &NO_PARTS))),
                     &LwwRegister::default(),
                     stamps,
                     scratch,
@@ -1356,10 +1474,11 @@ impl KeyState {
         matches!(&self.repr, Repr::Full(full) if full.set.contains(m))
     }
 
-    pub fn materialize(&self, limits: &Limits) -> Option<Value> {
+    /// The value clients read (`stored` as for [`KeyState::expand`]).
+    pub fn materialize(&self, limits: &Limits, stored: Option<&[u8]>) -> Option<Value> {
         match &self.repr {
             Repr::Empty => None,
-            Repr::Str(c) => Some(Value::Str(Str::from_bytes(&c.value))),
+            Repr::Str(c) => Some(Value::Str(Str::from_bytes(c.value(stored)))),
             Repr::Full(f) => f.materialize(limits),
         }
     }
@@ -1544,6 +1663,14 @@ mod tests {
 
         fn value(&self) -> Option<Value> {
             self.state.materialize(&Limits::default())
+        }
+
+        /// What a store beside this replica holds for the key, when it is a string.
+        fn stored(&self) -> Option<Vec<u8>> {
+            match self.value()? {
+                Value::Str(s) => Some(s.as_bytes().into_owned()),
+                _ => None,
+            }
         }
     }
 
@@ -1791,10 +1918,15 @@ mod tests {
             let mut scratch = Vec::new();
             for ((who, kind, arg), sync_from) in ops {
                 let (counter, issued) = (rs[who].counter.clone(), rs[who].issued.clone());
+                let before = rs[who].stored();
                 let d = apply(&mut rs[who], kind, arg);
                 // The same command, with the same dots, on the compact side.
                 let value = rs[who].value();
                 let intent = if kind == 1 { Intent::Increment } else { Intent::Assign };
+                if let (Intent::Increment, Some(b)) = (intent, &before) {
+                    // As the node does before an incrementing command.
+                    ks[who].keep_value(b);
+                }
                 let (mut counter, mut issued) = (counter, issued);
                 let mut st = stamper_for(rs[who].node, rs[who].wall, &mut counter, &mut issued);
                 let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent, true,
@@ -1802,11 +1934,16 @@ mod tests {
                 prop_assert_eq!(&dk, &d);
                 if sync_from != who {
                     let other = rs[sync_from].state.clone();
+                    let stored = rs[who].stored();
                     rs[who].state.merge(&other);
-                    let other = ks[sync_from].expand(&none).into_owned();
-                    ks[who].merge(&none, &other);
+                    let theirs = rs[sync_from].stored();
+                    let other = ks[sync_from].expand(&none, theirs.as_deref()).into_owned();
+                    ks[who].merge(&none, &other, stored.as_deref());
+                    // The store is brought up to date: its copy is the one kept.
+                    ks[who].drop_value();
                 }
-                prop_assert_eq!(&*ks[who].expand(&none), &rs[who].state);
+                let stored = rs[who].stored();
+                prop_assert_eq!(&*ks[who].expand(&none, stored.as_deref()), &rs[who].state);
             }
             // A frontier every replica has passed: each node's counter, cut back a little.
             let mut frontier = VersionVector::new();
@@ -1815,12 +1952,20 @@ mod tests {
                 frontier.raise(NodeId(r.node), c.saturating_sub(cut));
             }
             for (r, k) in rs.iter_mut().zip(ks.iter_mut()) {
-                prop_assert_eq!(k.digest(b"k", &mut scratch), r.state.digest(b"k", &mut scratch));
-                prop_assert_eq!(k.materialize(&Limits::default()), r.value());
+                let stored = r.stored();
+                let stored = stored.as_deref();
+                prop_assert_eq!(k.digest(b"k", stored, &mut scratch),
+                                r.state.digest(b"k", &mut scratch));
+                prop_assert_eq!(k.materialize(&Limits::default(), stored), r.value());
+                // Packing keeps exactly the stamp.
+                if let Some(p) = k.packed() {
+                    prop_assert_eq!(&KeyState::unpacked(p), &*k);
+                }
                 r.state.gc(&frontier);
                 k.gc(&frontier);
-                prop_assert_eq!(&*k.expand(&frontier), &r.state);
-                prop_assert_eq!(k.digest(b"k", &mut scratch), r.state.digest(b"k", &mut scratch));
+                prop_assert_eq!(&*k.expand(&frontier, stored), &r.state);
+                prop_assert_eq!(k.digest(b"k", stored, &mut scratch),
+                                r.state.digest(b"k", &mut scratch));
             }
         }
     }
@@ -1854,12 +1999,21 @@ mod tests {
             for mut full in held {
                 full.gc(&frontier);
                 let held = KeyState::compacted(full, &frontier);
+                // The same state once more with its value only in the store.
+                let stored = held.materialize(&Limits::default(), None).and_then(|v| match v {
+                    Value::Str(s) => Some(s.as_bytes().into_owned()),
+                    _ => None,
+                });
+                let mut lean = held.clone();
+                lean.drop_value();
                 for d in &deltas {
-                    let mut fast = held.clone();
-                    fast.merge(&frontier, d);
-                    let mut general = held.expand(&frontier).into_owned();
+                    let mut general = held.expand(&frontier, None).into_owned();
                     general.merge(d);
-                    prop_assert_eq!(&*fast.expand(&frontier), &general);
+                    for (start, stored) in [(&held, None), (&lean, stored.as_deref())] {
+                        let mut fast = start.clone();
+                        fast.merge(&frontier, d, stored);
+                        prop_assert_eq!(&*fast.expand(&frontier, stored), &general);
+                    }
                 }
             }
         }
@@ -1880,7 +2034,8 @@ mod tests {
             &mut st,
         );
         assert!(k.is_compact_form(), "{k:?}");
-        assert_eq!(*k.expand(&none), d);
+        assert!(k.value_in_store(), "the store holds the value: {k:?}");
+        assert_eq!(*k.expand(&none, Some(b"v")), d);
         // Overwritten while the old dot is above the frontier: full until GC passes it.
         let mut st = stamper_for(1, 11, &mut counter, &mut issued);
         k.capture(
@@ -1895,7 +2050,12 @@ mod tests {
         let frontier: VersionVector = [(NodeId(1), 1)].into_iter().collect();
         k.gc(&frontier);
         assert!(k.is_compact_form(), "{k:?}");
-        assert_eq!(k.materialize(&Limits::default()), Some(s("w")));
+        assert_eq!(k.materialize(&Limits::default(), None), Some(s("w")));
+        k.drop_value();
+        assert_eq!(k.materialize(&Limits::default(), Some(b"w")), Some(s("w")));
+        // Packed to its stamp and back.
+        let p = k.packed().expect("a local write packs");
+        assert_eq!(KeyState::unpacked(p), k);
     }
 
     #[test]
