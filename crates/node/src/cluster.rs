@@ -34,7 +34,8 @@ const DEDUP_WINDOW: usize = 4_096;
 const REPLY_CACHE_BYTES: usize = 1 << 20;
 /// A forward unanswered this long is sent again to the same owner (the owner runs it once and
 /// answers the copy from its reply cache): a lost message costs this, not the full timeout.
-/// Doubles with each copy.
+/// Not backed off: a copy costs the owner a lookup in its reply cache, and the deadline bounds
+/// the copies (at most 50).
 pub const FORWARD_RESEND_MS: u64 = 100;
 
 /// Forward ids from one peer that already ran here, with their replies while they fit.
@@ -294,7 +295,7 @@ impl Cluster {
             if let Some(f) = self.pending.get_mut(&id) {
                 out.push((id, f.peer));
                 f.copies += 1;
-                f.resend_ms = now_ms + (FORWARD_RESEND_MS << f.copies.min(5));
+                f.resend_ms = now_ms + FORWARD_RESEND_MS;
                 self.resends.insert((f.resend_ms, id));
             }
         }
