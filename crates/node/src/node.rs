@@ -133,7 +133,8 @@ impl Node {
         let Some(r) = core.repl.as_mut() else {
             return;
         };
-        for effect in r.on_message(peer, data, now_ms, &mut core.db) {
+        let effects = r.on_message(peer, data, now_ms, &mut core.db);
+        for effect in effects {
             match effect {
                 crate::repl::Effect::Keys(keys) => {
                     // A message changes up to thousands of keys: each group's store entries

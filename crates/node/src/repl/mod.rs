@@ -75,6 +75,10 @@ const RTO_MAX_MS: u64 = 5_000;
 const MAX_RETRIES: u32 = 6;
 /// Period of anti-entropy with each live peer.
 pub const AE_INTERVAL_MS: u64 = 1_000;
+/// Partitioned: a push of the shared keys runs at least every this many anti-entropy periods
+/// (the lower id of a pair starts it), until a tree per shared slot group makes periodic
+/// comparison cheap again (ARCHITECTURE, "A partitioned cluster").
+const PUSH_EVERY_ROUNDS: u32 = 10;
 /// Delay before the next anti-entropy round when the last one was cut short by a bound.
 const AE_FOLLOW_UP_MS: u64 = 10;
 /// The `Ack` sequence number of a report that acknowledges no message.
@@ -150,6 +154,8 @@ struct Peer {
     /// Partitioned: the next Merkle leaf whose shared keys a catch-up push sends this peer
     /// (`None`: no push under way). See `Replicator::push_shared`.
     push_leaf: Option<usize>,
+    /// Partitioned: anti-entropy periods since the last push to this peer.
+    rounds_since_push: u32,
 }
 
 #[derive(Clone)]
@@ -846,19 +852,13 @@ impl Replicator {
         let mut leaf = start;
         while leaf < merkle::LEAVES && bytes < MAX_BATCH_BYTES {
             for (k, e) in self.keys.leaf_entries(leaf, db) {
-                if !self.peer_owns(peer, &k) {
+                let k = &k;
+                if !self.peer_owns(peer, k) {
                     continue;
                 }
-                let h = lattice_store::key_hash(&k);
-                let stored = stored_for(db, h, &k, &e.state);
-                e.state
-                    .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
-                let blob = Bytes::copy_from_slice(&self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k.clone(),
-                    state: blob,
-                });
+                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
+                bytes += blob.state.len() + k.len();
+                entries.push(blob);
             }
             leaf += 1;
         }
@@ -990,7 +990,13 @@ impl Replicator {
                 // agree, so a round ships every shared key: only the rounds a link coming up,
                 // an overflow or a given-up retransmission asks for are run (delivery is
                 // otherwise acknowledged and retransmitted).
-                let periodic = self.node < id && self.ownership.is_none();
+                // Partitioned, a push of the shared keys still runs every
+                // `PUSH_EVERY_ROUNDS` periods: a push sent into a one-way cut is lost unnoticed.
+                let periodic = self.node < id
+                    && (self.ownership.is_none() || {
+                        p.rounds_since_push += 1;
+                        p.rounds_since_push >= PUSH_EVERY_ROUNDS
+                    });
                 let starts = p.needs_ae || periodic;
                 p.needs_ae = false;
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
@@ -1001,6 +1007,7 @@ impl Replicator {
                     // Partitioned: the trees cover different slots, so instead of comparing
                     // them, every key both own is pushed, a batch per tick.
                     p.push_leaf = Some(0);
+                    p.rounds_since_push = 0;
                     self.stats.ae_rounds += 1;
                     continue;
                 }
@@ -1458,16 +1465,9 @@ impl Replicator {
                 if skip.contains(k) || !self.peer_owns(peer, k) {
                     continue;
                 }
-                let h = lattice_store::key_hash(k);
-                let stored = stored_for(db, h, k, &e.state);
-                e.state
-                    .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
-                let blob = Bytes::copy_from_slice(&self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k.clone(),
-                    state: blob,
-                });
+                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
+                bytes += blob.state.len() + k.len();
+                entries.push(blob);
                 if bytes >= MAX_BATCH_BYTES {
                     self.hurry_ae(peer, now_ms);
                     break 'outer;
@@ -1601,6 +1601,22 @@ enum Incoming {
 }
 
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
+/// A key's whole state as anti-entropy ships it.
+fn key_blob(
+    key: &Bytes,
+    state: &KeyState,
+    frontier: &VersionVector,
+    db: &Db,
+    scratch: &mut Vec<u8>,
+) -> KeyBlob {
+    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
+    state.encode_into(frontier, stored.as_deref(), scratch);
+    KeyBlob {
+        key: key.clone(),
+        state: Bytes::copy_from_slice(scratch),
+    }
+}
+
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
     if st.encode_assignment_into(scratch) {
