@@ -219,7 +219,6 @@ impl World {
         buf
     }
 
-
     pub(super) fn finish_counts(&mut self) {
         self.history.tally();
         self.stats.acked = self.history.acked;
