@@ -394,7 +394,7 @@ impl<E: Pack> KeyMap<E> {
     pub fn check_invariants(&self, db: &Db) {
         let calls = self.checks.get();
         self.checks.set(calls + 1);
-        if calls % DEEP_CHECK_EVERY != 0 {
+        if !calls.is_multiple_of(DEEP_CHECK_EVERY) {
             return;
         }
         let indexed: usize = self.leaves.iter().map(Vec::len).sum();
