@@ -15,6 +15,7 @@ Prints a Markdown table. Every process started is stopped at the end.
 """
 
 import argparse
+import importlib.util
 import glob
 import os
 import re
@@ -30,12 +31,10 @@ BIN = os.path.join(ROOT, "target", "release", "lattice-server")
 KEY = "k"
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+_spec = importlib.util.spec_from_file_location("crash_test", os.path.join(ROOT, "scripts", "crash-test.py"))
+crash_test = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(crash_test)
+free_port = crash_test.free_port
 
 
 def cli(port, *args):

@@ -17,6 +17,7 @@ Exits 1 on any failure. Servers run on 127.0.0.1 with free ports and are stopped
 """
 
 import argparse
+import importlib.util
 import os
 import random
 import shutil
@@ -34,13 +35,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCS = []
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+_spec = importlib.util.spec_from_file_location("crash_test", os.path.join(ROOT, "scripts", "crash-test.py"))
+crash_test = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(crash_test)
+free_port = crash_test.free_port
 
 
 def fail(msg):

@@ -200,7 +200,7 @@ fn compare(cmp: Cmp, sub: &[Cmp], a: &Reply, b: &Reply, probes: Probes, full: bo
             _ => normalize(cmp, a) == normalize(cmp, b),
         },
         Cmp::NilOrNot => match (a, b) {
-            (Reply::Bulk(_), Reply::Bulk(_)) => true,
+            (Reply::Bulk(_), Reply::Bulk(_)) | (Reply::Int(_), Reply::Int(_)) => true,
             _ if a.is_nil() && b.is_nil() => a == b,
             _ => normalize(cmp, a) == normalize(cmp, b),
         },
@@ -515,6 +515,8 @@ mod tests {
         assert!(equivalent(Cmp::NilOrNot, &Reply::Nil, &Reply::Nil));
         assert!(!equivalent(Cmp::NilOrNot, &Reply::Nil, &bulk("bar")));
         assert!(!equivalent(Cmp::NilOrNot, &Reply::Nil, &Reply::NilArray));
+        assert!(equivalent(Cmp::NilOrNot, &Reply::Int(48), &Reply::Int(64)));
+        assert!(!equivalent(Cmp::NilOrNot, &Reply::Nil, &Reply::Int(64)));
     }
 
     #[test]

@@ -62,8 +62,8 @@ pub struct Client {
     pub channels: BTreeSet<Bytes>,
     pub patterns: BTreeSet<Bytes>,
     /// Forwarded commands this connection waits for, in its reply order (partitioned
-    /// cluster): later replies queue behind them (`crate::cluster::RelaySlot`).
-    pub relay: VecDeque<crate::cluster::RelaySlot>,
+    /// cluster): later replies queue behind them ([`RelaySlot`]).
+    pub relay: VecDeque<RelaySlot>,
     /// The stand-in client running commands a peer forwarded: they run here, never again
     /// forwarded.
     pub via_peer: bool,
@@ -274,4 +274,15 @@ impl std::ops::Index<&ConnId> for ClientTable {
     fn index(&self, id: &ConnId) -> &Client {
         self.get(id).expect("no client with this id")
     }
+}
+
+/// One place in a connection's reply order taken by a forwarded command: its reply once it
+/// arrives, then whatever the connection's later commands answered meanwhile.
+#[derive(Debug)]
+pub struct RelaySlot {
+    pub id: u64,
+    pub reply: Option<Bytes>,
+    /// CLIENT REPLY OFF/SKIP was in force: the reply is dropped when it arrives.
+    pub silent: bool,
+    pub after: BytesMut,
 }

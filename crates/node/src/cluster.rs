@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use lattice_placement::Placement;
 
 use crate::client::ConnId;
@@ -34,7 +34,9 @@ const DEDUP_WINDOW: usize = 4_096;
 const REPLY_CACHE_BYTES: usize = 1 << 20;
 /// A forward unanswered this long is sent again to the same owner (the owner runs it once and
 /// answers the copy from its reply cache): a lost message costs this, not the full timeout.
-pub const FORWARD_RESEND_MS: u64 = 250;
+/// Not backed off: a copy costs the owner a lookup in its reply cache, and the deadline bounds
+/// the copies (at most 50).
+pub const FORWARD_RESEND_MS: u64 = 100;
 
 /// Forward ids from one peer that already ran here, with their replies while they fit.
 #[derive(Default)]
@@ -71,6 +73,8 @@ pub struct Forwarded {
     pub deadline_ms: u64,
     /// When it is sent again if still unanswered (set by `Cluster::start`).
     pub resend_ms: u64,
+    /// Copies sent so far.
+    pub copies: u32,
 }
 
 /// Counters for INFO's `cluster` section.
@@ -81,17 +85,6 @@ pub struct ClusterStats {
     pub forward_timeouts: u64,
     pub forward_failures: u64,
     pub served_for_peers: u64,
-}
-
-/// One place in a connection's reply order taken by a forwarded command: its reply once it
-/// arrives, then whatever the connection's later commands answered meanwhile.
-#[derive(Debug)]
-pub struct RelaySlot {
-    pub id: u64,
-    pub reply: Option<Bytes>,
-    /// CLIENT REPLY OFF/SKIP was in force: the reply is dropped when it arrives.
-    pub silent: bool,
-    pub after: BytesMut,
 }
 
 pub struct Cluster {
@@ -301,6 +294,7 @@ impl Cluster {
             self.resends.remove(&(t, id));
             if let Some(f) = self.pending.get_mut(&id) {
                 out.push((id, f.peer));
+                f.copies += 1;
                 f.resend_ms = now_ms + FORWARD_RESEND_MS;
                 self.resends.insert((f.resend_ms, id));
             }

@@ -105,6 +105,8 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    // Per-command latency histograms (LATENCY HISTOGRAM), on by default as in Redis 7.
+    ("latency-tracking", "yes", Kind::Bool),
     ("lazyfree-lazy-eviction", "no", Kind::Bool),
     ("lazyfree-lazy-expire", "no", Kind::Bool),
     ("lazyfree-lazy-server-del", "no", Kind::Bool),
@@ -286,6 +288,8 @@ pub struct Config {
     pub slowlog_max_len: u64,
     /// `latency-monitor-threshold` (ms; 0: the latency monitor is off).
     pub latency_monitor_threshold_ms: u64,
+    /// `latency-tracking`: per-command latency histograms.
+    pub latency_tracking: bool,
     pub requirepass: Option<String>,
     /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
@@ -342,6 +346,7 @@ impl Default for Config {
             slowlog_log_slower_than_us: 0,
             slowlog_max_len: 0,
             latency_monitor_threshold_ms: 0,
+            latency_tracking: true,
             requirepass: None,
             notify_keyspace_events: 0,
             node_id: 1,
@@ -502,6 +507,7 @@ impl Config {
             self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
         self.slowlog_max_len = int(self, "slowlog-max-len");
         self.latency_monitor_threshold_ms = int(self, "latency-monitor-threshold");
+        self.latency_tracking = self.values["latency-tracking"] == "yes";
         self.appendonly = self.values["appendonly"] == "yes";
         self.appendfsync = match self.values["appendfsync"].as_str() {
             "always" => Fsync::Always,

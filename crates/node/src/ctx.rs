@@ -85,6 +85,9 @@ pub struct Core {
     pub(crate) persist: Persist,
     /// SLOWLOG's entries (`crate::cmd::slowlog`).
     pub(crate) slowlog: crate::cmd::slowlog::SlowLog,
+    /// The command a client's request ran (set when its handler runs, not for a request
+    /// refused or queued in MULTI), for the slow log's timing.
+    pub(crate) ran: Option<&'static str>,
     /// The request being timed for the slow log and the latency monitor.
     pub(crate) timing: crate::cmd::slowlog::Timing,
     /// Clients parked in WAIT: the count of this node's writes they wait for and how many
@@ -162,6 +165,7 @@ impl Core {
             scripts: Scripts::new(),
             persist: Persist::default(),
             slowlog: Default::default(),
+            ran: None,
             timing: Default::default(),
             latency: Default::default(),
             waits: BTreeMap::new(),

@@ -198,9 +198,14 @@ impl Core {
         if in_multi && spec.has(Flag::NoMulti) {
             return refuse(NOT_IN_MULTI.as_bytes().to_vec());
         }
-        if self.scripts.running.as_ref().is_some_and(|r| r.timed_out) && !spec.has(Flag::AllowBusy)
-        {
-            return refuse(BUSY.as_bytes().to_vec());
+        if let Some(run) = self.scripts.running.as_ref().filter(|r| r.timed_out) {
+            if !spec.has(Flag::AllowBusy) {
+                return refuse(
+                    crate::cmd::script::busy_message(run.kind)
+                        .as_bytes()
+                        .to_vec(),
+                );
+            }
         }
         if in_multi && !spec.has(Flag::RunsInsideMulti) {
             return Admission::Queue;
@@ -238,6 +243,7 @@ impl Core {
         // Inside EXEC the connection's command stays EXEC (CLIENT INFO/LIST cmd=), as in Redis.
         if let Some(c) = self.clients.get_mut(&call.conn).filter(|_| !call.in_exec) {
             c.last_command = spec.name;
+            self.ran = Some(spec.name);
         }
         let handler = spec.handler.expect("resolve returns runnable commands");
         if spec.is_write() {

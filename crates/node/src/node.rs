@@ -133,7 +133,8 @@ impl Node {
         let Some(r) = core.repl.as_mut() else {
             return;
         };
-        for effect in r.on_message(peer, data, now_ms, &mut core.db) {
+        let effects = r.on_message(peer, data, now_ms, &mut core.db);
+        for effect in effects {
             match effect {
                 crate::repl::Effect::Keys(keys) => {
                     // A message changes up to thousands of keys: each group's store entries
@@ -157,6 +158,22 @@ impl Node {
                 crate::repl::Effect::Members(m) => self.cluster_members(m),
                 crate::repl::Effect::Forward(f) => self.cluster_serve_forward(peer, f),
                 crate::repl::Effect::ForwardReply(r) => self.cluster_forward_reply(peer, r),
+                crate::repl::Effect::Functions {
+                    peer,
+                    digest,
+                    entries,
+                } => {
+                    let core = &mut self.core;
+                    if crate::cmd::function::merge_remote(core, &entries) {
+                        let blob = crate::cmd::function::entries_blob(core);
+                        if let Some(r) = core.repl.as_mut() {
+                            r.set_functions(blob);
+                        }
+                    }
+                    if let Some(r) = core.repl.as_mut() {
+                        r.functions_received(peer, digest);
+                    }
+                }
                 crate::repl::Effect::ShardPublish(channel, message) => {
                     self.core.deliver_shard_publish(&channel, &message);
                 }

@@ -54,15 +54,18 @@ const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
 /// `3 varint-count (varint-len arg)*`: a command to run again (see `Flag::LoggedAsCommand`).
 const OP_CMD: u8 = 3;
-/// `4 varint-len key varint-len state`: a clustered node's replicated state of a key.
-const OP_REPL: u8 = 4;
+/// `4 varint-len entries`: the whole function library set (`cmd::function::library`'s
+/// encoding of its replicated entries), replacing the one before.
+const OP_FUNCTIONS: u8 = 4;
+/// `5 varint-len key varint-len state`: a clustered node's replicated state of a key.
+const OP_REPL: u8 = 5;
 
 /// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
 
 pub use crate::config::Fsync;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -70,7 +73,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
+pub(crate) fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
     let mut v: u64 = 0;
     for shift in (0..64).step_by(7) {
         let b = *data.get(*at).ok_or("truncated varint")?;
@@ -83,7 +86,7 @@ fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {
     Err("varint too long".into())
 }
 
-fn get_bytes<'a>(data: &'a [u8], at: &mut usize) -> Result<&'a [u8], String> {
+pub(crate) fn get_bytes<'a>(data: &'a [u8], at: &mut usize) -> Result<&'a [u8], String> {
     let n = get_varint(data, at)?;
     let end = usize::try_from(n)
         .ok()
@@ -192,10 +195,26 @@ impl Core {
         }
     }
 
+    /// The function library set changed: the next record carries it whole.
+    pub(crate) fn persist_functions(&mut self) {
+        self.persist.changes_since_save += 1;
+        if self.persist.logging {
+            self.persist.functions = true;
+        }
+    }
+
+    /// `OP_FUNCTIONS` with the current library set.
+    fn put_functions(&self, data: &mut Vec<u8>) {
+        let blob = crate::cmd::function::entries_blob(self);
+        data.push(OP_FUNCTIONS);
+        put_varint(data, blob.len() as u64);
+        data.extend_from_slice(&blob);
+    }
+
     /// Turns the changes captured since the last record into the next record.
     pub(crate) fn persist_flush(&mut self) {
         let p = &mut self.persist;
-        if p.dirty.is_empty() && !p.clear && p.commands.is_empty() {
+        if p.dirty.is_empty() && !p.clear && p.commands.is_empty() && !p.functions {
             return;
         }
         if self.repl.is_some() {
@@ -207,6 +226,10 @@ impl Core {
             data.push(OP_CLEAR);
             p.clear = false;
         }
+        if std::mem::take(&mut self.persist.functions) {
+            self.put_functions(&mut data);
+        }
+        let p = &mut self.persist;
         data.append(&mut p.commands);
         let mut keys = std::mem::take(&mut p.dirty);
         if keys.len() > 1 {
@@ -247,6 +270,9 @@ impl Core {
         let mut data = Vec::with_capacity(64 * keys.len());
         if std::mem::take(&mut self.persist.clear) {
             data.push(OP_CLEAR);
+        }
+        if std::mem::take(&mut self.persist.functions) {
+            self.put_functions(&mut data);
         }
         let mut waiting = Vec::new();
         let mut state = Vec::new();
@@ -414,6 +440,14 @@ impl Core {
         // the records after its sequence number give an exact state.
         self.persist.logging = true;
         self.persist.out.push_back(Output::SnapshotBegin { seq });
+        // The library set goes first, whole (later changes follow in the records after `seq`).
+        if !self.scripts.libraries.entries.is_empty() {
+            let mut data = Vec::new();
+            self.put_functions(&mut data);
+            self.persist.out.push_back(Output::SnapshotChunk {
+                data: Bytes::from(data),
+            });
+        }
         if kind == SnapshotKind::Save {
             while self.snapshot_slice() {}
         }
@@ -678,6 +712,11 @@ impl Core {
                     repl.load_state(&key, state, &mut self.db)
                         .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(&key)))?;
                     self.apply_remote(&key);
+                }
+                OP_FUNCTIONS => {
+                    let blob = get_bytes(data, &mut at)?;
+                    crate::cmd::function::load_recorded(self, blob)
+                        .map_err(|e| format!("function libraries: {e}"))?;
                 }
                 OP_CMD => {
                     let n = get_varint(data, &mut at)?;

@@ -2,13 +2,33 @@
 
 use std::collections::BTreeMap;
 
-/// Per-command figures (INFO commandstats).
+/// Per-command figures (INFO commandstats, LATENCY HISTOGRAM).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CommandStats {
     pub calls: u64,
     pub usec: u64,
     pub rejected_calls: u64,
     pub failed_calls: u64,
+    /// Durations of the calls the driver timed (`Node::charge_command_time`), by power-of-two
+    /// bucket: bucket `k` counts durations below `1024 << k` ns.
+    pub latency: [u64; LATENCY_BUCKETS],
+}
+
+/// Buckets of [`CommandStats::latency`]: the last one reaches about 36 minutes.
+pub const LATENCY_BUCKETS: usize = 32;
+
+impl CommandStats {
+    /// Counts `calls` calls that took `us` microseconds each.
+    pub fn record_latency(&mut self, us: u64, calls: u64) {
+        let q = us.saturating_mul(1000) >> 10;
+        let k = (64 - q.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
+        self.latency[k] += calls;
+    }
+
+    /// Calls timed.
+    pub fn timed_calls(&self) -> u64 {
+        self.latency.iter().sum()
+    }
 }
 
 /// Per-command figures by command name, in name order (as INFO lists them).

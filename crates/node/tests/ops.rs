@@ -5,7 +5,7 @@
 
 mod harness;
 use harness::Harness;
-use lattice_node::{Input, Micros, ProcessStats};
+use lattice_node::{ConnId, Input, Micros, ProcessStats};
 
 fn node() -> Harness {
     let mut h = Harness::new();
@@ -24,7 +24,11 @@ fn timed(h: &mut Harness, line: &str, took_ms: u64) -> String {
     let args: Vec<&str> = line.split(' ').collect();
     let reply = h.cmd(1, &args);
     h.now_ms += took_ms;
+    // What the server's router reports after a batch: its end, and its time per command.
     h.node.request_done(Micros::from_millis(h.now_ms));
+    if let Some(name) = h.node.last_command(ConnId(1)) {
+        h.node.charge_command_time(name, 1, took_ms * 1000);
+    }
     reply
 }
 
@@ -420,4 +424,43 @@ fn monitor_shows_commands_as_they_run() {
     let eval = got.find("\"EVAL\"").expect("EVAL shown");
     let get = got.find("[0 lua] \"get\" \"foo\"").expect("its GET shown");
     assert!(eval < get, "{got}");
+}
+
+#[test]
+fn latency_histograms_count_each_command_by_duration() {
+    let mut h = node();
+    timed(&mut h, "CONFIG RESETSTAT", 0);
+    timed(&mut h, "SET a b", 0);
+    timed(&mut h, "SET c d", 3);
+    timed(&mut h, "CLIENT ID", 0);
+    assert_eq!(
+        run(&mut h, "LATENCY HISTOGRAM set nope"),
+        format!(
+            "*2\r\n{}*4\r\n{}:2\r\n{}*4\r\n:1\r\n:1\r\n:4194\r\n:2\r\n",
+            bulk("set"),
+            bulk("calls"),
+            bulk("histogram_usec")
+        )
+    );
+    // A container names its subcommands; with no names, every command timed so far.
+    let client = run(&mut h, "LATENCY HISTOGRAM client");
+    assert!(
+        client.starts_with(&format!("*2\r\n{}", bulk("client|id"))),
+        "{client}"
+    );
+    let all = run(&mut h, "LATENCY HISTOGRAM");
+    assert!(all.starts_with("*8\r\n"), "{all}");
+    for name in [
+        "client|id",
+        "config|resetstat",
+        "latency|histogram",
+        "set",
+        "set",
+    ] {
+        assert!(all.contains(&bulk(name)), "{name}: {all}");
+    }
+    run(&mut h, "CONFIG SET latency-tracking no");
+    run(&mut h, "CONFIG RESETSTAT");
+    run(&mut h, "SET a b");
+    assert_eq!(run(&mut h, "LATENCY HISTOGRAM"), "*0\r\n");
 }

@@ -809,6 +809,66 @@ fn small_slices_still_transfer_everything() {
     assert!(c.info_field(0, "transfer_slice_max_keys") <= 4);
 }
 
+/// Function libraries replicate as a whole set: a load on one replica reaches the others, a
+/// later delete wins over the load everywhere (per-library last writer wins, deletion as a
+/// tombstone), a replica cut off during both catches up through anti-entropy, and FCALL's
+/// effects replicate as writes (the code is not run again on the peers).
+#[test]
+fn function_libraries_replicate_as_a_set() {
+    let lib = "#!lua name=lib\nredis.register_function('put', function(keys, args) return redis.call('set', keys[1], args[1]) end)";
+    let mut c = Cluster::new(3);
+    assert_eq!(c.cmd(0, &["FUNCTION", "LOAD", lib]), "$3\r\nlib\r\n");
+    c.settle();
+    for i in 0..3 {
+        assert!(
+            c.cmd(i, &["FUNCTION", "LIST"]).contains("$3\r\nput\r\n"),
+            "node {i}"
+        );
+    }
+    assert_eq!(c.cmd(1, &["FCALL", "put", "1", "k", "v"]), "+OK\r\n");
+    c.settle();
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["GET", "k"]), "$1\r\nv\r\n");
+    }
+    // Node 2 misses a reload and a second library while cut off...
+    c.partition(2, true);
+    let lib2 = "#!lua name=lib2\nredis.register_function('two', function() return 2 end)";
+    c.cmd(0, &["FUNCTION", "LOAD", lib2]);
+    c.advance(20);
+    assert_eq!(c.cmd(1, &["FUNCTION", "DELETE", "lib"]), "+OK\r\n");
+    c.advance(20);
+    assert_eq!(
+        c.cmd(2, &["FCALL", "two", "0"]),
+        "-ERR Function not found\r\n"
+    );
+    // ... and catches up once the link is back (anti-entropy compares the sets' digests).
+    c.partition(2, false);
+    c.advance(3_000);
+    let lists: Vec<String> = (0..3).map(|i| c.cmd(i, &["FUNCTION", "LIST"])).collect();
+    assert!(lists.iter().all(|l| *l == lists[0]), "{lists:?}");
+    assert_eq!(c.cmd(2, &["FCALL", "two", "0"]), ":2\r\n");
+    assert_eq!(
+        c.cmd(2, &["FCALL", "put", "1", "k", "w"]),
+        "-ERR Function not found\r\n"
+    );
+    // Concurrent loads of the same library name: the later stamp wins on every node.
+    let v = |n: u32| {
+        format!("#!lua name=same\nredis.register_function('which', function() return {n} end)")
+    };
+    c.cmd(0, &["FUNCTION", "LOAD", &v(0)]);
+    c.cmd(1, &["FUNCTION", "LOAD", &v(1)]);
+    c.settle();
+    c.advance(3_000);
+    let got: Vec<String> = (0..3).map(|i| c.cmd(i, &["FCALL", "which", "0"])).collect();
+    assert!(got.iter().all(|g| *g == got[0]), "{got:?}");
+    // FLUSH removes everything everywhere.
+    c.cmd(2, &["FUNCTION", "FLUSH"]);
+    c.settle();
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["FUNCTION", "LIST"]), "*0\r\n");
+    }
+}
+
 #[test]
 fn spublish_reaches_shard_subscribers_on_other_nodes_only() {
     let mut c = Cluster::new(2);

@@ -267,9 +267,10 @@ fn function_flush_and_list_answer_with_no_libraries() {
     assert_eq!(h.cmd(1, &["FUNCTION", "FLUSH"]), "+OK\r\n");
     assert_eq!(h.cmd(1, &["FUNCTION", "FLUSH", "ASYNC"]), "+OK\r\n");
     assert_eq!(h.cmd(1, &["FUNCTION", "LIST"]), "*0\r\n");
+    // LOAD exists now (tests/functions.rs); a body without its metadata line is refused.
     assert_eq!(
         h.cmd(1, &["FUNCTION", "LOAD", "x"]),
-        "-ERR unknown subcommand 'LOAD'. Try FUNCTION HELP.\r\n"
+        "-ERR Missing library metadata\r\n"
     );
 }
 

@@ -183,7 +183,7 @@ impl<D: Dir> Router<D> {
         // the same command, the common shape of a pipeline.
         for &(name, n) in self.runs.iter() {
             let share = (elapsed_us * n).checked_div(commands).unwrap_or(0);
-            self.node.charge_command_time(name, share);
+            self.node.charge_command_time(name, n, share);
         }
         let now = self.last_now();
         if let Some(message) = protocol_error {

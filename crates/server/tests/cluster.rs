@@ -833,6 +833,36 @@ fn cluster_flags_are_validated() {
             "invalid seed",
         ),
         (&["--cluster-port", "7000"], "--cluster-port needs --seeds"),
+        (
+            &["--replication-factor", "2"],
+            "--replication-factor needs --seeds",
+        ),
+        (
+            &[
+                "--seeds",
+                "127.0.0.1:1,127.0.0.1:3",
+                "--node-id",
+                "1",
+                "--cluster-port",
+                "2",
+                "--replication-factor",
+                "4",
+            ],
+            "--replication-factor 4 exceeds the 3 members",
+        ),
+        (
+            &[
+                "--seeds",
+                "127.0.0.1:1",
+                "--node-id",
+                "1",
+                "--cluster-port",
+                "2",
+                "--replication-factor",
+                "0",
+            ],
+            "--replication-factor must be at least 1",
+        ),
     ];
     for (args, message) in cases {
         let out = Command::new(bin)

@@ -22,7 +22,11 @@ fn short_run(seed: u64) -> (String, Option<String>, RunStats) {
 
 /// A short replicated run of `seed` (the drain keeps its 30 s for anti-entropy).
 fn short_replicated(seed: u64) -> World {
-    let mut cfg = RunConfig::replicated_from_seed(seed);
+    short_run_of(RunConfig::replicated_from_seed(seed))
+}
+
+/// `cfg` with short phases, run.
+fn short_run_of(mut cfg: RunConfig) -> World {
     cfg.safety_us = 1_500_000;
     cfg.client_timeout_us = 300_000;
     cfg.backoff_max_us = 50_000;
@@ -222,14 +226,7 @@ fn router_plant_is_caught() {
 
 /// A short partitioned run of `seed`.
 fn short_partitioned(seed: u64) -> World {
-    let mut cfg = RunConfig::partitioned_from_seed(seed);
-    cfg.safety_us = 1_500_000;
-    cfg.client_timeout_us = 300_000;
-    cfg.backoff_max_us = 50_000;
-    cfg.liveness_us = 800_000;
-    let mut w = World::new(cfg, false, Tracer::new(8));
-    w.run();
-    w
+    short_run_of(RunConfig::partitioned_from_seed(seed))
 }
 
 #[cfg(not(feature = "planted-forward-bug"))]

@@ -19,6 +19,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub mod bits;
 pub mod expire;
+pub mod functions;
 pub mod geo;
 pub mod hashes;
 pub mod hll;
@@ -40,7 +41,7 @@ pub enum Cmp {
     Sorted,
     /// Non-negative integers may differ by `tol`; negative ones (-1, -2) must be equal.
     Tolerance(i64),
-    /// Only nil versus non-nil matters (RANDOMKEY).
+    /// Only nil versus non-nil matters (RANDOMKEY, MEMORY USAGE).
     NilOrNot,
     /// Not compared at all (TIME).
     Skip,
@@ -268,6 +269,7 @@ pub const ALL: &[Family] = &[
     bits::FAMILY,
     hll::FAMILY,
     geo::FAMILY,
+    functions::FAMILY,
     ops::FAMILY,
 ];
 

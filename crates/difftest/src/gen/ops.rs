@@ -25,14 +25,16 @@ fn channel(c: &mut Ctx) -> Vec<u8> {
 
 fn gen(c: &mut Ctx) -> Cmd {
     match c.below(20) {
-        0 => Cmd::new("SLOWLOG").a("GET").a("0"),
+        // Fixed: without its count SLOWLOG GET lists what each server logged.
+        0 => Cmd::new("SLOWLOG").a("GET").a("0").fixed(),
         1 => Cmd::new("SLOWLOG")
             .a("GET")
             .a(*c.pick(&["-2", "-222", "x", "1.5", ""])),
         2 => Cmd::new("SLOWLOG")
             .a(*c.pick(&["nope", "get", "len"]))
             .a("1")
-            .a("2"),
+            .a("2")
+            .fixed(),
         3 => Cmd::new("LATENCY").a("LATEST"),
         4 => Cmd::new("LATENCY")
             .a("HISTORY")
@@ -43,13 +45,19 @@ fn gen(c: &mut Ctx) -> Cmd {
         8 => Cmd::new("WAIT")
             .a(*c.pick(&["x", "1", "0"]))
             .a(*c.pick(&["-1", "y", "1.5"])),
-        9 => Cmd::new("MEMORY").a("USAGE").a(c.key()).cmp(Cmp::NilOrNot),
+        // Fixed: damaged, MEMORY USAGE would be compared exactly (each server's own sizes).
+        9 => Cmd::new("MEMORY")
+            .a("USAGE")
+            .a(c.key())
+            .cmp(Cmp::NilOrNot)
+            .fixed(),
         10 => Cmd::new("MEMORY")
             .a("USAGE")
             .a(c.key())
             .a(*c.pick(&["SAMPLES", "samples", "nope"]))
             .a(*c.pick(&["-1", "x", "0", "5"]))
-            .cmp(Cmp::NilOrNot),
+            .cmp(Cmp::NilOrNot)
+            .fixed(),
         11 => Cmd::new("OBJECT").a("FREQ").a(c.key()),
         12 => Cmd::new("OBJECT")
             .a("IDLETIME")
@@ -70,9 +78,11 @@ fn gen(c: &mut Ctx) -> Cmd {
             .a(*c.pick(&["-1", "x", "10"]))
             .a(*c.pick(&["NONE", "read", "WRITE"])),
         17 => Cmd::new("CLIENT").a("UNPAUSE"),
+        // Fixed: without the extra argument the figures are each process's own.
         18 => Cmd::new("MEMORY")
             .a(*c.pick(&["STATS", "DOCTOR"]))
-            .a("extra"),
+            .a("extra")
+            .fixed(),
         _ => Cmd::new("PUBSUB").a("SHARDCHANNELS").a("a").a("b"),
     }
 }

@@ -251,15 +251,15 @@ fn slots(core: &mut Core, call: &mut Call) {
     }
 }
 
-/// Slot ranges, first and last slot of each.
-type SlotRanges = Vec<(u16, u16)>;
+/// A shard of `CLUSTER SHARDS`: an owner list and its slot ranges.
+type Shard<'a> = (&'a [u32], Vec<(u16, u16)>);
 
 fn shards(core: &mut Core, call: &mut Call) {
     let Some(v) = view(core) else {
         return call.error(DISABLED);
     };
     // A shard: the ranges with one and the same owner list.
-    let mut groups: Vec<(&[u32], SlotRanges)> = Vec::new();
+    let mut groups: Vec<Shard> = Vec::new();
     for (start, end, owners) in &v.ranges {
         match groups.iter_mut().find(|(o, _)| *o == owners.as_slice()) {
             Some((_, rs)) => rs.push((*start, *end)),

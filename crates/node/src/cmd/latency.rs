@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
+use crate::stats::CommandStats;
 use crate::time::Micros;
 
 const SERVER: &str = "server";
@@ -68,6 +69,16 @@ pub const COMMANDS: &[CommandSpec] = &[container(
             "2.8.13",
             "Returns a human-readable latency analysis report.",
             latency_doctor,
+        ),
+        spec(
+            "latency|histogram",
+            -2,
+            &["admin", "noscript", "loading", "stale"],
+            (0, 0, 0),
+            SERVER,
+            "7.0.0",
+            "Returns the cumulative distribution of latencies of a subset or all commands.",
+            latency_histogram,
         ),
         spec(
             "latency|help",
@@ -225,6 +236,54 @@ fn latency_doctor(core: &mut Core, call: &mut Call) {
     call.out.verbatim(b"txt", t.as_bytes());
 }
 
+/// Writes one command's histogram: its timed calls, then each bucket's upper bound in µs with
+/// the count of calls up to it, for the buckets that hold calls (Redis's shape).
+fn write_histogram(call: &mut Call, s: &CommandStats) {
+    call.out.map_len(2);
+    call.out.bulk(b"calls");
+    call.out.integer(s.timed_calls() as i64);
+    call.out.bulk(b"histogram_usec");
+    let filled = s.latency.iter().filter(|n| **n > 0).count();
+    call.out.map_len(filled);
+    let mut cumulative = 0;
+    for (k, n) in s.latency.iter().enumerate() {
+        if *n > 0 {
+            cumulative += n;
+            call.out.integer(((1024u64 << k) / 1000) as i64);
+            call.out.integer(cumulative as i64);
+        }
+    }
+}
+
+/// LATENCY HISTOGRAM [command ...]: the latency histograms of the named commands (a container
+/// names its subcommands too; unknown names are skipped), or of every command timed so far.
+/// Durations are the slow log's (`crate::cmd::slowlog`); `latency-tracking no` stops them.
+fn latency_histogram(core: &mut Core, call: &mut Call) {
+    let mut names: Vec<&'static str> = Vec::new();
+    if call.argc() == 2 {
+        names.extend(core.stats.commands.iter().map(|(n, _)| n));
+    }
+    for arg in &call.args[2..] {
+        let Some(spec) = crate::cmd::server::lookup_full(core, arg) else {
+            continue;
+        };
+        names.push(spec.name);
+        names.extend(spec.subcommands.iter().map(|s| s.name));
+    }
+    let found: Vec<(&'static str, CommandStats)> = names
+        .into_iter()
+        .filter_map(|n| {
+            let s = core.stats.commands.get_mut(n).copied()?;
+            (s.timed_calls() > 0).then_some((n, s))
+        })
+        .collect();
+    call.out.map_len(found.len());
+    for (name, s) in &found {
+        call.out.bulk(name.as_bytes());
+        write_histogram(call, s);
+    }
+}
+
 fn latency_help(_core: &mut Core, call: &mut Call) {
     const LINES: &[&str] = &[
         "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -236,6 +295,8 @@ fn latency_help(_core: &mut Core, call: &mut Call) {
         "    Return each event's newest sample and its largest.",
         "RESET [<event> ...]",
         "    Forget the samples of the given events (default: all of them).",
+        "HISTOGRAM [<command> ...]",
+        "    Return the latency distribution of the given commands (default: all of them).",
         "HELP",
         "    Print this help.",
     ];

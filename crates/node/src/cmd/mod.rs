@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod connection;
 pub mod dump;
 pub mod expire;
+pub mod function;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -49,6 +50,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     pubsub::COMMANDS,
     stream::COMMANDS,
     script::COMMANDS,
+    function::COMMANDS,
     slowlog::COMMANDS,
     latency::COMMANDS,
     role::COMMANDS,

@@ -51,7 +51,7 @@ use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use crate::dispatch::Unresolved;
 use crate::time::Micros;
-use engine::{error_table, internal_error, unwrap_call_error, Running, HOOK_STEP};
+use engine::{error_table, internal_error, unwrap_call_error, Kind, Running, HOOK_STEP};
 pub use engine::{
     sha1_hex, Scripts, INSTRUCTION_BUDGET, MAX_CACHED_BYTES, MAX_CACHED_SCRIPTS,
     MEMORY_LIMIT_BYTES, SLICE_INSTRUCTIONS,
@@ -132,13 +132,18 @@ fn eval_generic(core: &mut Core, call: &mut Call, by_sha: bool, read_only: bool)
     let split = 3 + numkeys as usize;
     let (keys, argv) = (&call.args[3..split], &call.args[split..]);
     let seed = core.random_u64();
-    let mut run = match core
+    match core
         .scripts
         .start(call.conn, call.now, &sha, keys, argv, read_only, seed)
     {
-        Ok(run) => run,
-        Err(e) => return call.error_bytes(&e),
-    };
+        Ok(run) => launch(core, call, run),
+        Err(e) => call.error_bytes(&e),
+    }
+}
+
+/// Runs a prepared script or function for `call`: its reply now if it ends in its first
+/// slice, else it stays as the node's running script (resumed by `continue_script`).
+pub(crate) fn launch(core: &mut Core, call: &mut Call, mut run: Running) {
     run.silent = core
         .clients
         .get(&call.conn)
@@ -160,7 +165,12 @@ pub(crate) fn continue_script(core: &mut Core) -> Option<Finished> {
     let mut run = core.scripts.running.take()?;
     let outcome = if run.killed {
         let line = core.scripts.hook.suspended_line();
-        Err(located(KILLED_BY_USER.as_bytes().to_vec(), &run.sha, line))
+        Err(located(
+            KILLED_BY_USER.as_bytes().to_vec(),
+            &run.sha,
+            source_of(run.kind),
+            line,
+        ))
     } else {
         match run_slice(core, &mut run, true) {
             Some(outcome) => outcome,
@@ -263,7 +273,9 @@ fn run_slice(
         Ok(coroutine::Resumed::Returned(value)) => {
             lua_to_frame(&value, 0).map_err(String::into_bytes)
         }
-        Ok(coroutine::Resumed::Raised(err, line)) => Err(failure_text(&lua, err, line, &run.sha)),
+        Ok(coroutine::Resumed::Raised(err, line)) => {
+            Err(failure_text(&lua, err, line, &run.sha, source_of(run.kind)))
+        }
     })
 }
 
@@ -305,7 +317,9 @@ fn execute(
     if spec.has(Flag::NoScript) {
         return Err("ERR This Redis command is not allowed from script".into());
     }
-    if read_only && spec.is_write() {
+    // As Redis, a read-only script may not run what may replicate either (PUBLISH): that is
+    // what lets CLIENT PAUSE WRITE run read-only scripts.
+    if read_only && (spec.is_write() || spec.has(Flag::MayReplicate)) {
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
     }
     if spec.is_write() {
@@ -334,22 +348,30 @@ fn execute(
 
 /// The error reply for a script that raised `err`, located at `line` of the user's script
 /// when known.
-fn failure_text(lua: &Lua, err: LuaValue, line: Option<i64>, sha: &str) -> Vec<u8> {
+fn failure_text(lua: &Lua, err: LuaValue, line: Option<i64>, sha: &str, source: &str) -> Vec<u8> {
     let table = match error_table_of(lua, err) {
         Ok(t) => t,
         Err(e) => return internal_error(e),
     };
     if let Some(line) = line {
-        table.raw_set("source", "@user_script").ok();
+        table.raw_set("source", source).ok();
         table.raw_set("line", line).ok();
     }
     error_text(&LuaValue::Table(table), sha)
 }
 
+/// The chunk name errors cite: EVAL's script or a function library.
+fn source_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Eval => "@user_script",
+        Kind::Function => "@user_function",
+    }
+}
+
 /// `message` with Redis's location suffix when the line is known.
-fn located(mut message: Vec<u8>, sha: &str, line: Option<i64>) -> Vec<u8> {
+fn located(mut message: Vec<u8>, name: &str, source: &str, line: Option<i64>) -> Vec<u8> {
     if let Some(line) = line {
-        message.extend_from_slice(format!(" script: {sha}, on @user_script:{line}.").as_bytes());
+        message.extend_from_slice(format!(" script: {name}, on {source}:{line}.").as_bytes());
     }
     message
 }
@@ -392,7 +414,10 @@ fn error_text(err: &LuaValue, sha: &str) -> Vec<u8> {
     };
     let source: Option<String> = t.raw_get("source").ok().flatten();
     let line: Option<i64> = t.raw_get("line").ok().flatten();
-    located(msg, sha, source.and(line))
+    match source {
+        Some(source) => located(msg, sha, &source, line),
+        None => msg,
+    }
 }
 
 /// Lua's `math.random` on the per-script generator: `()` a float in [0, 1), `(m)` an integer
@@ -617,14 +642,30 @@ fn script_flush(core: &mut Core, call: &mut Call) {
 /// undone; Redis answers UNKILLABLE and only SHUTDOWN NOSAVE gets out). Only a script past
 /// busy-reply-threshold can be seen running: before that, this request waits behind it.
 fn script_kill(core: &mut Core, call: &mut Call) {
+    kill(core, call, Kind::Eval);
+}
+
+/// SCRIPT KILL (`kind` Eval) and FUNCTION KILL (Function): each stops only its own kind.
+pub(crate) fn kill(core: &mut Core, call: &mut Call, kind: Kind) {
     match core.scripts.running.as_mut() {
         None => call.error("NOTBUSY No scripts in execution right now."),
         Some(run) if run.wrote => call.error(
             "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
         ),
+        Some(run) if run.kind != kind => call.error(busy_message(run.kind)),
         Some(run) => {
             run.killed = true;
             call.ok();
+        }
+    }
+}
+
+/// The BUSY reply while `kind` runs, naming the command that can stop it.
+pub(crate) fn busy_message(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Eval => crate::dispatch::BUSY,
+        Kind::Function => {
+            "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
         }
     }
 }

@@ -138,47 +138,6 @@ pub const COMMANDS: &[CommandSpec] = &[
             ),
         ],
     },
-    // Lattice runs no server-side code, so there are never any libraries: FLUSH has nothing
-    // to delete and LIST nothing to show. LOAD and the rest are unknown subcommands.
-    container(
-        "function",
-        -2,
-        "scripting",
-        "7.0.0",
-        "A container for function commands.",
-        &[
-            spec(
-                "function|flush",
-                -2,
-                &["write", "noscript"],
-                (0, 0, 0),
-                "scripting",
-                "7.0.0",
-                "Deletes all libraries and functions.",
-                function_flush,
-            ),
-            spec(
-                "function|list",
-                -2,
-                &["noscript"],
-                (0, 0, 0),
-                "scripting",
-                "7.0.0",
-                "Returns information about all libraries.",
-                function_list,
-            ),
-            spec(
-                "function|help",
-                2,
-                &["loading", "stale"],
-                (0, 0, 0),
-                "scripting",
-                "7.0.0",
-                "Returns helpful text about the different subcommands.",
-                function_help,
-            ),
-        ],
-    ),
     container(
         "config",
         -2,
@@ -544,7 +503,12 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             );
         }
         "replication" => {
-            t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+            // The offset is ROLE's: the writes this node has stamped (`crate::cmd::role`).
+            let offset = core.repl.as_ref().map_or(0, |r| r.own_writes());
+            let _ = write!(
+                t,
+                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:{offset}\r\n"
+            );
             if let Some(r) = core.repl.as_ref() {
                 r.info(now_ms, t);
             }
@@ -695,7 +659,7 @@ fn command_all_info(core: &mut Core, call: &mut Call) {
 }
 
 /// Finds `get` or `client|setname` style names.
-fn lookup_full(core: &Core, name: &[u8]) -> Option<&'static CommandSpec> {
+pub(crate) fn lookup_full(core: &Core, name: &[u8]) -> Option<&'static CommandSpec> {
     let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
     match lower.split_once('|') {
         None => core.table.find(lower.as_bytes()),
@@ -859,47 +823,6 @@ fn config_help(_core: &mut Core, call: &mut Call) {
         "    Set the configuration <directive> to <value>.",
         "RESETSTAT",
         "    Reset statistics reported by the INFO command.",
-        "HELP",
-        "    Print this help.",
-    ];
-    call.out.array_len(LINES.len());
-    for l in LINES {
-        call.out.simple(l.as_bytes());
-    }
-}
-
-// ---- FUNCTION ----
-
-fn function_flush(_core: &mut Core, call: &mut Call) {
-    match call.argc() {
-        2 => call.ok(),
-        3 if is(call.arg(2), "async") || is(call.arg(2), "sync") => call.ok(),
-        _ => call.error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
-    }
-}
-
-fn function_list(_core: &mut Core, call: &mut Call) {
-    let mut i = 2;
-    while i < call.argc() {
-        if is(call.arg(i), "withcode") {
-            i += 1;
-        } else if is(call.arg(i), "libraryname") && i + 1 < call.argc() {
-            i += 2;
-        } else {
-            return call.error("ERR Unknown argument");
-        }
-    }
-    call.out.array_len(0);
-}
-
-fn function_help(_core: &mut Core, call: &mut Call) {
-    const LINES: &[&str] = &[
-        "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
-        "    Return general information on all the libraries (there are none: Lattice runs no",
-        "    server-side code).",
-        "FLUSH [ASYNC|SYNC]",
-        "    Delete all the libraries (a no-op: there are none).",
         "HELP",
         "    Print this help.",
     ];

@@ -181,15 +181,22 @@ impl Core {
     }
 
     /// The requests being timed ended at `end`: each command they ran gets an equal share of
-    /// their time and goes into the slow log and the latency monitor if slow enough.
+    /// their time and goes into the slow log and the latency monitor if slow enough. When the
+    /// whole batch is faster than both thresholds no share can reach them, and the commands
+    /// are only forgotten: the common case costs a comparison.
     pub(crate) fn timing_end(&mut self, end: Micros) {
         if !self.timing.begun {
             return;
         }
         self.timing.begun = false;
+        let elapsed = end.0.saturating_sub(self.timing.start.0);
+        let slowlog = self.config.slowlog_log_slower_than_us;
+        let monitor_ms = self.config.latency_monitor_threshold_ms;
+        let may_log =
+            (slowlog >= 0 && self.config.slowlog_max_len > 0 && elapsed >= slowlog as u64)
+                || (monitor_ms > 0 && elapsed / 1000 >= monitor_ms);
         let mut candidates = std::mem::take(&mut self.timing.candidates);
-        if !candidates.is_empty() {
-            let elapsed = end.0.saturating_sub(self.timing.start.0);
+        if may_log && !candidates.is_empty() {
             let share = elapsed / candidates.len() as u64;
             let time_s = self.timing.start.0 / 1_000_000;
             for c in candidates.drain(..) {
@@ -197,6 +204,7 @@ impl Core {
                 self.slowlog_push(c.conn, c.args, share, time_s);
             }
         }
+        candidates.clear();
         // Keep the allocation for the next batch.
         self.timing.candidates = candidates;
     }

@@ -9,6 +9,7 @@ impl Core {
     pub(crate) fn check_invariants(&self) {
         let core = self;
         core.db.check_invariants();
+        core.scripts.libraries.check_invariants();
         for conn in &core.pending {
             if let Some(c) = core.clients.get(conn) {
                 assert!(c.pending, "queued connection not flagged pending");

@@ -73,12 +73,17 @@ impl Node {
         self.core.scripts.running.is_some()
     }
 
-    /// Charges `usec` of measured execution time to the command named `name` (the driver
-    /// measures, the node only counts, so INFO commandstats has real figures without the node
-    /// reading a clock).
-    pub fn charge_command_time(&mut self, name: &'static str, usec: u64) {
+    /// Charges `usec` of measured execution time to `calls` runs of the command named `name`
+    /// (the driver measures, the node only counts, so INFO commandstats has real figures
+    /// without the node reading a clock), and, with `latency-tracking`, counts each run's
+    /// share in the command's latency histogram (LATENCY HISTOGRAM).
+    pub fn charge_command_time(&mut self, name: &'static str, calls: u64, usec: u64) {
+        let histograms = self.core.config.latency_tracking;
         if let Some(s) = self.core.stats.commands.get_mut(name) {
             s.usec += usec;
+            if histograms && calls > 0 {
+                s.record_latency(usec / calls, calls);
+            }
         }
     }
 

@@ -11,10 +11,8 @@ use bytes::{Bytes, BytesMut};
 use lattice_resp::{Protocol, ReplyWriter};
 
 use super::Node;
-use crate::client::{Client, ConnId, ReplyMode};
-use crate::cluster::{
-    peer_conn, Forwarded, Member, RelaySlot, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS,
-};
+use crate::client::{Client, ConnId, RelaySlot, ReplyMode};
+use crate::cluster::{peer_conn, Forwarded, Member, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS};
 use crate::repl::wire::{self, Body};
 use lattice_crdt::NodeId;
 
@@ -163,6 +161,7 @@ impl Node {
             write,
             deadline_ms: now_ms + FORWARD_TIMEOUT_MS,
             resend_ms: 0,
+            copies: 0,
         };
         let id = c.start(f.clone());
         self.send_forward(owner, id, &f);

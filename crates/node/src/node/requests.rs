@@ -49,23 +49,13 @@ impl Node {
         if self.core.pausing.pause.is_some() && self.core.pause_hold(conn, &args) {
             return;
         }
-        // A request refused with BUSY while a script runs is no part of the script's time,
-        // and one queued in a transaction has not run yet (EXEC's commands are noted as it
-        // runs them).
+        // Timed if its command ran (not refused, not queued in MULTI: EXEC's commands are
+        // noted as it runs them), and not while a script runs (a BUSY refusal is no part of
+        // the script's time).
         let timed = self.core.scripts.running.is_none();
-        let in_multi = self
-            .core
-            .clients
-            .get(&conn)
-            .is_some_and(|c| c.multi.is_some());
+        self.core.ran = None;
         let parked = self.execute(conn, &args);
-        let queued = in_multi
-            && self
-                .core
-                .clients
-                .get(&conn)
-                .is_some_and(|c| c.multi.is_some());
-        if timed && !parked && !queued {
+        if self.core.ran.take().is_some() && timed && !parked {
             self.core.timing_note(conn, args);
         }
     }
@@ -173,10 +163,13 @@ impl Node {
                     else {
                         continue;
                     };
+                    self.core.ran = None;
                     let parked_again = self.execute(conn, &args);
                     if !parked_again {
                         // Logged once served, as Redis logs a blocked command.
-                        self.core.timing_note(conn, args);
+                        if self.core.ran.take().is_some() {
+                            self.core.timing_note(conn, args);
+                        }
                         self.core.unpark(conn);
                         self.run_queued(conn);
                     }

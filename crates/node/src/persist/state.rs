@@ -42,6 +42,8 @@ pub struct Persist {
     /// record, whose states already include their effect.
     pub(crate) commands: Vec<u8>,
     pub(crate) clear: bool,
+    /// The function library set changed since the last record.
+    pub(crate) functions: bool,
     /// Last record emitted, and the last one the driver made durable.
     pub seq: u64,
     pub synced: u64,

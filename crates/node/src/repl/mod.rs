@@ -55,7 +55,7 @@ use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
 use self::wire::{
-    Ack, Body, DeltaBatch, Deltas, Digests, Envelope, KeyBlob, Publish, SliceAck, States,
+    Ack, Body, DeltaBatch, Deltas, Digests, Envelope, Functions, KeyBlob, Publish, SliceAck, States,
 };
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -75,6 +75,10 @@ const RTO_MAX_MS: u64 = 5_000;
 const MAX_RETRIES: u32 = 6;
 /// Period of anti-entropy with each live peer.
 pub const AE_INTERVAL_MS: u64 = 1_000;
+/// Partitioned: a push of the shared keys runs at least every this many anti-entropy periods
+/// (the lower id of a pair starts it), until a tree per shared slot group makes periodic
+/// comparison cheap again (ARCHITECTURE, "A partitioned cluster").
+const PUSH_EVERY_ROUNDS: u32 = 10;
 /// Delay before the next anti-entropy round when the last one was cut short by a bound.
 const AE_FOLLOW_UP_MS: u64 = 10;
 /// The `Ack` sequence number of a report that acknowledges no message.
@@ -126,6 +130,13 @@ pub enum Effect {
     Forward(wire::Forward),
     /// An owner's reply to a command this node forwarded.
     ForwardReply(wire::ForwardReply),
+    /// A peer's whole function library set, to merge; then answer with
+    /// [`Replicator::functions_received`].
+    Functions {
+        peer: NodeId,
+        digest: u64,
+        entries: Bytes,
+    },
     /// A remote SPUBLISH to deliver to local shard channel subscribers.
     ShardPublish(Bytes, Bytes),
 }
@@ -167,6 +178,8 @@ struct Peer {
     push_leaf: Option<usize>,
     /// Keys of `push_leaf` already pushed (a leaf larger than one step of the push).
     push_resume: usize,
+    /// Partitioned: anti-entropy periods since the last push to this peer.
+    rounds_since_push: u32,
 }
 
 /// What anti-entropy still has to send one peer. Bounded: leaves are listed once (at most
@@ -289,6 +302,9 @@ pub struct Replicator {
     dot_node: NodeId,
     cluster_size: usize,
     pub hlc: HlcClock,
+    /// The encoded function library set of this node and its digest (`set_functions`).
+    functions: Bytes,
+    functions_digest: u64,
     counter: VersionVector,
     /// Every dot merged here (own writes included).
     seen: CausalContext,
@@ -396,6 +412,8 @@ impl Replicator {
             dot_node,
             cluster_size,
             hlc: HlcClock::new(dot_node),
+            functions: Bytes::from_static(&[0]),
+            functions_digest: lattice_store::dump::crc64(&[0]),
             counter: VersionVector::new(),
             seen: CausalContext::new(),
             frontier: VersionVector::new(),
@@ -756,6 +774,38 @@ impl Replicator {
         }
     }
 
+    /// The node's function library set changed (`entries`: its encoding): every live peer
+    /// receives it whole.
+    pub fn set_functions(&mut self, entries: Bytes) {
+        self.functions_digest = lattice_store::dump::crc64(&entries);
+        self.functions = entries;
+        let data = self.envelope(self.functions_body(true));
+        for n in self.live_peers() {
+            self.outbox.push_back((n, data.clone()));
+        }
+    }
+
+    fn functions_body(&self, full: bool) -> Body {
+        Body::Functions(Functions {
+            digest: self.functions_digest,
+            entries: if full {
+                self.functions.clone()
+            } else {
+                Bytes::new()
+            },
+            full,
+        })
+    }
+
+    /// After merging a peer's set (or receiving its digest): if ours still differs from what
+    /// it holds, it gets ours, so that one exchange leaves both equal.
+    pub fn functions_received(&mut self, peer: NodeId, their_digest: u64) {
+        if their_digest != self.functions_digest {
+            let body = self.functions_body(true);
+            self.send_ae(peer, body);
+        }
+    }
+
     /// How many writes this replica has stamped so far: its own entry of its version vector,
     /// which grows by one per write and which peers report back once they merged them.
     pub fn own_writes(&self) -> u64 {
@@ -955,16 +1005,9 @@ impl Replicator {
                 if !self.peer_owns(peer, k) {
                     continue;
                 }
-                let h = lattice_store::key_hash(k);
-                let stored = stored_for(db, h, k, &e.state);
-                e.state
-                    .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
-                let blob = Bytes::copy_from_slice(&self.scratch);
-                bytes += blob.len() + k.len();
-                entries.push(KeyBlob {
-                    key: k.clone(),
-                    state: blob,
-                });
+                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
+                bytes += blob.state.len() + k.len();
+                entries.push(blob);
             }
             leaf += 1;
             resume = 0;
@@ -1124,7 +1167,13 @@ impl Replicator {
                 // agree, so a round ships every shared key: only the rounds a link coming up,
                 // an overflow or a given-up retransmission asks for are run (delivery is
                 // otherwise acknowledged and retransmitted).
-                let periodic = self.node < id && self.ownership.is_none();
+                // Partitioned, a push of the shared keys still runs every
+                // `PUSH_EVERY_ROUNDS` periods: a push sent into a one-way cut is lost unnoticed.
+                let periodic = self.node < id
+                    && (self.ownership.is_none() || {
+                        p.rounds_since_push += 1;
+                        p.rounds_since_push >= PUSH_EVERY_ROUNDS
+                    });
                 let starts = p.needs_ae || periodic;
                 p.needs_ae = false;
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
@@ -1136,6 +1185,7 @@ impl Replicator {
                     // them, every key both own is pushed, a batch per tick.
                     p.push_leaf = Some(0);
                     p.push_resume = 0;
+                    p.rounds_since_push = 0;
                     self.stats.ae_rounds += 1;
                     continue;
                 }
@@ -1143,6 +1193,9 @@ impl Replicator {
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
                 self.refresh_digests();
+                // The library set's digest rides along with every round.
+                let probe = self.functions_body(false);
+                self.send_ae(id, probe);
                 let root = self.merkle.root();
                 self.send_ae(
                     id,
@@ -1227,16 +1280,9 @@ impl Replicator {
                     if !owned {
                         continue;
                     }
-                    let h = lattice_store::key_hash(key);
-                    let stored = stored_for(db, h, key, &entry.state);
-                    entry
-                        .state
-                        .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
-                    bytes += self.scratch.len() + key.len();
-                    entries.push(KeyBlob {
-                        key: key.clone(),
-                        state: Bytes::copy_from_slice(&self.scratch),
-                    });
+                    let blob = key_blob(key, &entry.state, &self.frontier, db, &mut self.scratch);
+                    bytes += blob.state.len() + key.len();
+                    entries.push(blob);
                 }
                 t.owed.pop_first();
                 t.resume = 0;
@@ -1500,6 +1546,12 @@ impl Replicator {
             Some(Body::Members(m)) => effects.push(Effect::Members(m)),
             Some(Body::Forward(f)) => effects.push(Effect::Forward(f)),
             Some(Body::ForwardReply(r)) => effects.push(Effect::ForwardReply(r)),
+            Some(Body::Functions(f)) if f.full => effects.push(Effect::Functions {
+                peer,
+                digest: f.digest,
+                entries: f.entries,
+            }),
+            Some(Body::Functions(f)) => self.functions_received(peer, f.digest),
             None => self.stats.bad_messages += 1,
         }
         effects
@@ -1838,6 +1890,22 @@ enum Incoming {
 }
 
 /// Leaves the encoding of `st` in `scratch` (replacing its contents).
+/// A key's whole state as anti-entropy ships it.
+fn key_blob(
+    key: &Bytes,
+    state: &KeyState,
+    frontier: &VersionVector,
+    db: &Db,
+    scratch: &mut Vec<u8>,
+) -> KeyBlob {
+    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
+    state.encode_into(frontier, stored.as_deref(), scratch);
+    KeyBlob {
+        key: key.clone(),
+        state: Bytes::copy_from_slice(scratch),
+    }
+}
+
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
     scratch.clear();
     if st.encode_assignment_into(scratch) {

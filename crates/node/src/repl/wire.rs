@@ -28,7 +28,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 14")]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14")]
     pub body: Option<Body>,
 }
 
@@ -57,8 +57,10 @@ pub enum Body {
     /// The owner's reply to a `Forward`, in the client's protocol, byte for byte.
     #[prost(message, tag = "12")]
     ForwardReply(ForwardReply),
+    /// The function library set: its digest alone (an anti-entropy probe) or whole.
+    #[prost(message, tag = "13")]
+    Functions(Functions),
     /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
-    /// (13 is left to a later message kind.)
     #[prost(message, tag = "14")]
     SliceAck(SliceAck),
 }
@@ -185,6 +187,19 @@ pub struct Publish {
     /// messages of nodes that predate sharded pub/sub, which read as false.
     #[prost(bool, tag = "3")]
     pub shard: bool,
+}
+
+/// The sender's function library set (see `cmd::function::library`): with `full`, every entry
+/// (`entries`); without, only its `digest`, which the receiver answers with its own set when
+/// the digests differ.
+#[derive(Clone, PartialEq, Message)]
+pub struct Functions {
+    #[prost(fixed64, tag = "1")]
+    pub digest: u64,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub entries: bytes::Bytes,
+    #[prost(bool, tag = "3")]
+    pub full: bool,
 }
 
 /// Writes an encoded [`DeltaBatch`] entry by entry, byte for byte what prost would produce for

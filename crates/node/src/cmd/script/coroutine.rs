@@ -75,6 +75,11 @@ impl HookState {
             .store(std::ptr::null_mut(), Ordering::Relaxed);
     }
 
+    /// Sets the hook calls allowed without a suspension (loading a library gets less).
+    pub(crate) fn set_budget(&self, steps: u64) {
+        self.budget_steps.store(steps, Ordering::Relaxed);
+    }
+
     pub(crate) fn stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed)
     }
@@ -283,7 +288,8 @@ unsafe fn user_script_line(th: *mut ffi::lua_State) -> Option<i64> {
         if ffi::lua_getinfo(th, c"Sl".as_ptr(), &mut ar) == 0 || ar.source.is_null() {
             continue;
         }
-        if CStr::from_ptr(ar.source).to_bytes() == b"@user_script" {
+        let source = CStr::from_ptr(ar.source).to_bytes();
+        if source == b"@user_script" || source == b"@user_function" {
             return (ar.currentline > 0).then_some(ar.currentline as i64);
         }
     }

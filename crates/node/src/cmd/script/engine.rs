@@ -32,6 +32,9 @@ pub const MEMORY_LIMIT_BYTES: usize = 512 << 20;
 /// bodies cannot grow the node without bound.
 pub const MAX_CACHED_SCRIPTS: usize = 100_000;
 pub const MAX_CACHED_BYTES: usize = 256 << 20;
+/// The Redis version scripts see as `redis.REDIS_VERSION` (and as a number, 0x00MMmmpp).
+pub const REDIS_VERSION: &str = "7.0.15";
+pub const REDIS_VERSION_NUM: i64 = 0x0007_000f;
 /// The interpreter and the script cache of one node.
 pub struct Scripts {
     pub(crate) lua: Lua,
@@ -43,6 +46,16 @@ pub struct Scripts {
     pub(crate) can_suspend: bool,
     /// The script in progress between two slices, if any.
     pub(crate) running: Option<Running>,
+    /// FUNCTION's libraries, on the same interpreter.
+    pub(crate) libraries: crate::cmd::function::library::Libraries,
+}
+
+/// What is running: an EVAL script or a function (FCALL). SCRIPT KILL stops only the first,
+/// FUNCTION KILL only the second, as in Redis.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Eval,
+    Function,
 }
 
 /// A script suspended between two slices, and what the node needs to finish it.
@@ -51,7 +64,11 @@ pub(crate) struct Running {
     /// The connection that sent EVAL: it gets the reply when the script ends, and its later
     /// requests wait until then.
     pub(crate) caller: ConnId,
+    /// The script's SHA-1, or the function's name: errors name it.
     pub(crate) sha: String,
+    pub(crate) kind: Kind,
+    /// The command that started it (FUNCTION STATS shows it).
+    pub(crate) command: Vec<Bytes>,
     pub(crate) read_only: bool,
     pub(crate) rng: ChaCha8Rng,
     /// The node's time when the script started: commands inside it see this time, and
@@ -82,7 +99,7 @@ impl Default for Scripts {
 
 /// Lua run once at start-up, after the `redis` table exists: wraps `redis.call` so that an
 /// error reply raises, keeps raw `xpcall` for the runner, makes `pcall`/`xpcall` re-raise a
-/// budget stop, and protects globals.
+/// budget stop, and makes globals read-only.
 const PRELUDE: &str = r#"
 local rawpcall, rawxpcall, killed, kill_message = pcall, xpcall, __lattice_killed, __lattice_kill_message
 local unwrap = __lattice_unwrap
@@ -98,14 +115,48 @@ pcall = function(...) return checked(rawpcall(...)) end
 xpcall = function(f, h)
   return checked(rawxpcall(f, function(e) return h(unwrap(e)) end))
 end
-local mt = {}
-mt.__index = function(_, name)
-  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+-- Lua 5.1's unpack computes its result count in a C int: a huge range overflows it and
+-- crashes the process. Ranges of 8000 or more results (Lua's C stack limit) are refused first.
+local raw_unpack, tonum, typ = unpack, tonumber, type
+unpack = function(...)
+  local t, i, j = ...
+  if typ(t) == "table" then
+    local lo, hi = tonum(i) or 1, tonum(j) or #t
+    if hi - lo >= 8000 then error("too many results to unpack", 2) end
+  end
+  return raw_unpack(...)
 end
-mt.__newindex = function(_, name)
-  error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+-- Read-only globals, as Redis 7.0's read-only tables: the globals table and the library
+-- tables a script sees are empty proxies over the real ones; writing to them, changing their
+-- metatables (or the string metatable) or rawset on them raises "Attempt to modify a readonly
+-- table". Reads go through table __index chains (no Lua call per global read).
+local raw_setmt, raw_getmt, raw_rawset, err, tostr, nxt = setmetatable, getmetatable, rawset, error, tostring, next
+local function readonly() err("Attempt to modify a readonly table", 2) end
+local sentinel = raw_setmt({}, { __newindex = readonly, __metatable = false })
+local function protect(real)
+  return raw_setmt({}, { __index = real, __newindex = readonly, __metatable = sentinel })
 end
-setmetatable(_G, mt)
+setmetatable = function(t, m)
+  if raw_getmt(t) == sentinel then readonly() end
+  return raw_setmt(t, m)
+end
+rawset = function(t, k, v)
+  if raw_getmt(t) == sentinel then readonly() end
+  return raw_rawset(t, k, v)
+end
+raw_getmt("").__metatable = sentinel
+local backing = {}
+for k, v in nxt, _G do backing[k] = v end
+for _, name in ipairs({ "redis", "bit", "string", "math", "table" }) do
+  if backing[name] then backing[name] = protect(backing[name]) end
+end
+local G = _G
+for k in nxt, backing do G[k] = nil end
+backing._G = G
+raw_setmt(backing, { __index = function(_, name)
+  err("Script attempted to access nonexistent global variable '" .. tostr(name) .. "'", 2)
+end })
+raw_setmt(G, { __index = backing, __newindex = readonly, __metatable = sentinel })
 "#;
 
 impl Scripts {
@@ -168,7 +219,22 @@ impl Scripts {
         )?;
         redis.raw_set(
             "sha1hex",
-            lua.create_function(|_, s: mlua::LuaString| Ok(sha1_hex(&s.as_bytes())))?,
+            // As Redis: exactly one argument; a string or number is hashed, anything else
+            // hashes as the empty string.
+            lua.create_function(|_, args: MultiValue| {
+                let args: Vec<LuaValue> = args.into_iter().collect();
+                let [arg] = args.as_slice() else {
+                    return Err(mlua::Error::runtime("wrong number of arguments"));
+                };
+                Ok(match arg {
+                    LuaValue::String(s) => sha1_hex(&s.as_bytes()),
+                    LuaValue::Integer(i) => sha1_hex(i.to_string().as_bytes()),
+                    LuaValue::Number(n) => {
+                        sha1_hex(crate::cmd::script::lua_number_text(*n).as_bytes())
+                    }
+                    _ => sha1_hex(b""),
+                })
+            })?,
         )?;
         redis.raw_set(
             "error_reply",
@@ -201,6 +267,8 @@ impl Scripts {
         // scripts written for older servers.
         redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
         redis.raw_set("set_repl", lua.create_function(|_, _: i64| Ok(()))?)?;
+        redis.raw_set("REDIS_VERSION", REDIS_VERSION)?;
+        redis.raw_set("REDIS_VERSION_NUM", REDIS_VERSION_NUM)?;
         for (name, v) in [
             ("LOG_DEBUG", 0),
             ("LOG_VERBOSE", 1),
@@ -215,6 +283,7 @@ impl Scripts {
             redis.raw_set(name, v)?;
         }
         g.raw_set("redis", redis)?;
+        g.raw_set("bit", bit_library(&lua)?)?;
         // math.random / randomseed come from the per-script generator (registered per run).
         let math: Table = g.raw_get("math")?;
         math.raw_set(
@@ -234,7 +303,9 @@ impl Scripts {
         // Before the prelude wraps `pcall`: the probe counts the C calls of the raw one.
         let can_suspend = coroutine::layout_matches(&lua);
         lua.load(PRELUDE).set_name("=prelude").exec()?;
+        let libraries = crate::cmd::function::library::Libraries::new(&lua)?;
         Ok(Scripts {
+            libraries,
             lua,
             cache: BTreeMap::new(),
             cache_bytes: 0,
@@ -300,6 +371,110 @@ impl Scripts {
     }
 }
 
+/// Lua BitOp's `bit` table (which Redis loads): 32-bit operations whose results are signed
+/// 32-bit numbers; arguments are numbers taken modulo 2^32.
+fn bit_library(lua: &Lua) -> mlua::Result<Table> {
+    fn tobit(v: f64) -> i32 {
+        // Lua BitOp's normalization: the number modulo 2^32, as a signed 32-bit value.
+        let m = v.trunc().rem_euclid(4_294_967_296.0);
+        m as u64 as u32 as i32
+    }
+    fn nums(args: &MultiValue, name: &str) -> mlua::Result<Vec<i32>> {
+        args.iter()
+            .map(|v| match v {
+                LuaValue::Integer(i) => Ok(tobit(*i as f64)),
+                LuaValue::Number(n) => Ok(tobit(*n)),
+                LuaValue::String(s) => s
+                    .to_str()
+                    .ok()
+                    .and_then(|t| t.trim().parse::<f64>().ok())
+                    .map(tobit)
+                    .ok_or_else(|| {
+                        mlua::Error::runtime(format!("bad argument to '{name}' (number expected)"))
+                    }),
+                _ => Err(mlua::Error::runtime(format!(
+                    "bad argument to '{name}' (number expected)"
+                ))),
+            })
+            .collect()
+    }
+    fn first(args: &MultiValue, name: &str) -> mlua::Result<i32> {
+        nums(args, name)?.first().copied().ok_or_else(|| {
+            mlua::Error::runtime(format!("bad argument #1 to '{name}' (number expected)"))
+        })
+    }
+    let t = lua.create_table()?;
+    type Fold = fn(i32, i32) -> i32;
+    for (name, op) in [
+        ("band", (|a, b| a & b) as Fold),
+        ("bor", |a, b| a | b),
+        ("bxor", |a, b| a ^ b),
+    ] {
+        t.raw_set(
+            name,
+            lua.create_function(move |_, args: MultiValue| {
+                let v = nums(&args, name)?;
+                let first = *v.first().ok_or_else(|| {
+                    mlua::Error::runtime(format!("bad argument #1 to '{name}' (number expected)"))
+                })?;
+                Ok(v[1..].iter().fold(first, |a, b| op(a, *b)) as f64)
+            })?,
+        )?;
+    }
+    type Shift = fn(i32, u32) -> i32;
+    for (name, op) in [
+        (
+            "lshift",
+            (|a: i32, n: u32| ((a as u32) << n) as i32) as Shift,
+        ),
+        ("rshift", |a, n| ((a as u32) >> n) as i32),
+        ("arshift", |a, n| a >> n),
+        ("rol", |a, n| (a as u32).rotate_left(n) as i32),
+        ("ror", |a, n| (a as u32).rotate_right(n) as i32),
+    ] {
+        t.raw_set(
+            name,
+            lua.create_function(move |_, args: MultiValue| {
+                let v = nums(&args, name)?;
+                if v.len() < 2 {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad argument #2 to '{name}' (number expected)"
+                    )));
+                }
+                Ok(op(v[0], (v[1] & 31) as u32) as f64)
+            })?,
+        )?;
+    }
+    t.raw_set(
+        "tobit",
+        lua.create_function(|_, args: MultiValue| Ok(first(&args, "tobit")? as f64))?,
+    )?;
+    t.raw_set(
+        "bnot",
+        lua.create_function(|_, args: MultiValue| Ok(!first(&args, "bnot")? as f64))?,
+    )?;
+    t.raw_set(
+        "bswap",
+        lua.create_function(|_, args: MultiValue| Ok(first(&args, "bswap")?.swap_bytes() as f64))?,
+    )?;
+    t.raw_set(
+        "tohex",
+        lua.create_function(|_, args: MultiValue| {
+            let v = nums(&args, "tohex")?;
+            let x = first(&args, "tohex")? as u32;
+            let n = v.get(1).copied().unwrap_or(8);
+            let digits = n.unsigned_abs().min(8) as usize;
+            let hex = if n < 0 {
+                format!("{x:08X}")
+            } else {
+                format!("{x:08x}")
+            };
+            Ok(hex[8 - digits..].to_string())
+        })?,
+    )?;
+    Ok(t)
+}
+
 /// SHA-1 of `data` in lowercase hex, as `redis.sha1hex` and script IDs use it.
 pub fn sha1_hex(data: &[u8]) -> String {
     sha1_smol::Sha1::from(data).digest().to_string()
@@ -356,16 +531,59 @@ impl Scripts {
             let g = lua.globals();
             g.raw_set("KEYS", string_sequence(lua, keys)?)?;
             g.raw_set("ARGV", string_sequence(lua, argv)?)?;
-            lua.set_named_registry_value("lattice.resp", 2)?;
             lua.create_thread(self.cache[sha].func.clone())
         };
         let thread = setup().map_err(internal_error)?;
-        coroutine::install_hook(lua, &thread, HOOK_STEP);
+        Ok(self.running(thread, conn, now, sha, Kind::Eval, read_only, seed))
+    }
+
+    /// Prepares function `func` (called `name`) to run for `conn` with `keys` and `args` as
+    /// its two parameters, as Redis calls functions.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_function(
+        &mut self,
+        conn: ConnId,
+        now: Micros,
+        name: &str,
+        func: Function,
+        keys: &[Bytes],
+        argv: &[Bytes],
+        read_only: bool,
+        seed: u64,
+    ) -> Result<Running, Vec<u8>> {
+        let lua = &self.lua;
+        let setup = || -> mlua::Result<Thread> {
+            let thunk: Function = self.libraries.binder.call((
+                func,
+                string_sequence(lua, keys)?,
+                string_sequence(lua, argv)?,
+            ))?;
+            lua.create_thread(thunk)
+        };
+        let thread = setup().map_err(internal_error)?;
+        Ok(self.running(thread, conn, now, name, Kind::Function, read_only, seed))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn running(
+        &self,
+        thread: Thread,
+        conn: ConnId,
+        now: Micros,
+        name: &str,
+        kind: Kind,
+        read_only: bool,
+        seed: u64,
+    ) -> Running {
+        self.lua.set_named_registry_value("lattice.resp", 2).ok();
+        coroutine::install_hook(&self.lua, &thread, HOOK_STEP);
         self.hook.reset();
-        Ok(Running {
+        Running {
             thread,
             caller: conn,
-            sha: sha.to_string(),
+            sha: name.to_string(),
+            kind,
+            command: Vec::new(),
             read_only,
             rng: ChaCha8Rng::seed_from_u64(seed),
             started: now,
@@ -374,7 +592,7 @@ impl Scripts {
             timed_out: false,
             silent: false,
             close_caller: false,
-        })
+        }
     }
 }
 
