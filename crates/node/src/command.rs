@@ -10,6 +10,9 @@ use lattice_resp::ReplyWriter;
 use crate::client::ConnId;
 use crate::time::Micros;
 
+/// The reply to a `no-multi` command (SAVE, SHUTDOWN, ...) sent while queueing a transaction.
+pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
+
 /// Runs one command: reads `call.args`, changes the context `C` (the node's `crate::ctx::Core`),
 /// writes the reply into `call.out`. The table is generic over the context so that this
 /// module, which the context itself uses, does not depend on it.

@@ -352,7 +352,7 @@ impl Default for Config {
             node_id: 1,
             incarnation: 0,
             cluster_size: 1,
-            repl_slice_keys: crate::repl::SLICE_KEYS,
+            repl_slice_keys: REPL_SLICE_KEYS,
             replication_factor: usize::MAX,
             announce_host: "127.0.0.1".to_string(),
             announce_port: 6379,
@@ -369,6 +369,11 @@ impl Default for Config {
 
 /// Owners per slot when the server's `--replication-factor` is not given.
 pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
+
+/// Keys in one anti-entropy slice at most (`crate::repl::SLICE_KEYS`, defined here so the
+/// configuration's default does not import the replicator): with small states the per-key
+/// merge cost is what bounds a step.
+pub const REPL_SLICE_KEYS: usize = 2_048;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
 pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;

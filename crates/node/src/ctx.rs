@@ -84,23 +84,23 @@ pub struct Core {
     /// Persistence: records, syncs, held replies, snapshots (`crate::persist`).
     pub(crate) persist: Persist,
     /// SLOWLOG's entries (`crate::cmd::slowlog`).
-    pub(crate) slowlog: crate::cmd::slowlog::SlowLog,
+    pub(crate) slowlog: crate::ops::SlowLog,
     /// The command a client's request ran (set when its handler runs, not for a request
     /// refused or queued in MULTI), for the slow log's timing.
     pub(crate) ran: Option<&'static str>,
     /// The request being timed for the slow log and the latency monitor.
-    pub(crate) timing: crate::cmd::slowlog::Timing,
+    pub(crate) timing: crate::ops::Timing,
     /// Clients parked in WAIT: the count of this node's writes they wait for and how many
     /// peers must have them (`crate::cmd::role`).
-    pub(crate) waits: BTreeMap<ConnId, crate::cmd::role::Wait>,
+    pub(crate) waits: BTreeMap<ConnId, crate::ops::Wait>,
     /// The process's first and largest memory figures (MEMORY STATS).
-    pub(crate) memory: crate::cmd::memory::MemoryHistory,
+    pub(crate) memory: crate::ops::MemoryHistory,
     /// CLIENT PAUSE: the pause in effect and the clients it holds (`crate::cmd::pause`).
-    pub(crate) pausing: crate::cmd::pause::Pausing,
+    pub(crate) pausing: crate::ops::Pausing,
     /// Connections in MONITOR mode (`crate::cmd::monitor`).
     pub(crate) monitors: BTreeSet<ConnId>,
     /// LATENCY's events (`crate::cmd::latency`).
-    pub(crate) latency: crate::cmd::latency::LatencyMonitor,
+    pub(crate) latency: crate::ops::LatencyMonitor,
 }
 
 impl Core {

@@ -18,11 +18,7 @@ use crate::command::{find_subcommand, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use crate::repl::state::Intent;
 
-/// Redis's reply to other clients while a script runs past busy-reply-threshold.
-pub const BUSY: &str =
-    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
-/// The reply to a `no-multi` command (SAVE, SHUTDOWN, ...) sent while queueing a transaction.
-pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
+pub use crate::command::NOT_IN_MULTI;
 
 /// Redis Cluster's reply to keys in different slots.
 pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
@@ -201,7 +197,7 @@ impl Core {
         if let Some(run) = self.scripts.running.as_ref().filter(|r| r.timed_out) {
             if !spec.has(Flag::AllowBusy) {
                 return refuse(
-                    crate::cmd::script::busy_message(run.kind)
+                    crate::cmd::script::engine::busy_message(run.kind)
                         .as_bytes()
                         .to_vec(),
                 );

@@ -19,11 +19,13 @@ mod dispatch;
 pub mod events;
 pub mod io;
 pub mod node;
+pub mod ops;
 mod parking;
 pub mod persist;
 pub mod repl;
 pub mod stats;
 pub mod time;
+mod varint;
 
 pub use buggify::Buggify;
 pub use client::ConnId;

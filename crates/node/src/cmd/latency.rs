@@ -9,7 +9,6 @@
 //!
 //! **Node-local**, like the slow log: a node monitors the commands it ran.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use bytes::Bytes;
@@ -21,7 +20,7 @@ use crate::time::Micros;
 
 const SERVER: &str = "server";
 /// Samples kept per event (Redis keeps 160).
-pub const HISTORY_LEN: usize = 160;
+pub use crate::ops::{LatencyMonitor, Series, HISTORY_LEN};
 
 pub const COMMANDS: &[CommandSpec] = &[container(
     "latency",
@@ -92,47 +91,6 @@ pub const COMMANDS: &[CommandSpec] = &[container(
         ),
     ],
 )];
-
-/// One event's samples: (unix seconds, milliseconds), oldest first, and the largest ever.
-#[derive(Debug, Default)]
-pub struct Series {
-    pub samples: std::collections::VecDeque<(u64, u64)>,
-    pub max_ms: u64,
-}
-
-/// Every event with samples, by name.
-#[derive(Debug, Default)]
-pub struct LatencyMonitor {
-    pub events: BTreeMap<&'static str, Series>,
-}
-
-impl LatencyMonitor {
-    /// Adds a sample of `ms` to `event` at `time_s`: one per second (the largest).
-    pub fn add(&mut self, event: &'static str, time_s: u64, ms: u64) {
-        let s = self.events.entry(event).or_default();
-        s.max_ms = s.max_ms.max(ms);
-        match s.samples.back_mut() {
-            Some((t, m)) if *t == time_s => *m = (*m).max(ms),
-            _ => {
-                if s.samples.len() == HISTORY_LEN {
-                    s.samples.pop_front();
-                }
-                s.samples.push_back((time_s, ms));
-            }
-        }
-    }
-
-    pub fn check_invariants(&self) {
-        for (name, s) in &self.events {
-            assert!(s.samples.len() <= HISTORY_LEN, "{name}: history too long");
-            assert!(!s.samples.is_empty(), "{name}: an event without samples");
-            for w in s.samples.iter().collect::<Vec<_>>().windows(2) {
-                assert!(w[0].0 < w[1].0, "{name}: samples out of order");
-            }
-            assert!(s.samples.iter().all(|(_, ms)| *ms <= s.max_ms));
-        }
-    }
-}
 
 impl Core {
     /// A command (`args`) took `duration_us`, ending at `end`: a latency sample if the monitor

@@ -17,6 +17,7 @@ use crate::args::is;
 use crate::command::{container, spec, Call};
 use crate::ctx::{CommandSpec, Core};
 use crate::io::ProcessStats;
+pub use crate::ops::MemoryHistory;
 
 const SERVER: &str = "server";
 
@@ -69,13 +70,6 @@ pub const COMMANDS: &[CommandSpec] = &[container(
         ),
     ],
 )];
-
-/// The process's memory figures over time: the first the driver reported and the largest.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MemoryHistory {
-    pub startup_bytes: u64,
-    pub peak_bytes: u64,
-}
 
 impl Core {
     /// Fresh process figures from the driver (INFO, MEMORY STATS).

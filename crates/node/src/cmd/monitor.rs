@@ -36,7 +36,7 @@ pub enum Source {
 fn monitor(core: &mut Core, call: &mut Call) {
     if call.in_exec {
         // Redis refuses it inside MULTI by its no-multi rule; a script cannot call it.
-        return call.error(crate::dispatch::NOT_IN_MULTI);
+        return call.error(crate::command::NOT_IN_MULTI);
     }
     core.monitors.insert(call.conn);
     call.ok();

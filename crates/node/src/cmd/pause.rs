@@ -14,8 +14,6 @@
 //! their changes still arrive and apply here: in a multi-primary store a pause cannot stop the
 //! data from changing, only this node's clients from changing it (docs/SEMANTICS.md).
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 
 use crate::args::{is, parse_i64};
@@ -23,27 +21,7 @@ use crate::blocking::{Blocked, TimeoutReply};
 use crate::client::ConnId;
 use crate::command::{Call, Flag};
 use crate::ctx::{CommandSpec, Core};
-
-/// What a pause holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum PauseMode {
-    Write,
-    All,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pause {
-    pub mode: PauseMode,
-    /// When it ends (ms on the node's clock).
-    pub until_ms: u64,
-}
-
-/// The pause in effect and the clients it holds, in the order they were held.
-#[derive(Debug, Default)]
-pub struct Pausing {
-    pub pause: Option<Pause>,
-    pub held: VecDeque<ConnId>,
-}
+pub use crate::ops::{Pause, PauseMode, Pausing};
 
 pub(crate) fn client_pause(core: &mut Core, call: &mut Call) {
     if call.argc() > 4 {

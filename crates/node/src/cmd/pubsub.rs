@@ -119,7 +119,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 PUBSUB,
                 "7.0.0",
                 "Returns the active shard channels.",
-                crate::cmd::shard_pubsub::shard_channels,
+                shard_channels,
             ),
             spec(
                 "pubsub|shardnumsub",
@@ -129,7 +129,7 @@ pub const COMMANDS: &[CommandSpec] = &[
                 PUBSUB,
                 "7.0.0",
                 "Returns the count of subscribers of shard channels.",
-                crate::cmd::shard_pubsub::shard_numsub,
+                shard_numsub,
             ),
             spec(
                 "pubsub|help",
@@ -342,5 +342,31 @@ fn pubsub_help(_core: &mut Core, call: &mut Call) {
     call.out.array_len(LINES.len());
     for l in LINES {
         call.out.simple(l.as_bytes());
+    }
+}
+
+fn shard_channels(core: &mut Core, call: &mut Call) {
+    if call.argc() > 3 {
+        return call.subcommand_syntax_error();
+    }
+    let pattern = call.args.get(2);
+    let names: Vec<&Bytes> = core
+        .shard_channels
+        .keys()
+        .filter(|ch| pattern.is_none_or(|p| lattice_store::glob_match(p, ch, false)))
+        .collect();
+    call.out.array_len(names.len());
+    for n in names {
+        call.out.bulk(n);
+    }
+}
+
+fn shard_numsub(core: &mut Core, call: &mut Call) {
+    let names = &call.args[2..];
+    call.out.array_len(names.len() * 2);
+    for n in names {
+        call.out.bulk(n);
+        call.out
+            .integer(core.shard_channels.get(n).map_or(0, |s| s.len()) as i64);
     }
 }

@@ -17,6 +17,7 @@ use crate::blocking::TimeoutReply;
 use crate::client::ConnId;
 use crate::command::{spec, Call};
 use crate::ctx::{CommandSpec, Core};
+pub use crate::ops::Wait;
 
 pub const COMMANDS: &[CommandSpec] = &[
     spec(
@@ -40,15 +41,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         wait,
     ),
 ];
-
-/// A client parked in WAIT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Wait {
-    /// This node's writes that must have reached the peers.
-    pub writes: u64,
-    /// How many peers must have them.
-    pub peers: u64,
-}
 
 fn role(core: &mut Core, call: &mut Call) {
     core.settle_captures();

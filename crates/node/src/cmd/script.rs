@@ -34,8 +34,11 @@
 //! hold at most [`MEMORY_LIMIT_BYTES`] of Lua memory. The script cache is bounded too
 //! ([`MAX_CACHED_SCRIPTS`], [`MAX_CACHED_BYTES`]).
 
+pub(crate) mod basics;
 pub(crate) mod coroutine;
 pub(crate) mod engine;
+
+pub use basics::lua_number_text;
 
 use std::cell::{Cell, RefCell};
 
@@ -448,37 +451,6 @@ fn lua_random(rng: &mut ChaCha8Rng, args: MultiValue) -> mlua::Result<f64> {
     Ok((r * (hi - lo + 1.0)).floor() + lo)
 }
 
-/// A Lua 5.1 number as `tostring` prints it (`%.14g`).
-pub fn lua_number_text(n: f64) -> String {
-    if n.is_nan() {
-        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
-    }
-    if n.is_infinite() {
-        return if n < 0.0 { "-inf" } else { "inf" }.into();
-    }
-    if n == 0.0 {
-        return if n.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    let sci = format!("{n:.13e}");
-    let (mantissa, exp) = sci.split_once('e').expect("exponent form");
-    let exp: i32 = exp.parse().expect("exponent");
-    if !(-4..14).contains(&exp) {
-        let m = trim_fraction(mantissa);
-        let sign = if exp < 0 { '-' } else { '+' };
-        return format!("{m}e{sign}{:02}", exp.abs());
-    }
-    let decimals = (13 - exp).max(0) as usize;
-    trim_fraction(&format!("{n:.decimals$}")).to_string()
-}
-
-fn trim_fraction(s: &str) -> &str {
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        s
-    }
-}
-
 /// Converts a command's reply into the Lua value a script sees (Redis's documented mapping).
 fn frame_to_lua(lua: &Lua, frame: Frame, depth: usize) -> mlua::Result<LuaValue> {
     if depth > MAX_REPLY_DEPTH {
@@ -652,20 +624,10 @@ pub(crate) fn kill(core: &mut Core, call: &mut Call, kind: Kind) {
         Some(run) if run.wrote => call.error(
             "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
         ),
-        Some(run) if run.kind != kind => call.error(busy_message(run.kind)),
+        Some(run) if run.kind != kind => call.error(engine::busy_message(run.kind)),
         Some(run) => {
             run.killed = true;
             call.ok();
-        }
-    }
-}
-
-/// The BUSY reply while `kind` runs, naming the command that can stop it.
-pub(crate) fn busy_message(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Eval => crate::dispatch::BUSY,
-        Kind::Function => {
-            "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
         }
     }
 }

@@ -12,8 +12,6 @@
 //! subscribers of every replica of the data, which here is every peer, best effort, as
 //! PUBLISH does (docs/SEMANTICS.md).
 
-use bytes::Bytes;
-
 use crate::client::ConnId;
 use crate::cmd::pubsub::{subscribe_generic, unsubscribe_generic, Kind};
 use crate::command::{spec, Call, Flag};
@@ -109,31 +107,5 @@ impl Core {
                 assert!(self.shard_channels.get(ch).is_some_and(|s| s.contains(id)));
             }
         }
-    }
-}
-
-pub(crate) fn shard_channels(core: &mut Core, call: &mut Call) {
-    if call.argc() > 3 {
-        return call.subcommand_syntax_error();
-    }
-    let pattern = call.args.get(2);
-    let names: Vec<&Bytes> = core
-        .shard_channels
-        .keys()
-        .filter(|ch| pattern.is_none_or(|p| lattice_store::glob_match(p, ch, false)))
-        .collect();
-    call.out.array_len(names.len());
-    for n in names {
-        call.out.bulk(n);
-    }
-}
-
-pub(crate) fn shard_numsub(core: &mut Core, call: &mut Call) {
-    let names = &call.args[2..];
-    call.out.array_len(names.len() * 2);
-    for n in names {
-        call.out.bulk(n);
-        call.out
-            .integer(core.shard_channels.get(n).map_or(0, |s| s.len()) as i64);
     }
 }

@@ -16,14 +16,14 @@
 //! **Node-local.** In a cluster each node logs the commands its own clients sent it; nothing is
 //! replicated or forwarded (docs/SEMANTICS.md).
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 
 use crate::args::{is, parse_i64};
 use crate::client::ConnId;
 use crate::command::{container, spec, Call};
 use crate::ctx::{CommandSpec, Core};
+use crate::ops::{Candidate, MAX_CANDIDATES};
+pub use crate::ops::{SlowEntry, SlowLog, Timing};
 use crate::time::Micros;
 
 const SERVER: &str = "server";
@@ -31,10 +31,6 @@ const SERVER: &str = "server";
 const MAX_ARGC: usize = 32;
 /// Bytes an argument keeps at most (the rest is replaced by a count).
 const MAX_STRING: usize = 128;
-/// Commands one request may run that wait for its time (an EXEC's, the clients it released)
-/// at most; past it the rest are not logged, so a huge transaction cannot grow this without
-/// bound.
-const MAX_CANDIDATES: usize = 1024;
 
 pub const COMMANDS: &[CommandSpec] = &[container(
     "slowlog",
@@ -85,74 +81,6 @@ pub const COMMANDS: &[CommandSpec] = &[container(
         ),
     ],
 )];
-
-/// One logged command.
-#[derive(Debug)]
-pub struct SlowEntry {
-    pub id: u64,
-    /// Unix seconds when the command started.
-    pub time_s: u64,
-    pub duration_us: u64,
-    /// The arguments, trimmed ([`MAX_ARGC`], [`MAX_STRING`]) and redacted.
-    pub args: Vec<Bytes>,
-    /// `ip:port` of the client.
-    pub peer: String,
-    pub name: Bytes,
-}
-
-/// The slow log: newest entry first, at most `slowlog-max-len` entries.
-#[derive(Debug, Default)]
-pub struct SlowLog {
-    pub entries: VecDeque<SlowEntry>,
-    pub next_id: u64,
-}
-
-/// A command that ran for the request being timed and waits for its duration.
-#[derive(Debug)]
-struct Candidate {
-    conn: ConnId,
-    args: Vec<Bytes>,
-}
-
-/// The requests being timed (a driver's batch: one request, or a pipeline's): when they
-/// started and the commands they ran.
-#[derive(Debug, Default)]
-pub struct Timing {
-    start: Micros,
-    begun: bool,
-    candidates: Vec<Candidate>,
-}
-
-impl Timing {
-    /// Requests are being timed.
-    pub fn begun(&self) -> bool {
-        self.begun
-    }
-
-    /// When the requests being timed started.
-    pub fn start(&self) -> Micros {
-        self.start
-    }
-
-    pub fn check_invariants(&self) {
-        assert!(
-            self.candidates.len() <= MAX_CANDIDATES,
-            "too many candidates"
-        );
-        assert!(
-            self.begun || self.candidates.is_empty(),
-            "commands wait for a time no request started"
-        );
-    }
-}
-
-impl SlowLog {
-    pub fn check_invariants(&self) {
-        for w in self.entries.iter().collect::<Vec<_>>().windows(2) {
-            assert!(w[0].id > w[1].id, "slow log entries out of order");
-        }
-    }
-}
 
 impl Core {
     /// Whether finished commands are worth remembering: the slow log or the latency monitor

@@ -102,7 +102,7 @@ const MAX_AE_NODES: usize = 4_096;
 /// hands the node per lock hold, so a transfer of a million keys runs between client batches.
 pub const SLICE_BYTES: usize = 256 << 10;
 /// Keys in one slice at most: with small states the per-key merge cost is what bounds a step.
-pub const SLICE_KEYS: usize = 2_048;
+pub const SLICE_KEYS: usize = crate::config::REPL_SLICE_KEYS;
 /// Slices sent to one peer and not yet acknowledged, at most: the back-pressure of a transfer.
 /// The next slice goes when the peer says it merged one, so a slow or busy receiver slows the
 /// sender down instead of filling the link's queue (and, past its bound, losing the link).
@@ -1426,7 +1426,7 @@ impl Replicator {
                     .materialize(&Default::default(), None)
                     .is_some_and(|v| {
                         db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
-                            s.expire_at_ms().is_none() && apply::same_content(&v, &s.value)
+                            s.expire_at_ms().is_none() && state::same_content(&v, &s.value)
                         })
                     });
             if same {

@@ -1618,6 +1618,26 @@ fn increment(r: &mut Reg, old: &[u8], new: &[u8], node: NodeId, ts: Hlc) {
     }
 }
 
+/// Equal contents regardless of encoding (listpack or table, intset or not).
+pub fn same_content(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Str(x), Value::Str(y)) => x.as_bytes() == y.as_bytes(),
+        (Value::List(x), Value::List(y)) => x.len() == y.len() && x.iter().eq(y.iter()),
+        (Value::Hash(x), Value::Hash(y)) => {
+            x.len() == y.len() && x.iter().all(|(f, v)| y.get(f) == Some(v))
+        }
+        (Value::Set(x), Value::Set(y)) => x.len() == y.len() && x.iter().all(|m| y.contains(&m)),
+        (Value::ZSet(x), Value::ZSet(y)) => {
+            x.len() == y.len()
+                && x.iter().all(|(m, s)| {
+                    y.score(m)
+                        .is_some_and(|t| t == s || (t.is_nan() && s.is_nan()))
+                })
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Table, Value as LuaValue};
 
+use crate::cmd::script::basics::HOOK_STEP;
 use crate::cmd::script::coroutine;
-use crate::cmd::script::engine::HOOK_STEP;
-use crate::persist::{get_bytes, get_varint, put_varint};
+use crate::varint::{get_bytes, get_varint, put_varint};
 
 /// The function flags of Redis 7.0, in the order FUNCTION LIST shows them.
 pub const FLAG_NAMES: [&str; 5] = [
@@ -145,10 +145,10 @@ impl Libraries {
         ] {
             api.raw_set(name, v)?;
         }
-        api.raw_set("REDIS_VERSION", crate::cmd::script::engine::REDIS_VERSION)?;
+        api.raw_set("REDIS_VERSION", crate::cmd::script::basics::REDIS_VERSION)?;
         api.raw_set(
             "REDIS_VERSION_NUM",
-            crate::cmd::script::engine::REDIS_VERSION_NUM,
+            crate::cmd::script::basics::REDIS_VERSION_NUM,
         )?;
         let (new_env, binder): (Function, Function) = lua
             .load(ENV_SETUP)
@@ -235,7 +235,7 @@ impl Libraries {
             hook.arm(None, u64::MAX);
             let r = coroutine::resume(lua, &thread);
             hook.disarm();
-            hook.set_budget(crate::cmd::script::INSTRUCTION_BUDGET / HOOK_STEP as u64);
+            hook.set_budget(crate::cmd::script::basics::INSTRUCTION_BUDGET / HOOK_STEP as u64);
             r
         });
         lua.unset_named_registry_value("lattice.register").ok();
@@ -725,7 +725,7 @@ fn lua_string(v: &LuaValue) -> Option<Vec<u8>> {
     match v {
         LuaValue::String(s) => Some(s.as_bytes().to_vec()),
         LuaValue::Integer(i) => Some(i.to_string().into_bytes()),
-        LuaValue::Number(n) => Some(crate::cmd::script::lua_number_text(*n).into_bytes()),
+        LuaValue::Number(n) => Some(crate::cmd::script::basics::lua_number_text(*n).into_bytes()),
         _ => None,
     }
 }

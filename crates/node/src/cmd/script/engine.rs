@@ -15,26 +15,19 @@ use super::coroutine;
 use crate::client::ConnId;
 use crate::time::Micros;
 
-/// Lua VM instructions between two calls of the count hook: cheap enough to be invisible
-/// (one callback per 10,000 instructions) and fine enough to suspend or stop a loop promptly.
-pub(crate) const HOOK_STEP: u32 = 10_000;
+pub(crate) use super::basics::HOOK_STEP;
+pub use super::basics::{INSTRUCTION_BUDGET, REDIS_VERSION, REDIS_VERSION_NUM};
+
 /// Instructions in one slice of a script: a few milliseconds of a tight loop, so a long script
 /// notices SCRIPT KILL and lets BUSY replies out within milliseconds, while a short script
 /// (nearly every one) finishes inside its first slice, in the EVAL handler itself.
 pub const SLICE_INSTRUCTIONS: u64 = 1_000_000;
-/// Instructions a script may execute without being suspended: about two seconds of a tight
-/// loop on a current core. Only code Lua cannot suspend (inside `pcall`, a comparator, a
-/// metamethod) or a script inside EXEC can get this far.
-pub const INSTRUCTION_BUDGET: u64 = 500_000_000;
 /// Lua heap limit: a script building huge tables gets an error instead of exhausting memory.
 pub const MEMORY_LIMIT_BYTES: usize = 512 << 20;
 /// Cached scripts at most, and their total source size: SCRIPT LOAD / EVAL of ever-new
 /// bodies cannot grow the node without bound.
 pub const MAX_CACHED_SCRIPTS: usize = 100_000;
 pub const MAX_CACHED_BYTES: usize = 256 << 20;
-/// The Redis version scripts see as `redis.REDIS_VERSION` (and as a number, 0x00MMmmpp).
-pub const REDIS_VERSION: &str = "7.0.15";
-pub const REDIS_VERSION_NUM: i64 = 0x0007_000f;
 /// The interpreter and the script cache of one node.
 pub struct Scripts {
     pub(crate) lua: Lua,
@@ -229,9 +222,7 @@ impl Scripts {
                 Ok(match arg {
                     LuaValue::String(s) => sha1_hex(&s.as_bytes()),
                     LuaValue::Integer(i) => sha1_hex(i.to_string().as_bytes()),
-                    LuaValue::Number(n) => {
-                        sha1_hex(crate::cmd::script::lua_number_text(*n).as_bytes())
-                    }
+                    LuaValue::Number(n) => sha1_hex(super::basics::lua_number_text(*n).as_bytes()),
                     _ => sha1_hex(b""),
                 })
             })?,
@@ -613,4 +604,18 @@ pub(crate) fn error_table(lua: &Lua, message: &[u8]) -> mlua::Result<LuaValue> {
     let text = message.strip_prefix(b"-").unwrap_or(message);
     t.raw_set("err", lua.create_string(text)?)?;
     Ok(LuaValue::Table(t))
+}
+
+/// Redis's reply to other clients while a script runs past busy-reply-threshold.
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+
+/// The BUSY reply while `kind` runs, naming the command that can stop it.
+pub(crate) fn busy_message(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Eval => BUSY,
+        Kind::Function => {
+            "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+        }
+    }
 }
