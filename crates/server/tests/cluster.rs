@@ -44,6 +44,8 @@ struct Node {
     log: PathBuf,
     child: Option<Child>,
     stopped: bool,
+    /// Owners per slot (`--replication-factor`): 3, every member, except where a test says.
+    replication_factor: usize,
 }
 
 struct Cluster {
@@ -65,6 +67,7 @@ impl Node {
             .args(["--node-id", &self.id.to_string()])
             .args(["--cluster-port", &self.cluster_port.to_string()])
             .args(["--seeds", &self.seeds])
+            .args(["--replication-factor", &self.replication_factor.to_string()])
             .arg("--dir")
             .arg(&data)
             .env("LATTICE_CLUSTER_SECRET", &self.secret)
@@ -186,6 +189,7 @@ impl Cluster {
                 log: cluster.dir.0.join(format!("node{id}.log")),
                 child: None,
                 stopped: false,
+                replication_factor: 3,
             });
         }
         let dir = cluster.dir.0.clone();
@@ -625,6 +629,9 @@ fn node_with_the_wrong_secret_is_refused() {
         log: dir.join("node4.log"),
         child: None,
         stopped: false,
+        // Every member it names owns every key: it takes the write below itself (with fewer
+        // owners it would wait, as CLUSTERDOWN, for members it can never reach).
+        replication_factor: 4,
     };
     intruder.spawn(&dir);
     cluster.nodes.push(intruder);
