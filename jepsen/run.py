@@ -188,7 +188,9 @@ class Node:
         cmd = (["ip", "netns", "exec", self.run.net.nodes[self.i], "env"] + env_args +
                [self.run.bin, "--bind", node_ip(self.i), "--port", str(REDIS_PORT),
                 "--dir", data, "--threads", "1", "--node-id", str(self.node_id()),
-                "--cluster-port", str(CLUSTER_PORT), "--seeds", seeds])
+                "--cluster-port", str(CLUSTER_PORT), "--seeds", seeds,
+                # Every node owns every key: the checkers compare whole replicas.
+                "--replication-factor", str(len(self.run.node_ids))])
         env = dict(os.environ, LATTICE_CLUSTER_SECRET=SECRET, RUST_LOG="info")
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
