@@ -420,6 +420,7 @@ pub fn key_positions<C>(
             Ok(keys)
         }
         "blmpop" | "bzmpop" => numkeys_at(2),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => numkeys_at(2),
         "georadius" | "georadiusbymember" => {
             // Redis 7.0's key specs: the first STORE, then the first STOREDIST, each searched
             // from after the radius unit, names a key.
