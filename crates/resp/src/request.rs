@@ -399,7 +399,8 @@ fn is_c_space(b: u8) -> bool {
 /// a C string, a NUL byte ends the line. Returns `None` for unbalanced quotes.
 ///
 /// Plain words are returned as zero-copy slices of `line`; only words with quotes are copied.
-pub(crate) fn split_inline(line: &Bytes) -> Option<Vec<Bytes>> {
+/// Also what a function library's `#!` metadata line is split with, as in Redis.
+pub fn split_inline(line: &Bytes) -> Option<Vec<Bytes>> {
     let end = memchr::memchr(0, line).unwrap_or(line.len());
     let s = &line[..end];
     let mut args = Vec::new();

@@ -516,7 +516,8 @@ pub fn parse_metadata(code: &[u8]) -> Result<String, String> {
     let Some(end) = code.iter().position(|&b| b == b'\n') else {
         return Err("ERR Invalid library metadata".into());
     };
-    let parts = split_args(&code[..end]).ok_or("ERR Invalid library metadata")?;
+    let line = bytes::Bytes::copy_from_slice(&code[..end]);
+    let parts = lattice_resp::request::split_inline(&line).ok_or("ERR Invalid library metadata")?;
     if parts.is_empty() {
         return Err("ERR Invalid library metadata".into());
     }
@@ -550,84 +551,6 @@ pub fn parse_metadata(code: &[u8]) -> Result<String, String> {
         ));
     }
     Ok(String::from_utf8_lossy(name).into_owned())
-}
-
-/// Splits a line into words as Redis's `sdssplitargs` does: blanks separate, `"..."` with
-/// backslash escapes and `'...'` quote (a closing quote must end the word). None if unbalanced.
-pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    let blank = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t' | 0);
-    loop {
-        while i < line.len() && blank(line[i]) {
-            i += 1;
-        }
-        if i >= line.len() {
-            return Some(out);
-        }
-        let mut word = Vec::new();
-        let (mut dq, mut sq) = (false, false);
-        loop {
-            if dq {
-                let b = *line.get(i)?;
-                if b == b'\\' && i + 3 < line.len() && line[i + 1] == b'x' {
-                    let hex = std::str::from_utf8(&line[i + 2..i + 4]).ok();
-                    if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                        word.push(v);
-                        i += 4;
-                        continue;
-                    }
-                }
-                if b == b'\\' && i + 1 < line.len() {
-                    word.push(match line[i + 1] {
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
-                        b'b' => 8,
-                        b'a' => 7,
-                        c => c,
-                    });
-                    i += 2;
-                    continue;
-                }
-                if b == b'"' {
-                    if i + 1 < line.len() && !blank(line[i + 1]) {
-                        return None;
-                    }
-                    i += 1;
-                    break;
-                }
-                word.push(b);
-                i += 1;
-            } else if sq {
-                let b = *line.get(i)?;
-                if b == b'\\' && line.get(i + 1) == Some(&b'\'') {
-                    word.push(b'\'');
-                    i += 2;
-                    continue;
-                }
-                if b == b'\'' {
-                    if i + 1 < line.len() && !blank(line[i + 1]) {
-                        return None;
-                    }
-                    i += 1;
-                    break;
-                }
-                word.push(b);
-                i += 1;
-            } else {
-                match line.get(i) {
-                    None => break,
-                    Some(&b) if blank(b) => break,
-                    Some(b'"') => dq = true,
-                    Some(b'\'') => sq = true,
-                    Some(&b) => word.push(b),
-                }
-                i += 1;
-            }
-        }
-        out.push(word);
-    }
 }
 
 /// Reads `redis.register_function`'s arguments, positional or named, with Redis's errors.
