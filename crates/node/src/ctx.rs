@@ -10,6 +10,7 @@ mod invariants;
 mod keys;
 mod notify;
 mod output;
+mod tracking;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -101,6 +102,8 @@ pub struct Core {
     pub(crate) monitors: BTreeSet<ConnId>,
     /// LATENCY's events (`crate::cmd::latency`).
     pub(crate) latency: crate::ops::LatencyMonitor,
+    /// CLIENT TRACKING's tables (`crate::ctx::tracking`).
+    pub(crate) tracking: crate::tracking::Tracking,
 }
 
 impl Core {
@@ -172,6 +175,7 @@ impl Core {
             memory: Default::default(),
             pausing: Default::default(),
             monitors: BTreeSet::new(),
+            tracking: Default::default(),
         }
     }
 

@@ -265,6 +265,9 @@ impl Core {
             }
         }
         handler(self, call);
+        if self.tracking.clients > 0 {
+            self.tracking_after_command(spec, call);
+        }
         if self.persist.active {
             self.persist_after_command(spec.has(Flag::LoggedAsCommand), call.args);
         }

@@ -25,6 +25,7 @@ pub mod persist;
 pub mod repl;
 pub mod stats;
 pub mod time;
+pub mod tracking;
 mod varint;
 
 pub use buggify::Buggify;
