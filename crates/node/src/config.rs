@@ -294,6 +294,8 @@ pub struct Config {
     pub tracking_table_max_keys: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    pub maxmemory_samples: u64,
     /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
     pub slowlog_log_slower_than_us: i64,
     pub slowlog_max_len: u64,
@@ -355,6 +357,7 @@ impl Default for Config {
             tracking_table_max_keys: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            maxmemory_samples: 5,
             slowlog_log_slower_than_us: 0,
             slowlog_max_len: 0,
             latency_monitor_threshold_ms: 0,
@@ -521,6 +524,7 @@ impl Config {
         self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.maxmemory_samples = int(self, "maxmemory-samples");
         self.slowlog_log_slower_than_us =
             self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
         self.slowlog_max_len = int(self, "slowlog-max-len");

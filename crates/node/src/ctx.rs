@@ -8,6 +8,7 @@
 
 mod invariants;
 mod keys;
+mod maxmemory;
 mod notify;
 mod output;
 mod tracking;
@@ -104,6 +105,8 @@ pub struct Core {
     pub(crate) latency: crate::ops::LatencyMonitor,
     /// CLIENT TRACKING's tables (`crate::ctx::tracking`).
     pub(crate) tracking: crate::tracking::Tracking,
+    /// maxmemory's figures (`crate::ctx::maxmemory`).
+    pub(crate) eviction: crate::eviction::Eviction,
 }
 
 impl Core {
@@ -176,6 +179,7 @@ impl Core {
             pausing: Default::default(),
             monitors: BTreeSet::new(),
             tracking: Default::default(),
+            eviction: Default::default(),
         }
     }
 

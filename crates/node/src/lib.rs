@@ -17,6 +17,7 @@ pub mod config;
 pub mod ctx;
 mod dispatch;
 pub mod events;
+pub mod eviction;
 pub mod io;
 pub mod node;
 pub mod ops;
