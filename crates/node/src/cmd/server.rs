@@ -805,6 +805,10 @@ fn config_set(core: &mut Core, call: &mut Call) {
     }
     let was_appendonly = core.config.appendonly;
     core.config = next;
+    if seen.iter().any(|n| n == "requirepass") {
+        let pass = core.config.requirepass.clone().unwrap_or_default();
+        core.acl.set_requirepass(pass.as_bytes());
+    }
     core.persist_reconfigured(was_appendonly);
     call.ok();
 }
