@@ -482,3 +482,40 @@ fn genpass_and_help() {
         .cmd(1, &["ACL", "HELP", "xxx"])
         .contains("wrong number of arguments for 'acl|help' command"));
 }
+
+#[test]
+fn command_getkeysandflags_and_categories() {
+    let mut h = node();
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "LMOVE", "a", "b", "LEFT", "LEFT"]),
+        "*2\r\n*2\r\n$1\r\na\r\n*3\r\n+RW\r\n+access\r\n+update\r\n*2\r\n$1\r\nb\r\n*3\r\n+RW\r\n+access\r\n+update\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "SET", "k", "v"]),
+        "*1\r\n*2\r\n$1\r\nk\r\n*2\r\n+OW\r\n+update\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "GET", "k"]),
+        "*1\r\n*2\r\n$1\r\nk\r\n*2\r\n+RO\r\n+access\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "DEL", "k"]),
+        "*1\r\n*2\r\n$1\r\nk\r\n*2\r\n+RM\r\n+delete\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "PING", "x"]),
+        "-ERR The command has no key arguments\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "NOSUCH", "x"]),
+        "-ERR Invalid command specified\r\n"
+    );
+    let info = h.cmd(1, &["COMMAND", "INFO", "GET"]);
+    assert!(info.contains("+@read\r\n+@string\r\n+@fast\r\n"), "{info}");
+    let list = h.cmd(1, &["COMMAND", "LIST", "FILTERBY", "ACLCAT", "scripting"]);
+    assert!(
+        list.contains("\r\nfunction|list\r\n") && list.contains("\r\neval\r\n"),
+        "{list}"
+    );
+    assert!(!list.contains("\r\nget\r\n"));
+}

@@ -225,6 +225,18 @@ fn key_positions(spec: &CommandSpec, args: &[Bytes]) -> Vec<usize> {
     crate::command::key_positions(spec, args).unwrap_or_default()
 }
 
+/// How `args` (resolved to `spec`) uses the `nth` of its keys.
+pub(crate) fn key_use_of(spec: &CommandSpec, args: &[Bytes], nth: usize) -> KeyUse {
+    // SET reads the old value only when asked for it (GET).
+    if spec.name == "set" && !args[3..].iter().any(|a| is(a, "get")) {
+        return KeyUse {
+            read: false,
+            write: true,
+        };
+    }
+    key_use(spec.name, spec.is_write(), nth)
+}
+
 /// Whether `user` may run `args` (resolved to `spec`), and if not, why.
 pub(crate) fn check_user(
     acl: &crate::acl::Acl,
@@ -240,14 +252,7 @@ pub(crate) fn check_user(
     }
     if !user.all_keys {
         for (nth, p) in key_positions(spec, args).into_iter().enumerate() {
-            let mut usage = key_use(spec.name, spec.is_write(), nth);
-            // SET reads the old value only when asked for it (GET).
-            if spec.name == "set" && !args[3..].iter().any(|a| is(a, "get")) {
-                usage = KeyUse {
-                    read: false,
-                    write: true,
-                };
-            }
+            let usage = key_use_of(spec, args, nth);
             if !user.may_touch(&args[p], usage) {
                 return Some(Denied::Key(p));
             }
