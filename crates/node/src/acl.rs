@@ -822,6 +822,17 @@ pub struct Acl {
     pub file_waiters: VecDeque<(crate::client::ConnId, FileOp)>,
     /// File operations not yet handed to the driver.
     pub file_out: VecDeque<FileOp>,
+    /// Refusals since start-up, by reason (INFO stats `acl_access_denied_*`).
+    pub denied: DeniedCounts,
+}
+
+/// Counts of refusals by reason.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeniedCounts {
+    pub auth: u64,
+    pub command: u64,
+    pub key: u64,
+    pub channel: u64,
 }
 
 impl Acl {
@@ -838,6 +849,7 @@ impl Acl {
             log: VecDeque::new(),
             file_waiters: VecDeque::new(),
             file_out: VecDeque::new(),
+            denied: DeniedCounts::default(),
         }
     }
 
@@ -899,6 +911,13 @@ impl Acl {
 
     /// Adds an entry, or merges it into a recent one like it.
     pub fn log_event(&mut self, mut entry: LogEntry, max_len: usize) {
+        let counter = match entry.reason {
+            LogReason::Auth => &mut self.denied.auth,
+            LogReason::Command => &mut self.denied.command,
+            LogReason::Key => &mut self.denied.key,
+            LogReason::Channel => &mut self.denied.channel,
+        };
+        *counter += 1;
         let similar = self.log.iter().take(LOG_MERGE_SCAN).position(|e| {
             e.reason == entry.reason
                 && e.context == entry.context

@@ -301,6 +301,13 @@ fn acl_log_records_refusals() {
     assert_eq!(h.cmd(1, &["ACL", "LOG"]).matches("count").count(), 2);
     ok(&mut h, 1, &["ACL", "LOG", "RESET"]);
     assert_eq!(h.cmd(1, &["ACL", "LOG"]), "*0\r\n");
+    let info = h.cmd(1, &["INFO", "stats"]);
+    assert!(
+        info.contains(
+            "acl_access_denied_auth:1\r\nacl_access_denied_cmd:5\r\nacl_access_denied_key:2\r\n"
+        ),
+        "{info}"
+    );
 }
 
 #[test]
@@ -518,4 +525,22 @@ fn command_getkeysandflags_and_categories() {
         "{list}"
     );
     assert!(!list.contains("\r\nget\r\n"));
+}
+
+#[test]
+fn shard_channels_are_channels_not_keys() {
+    let mut h = node();
+    ok(&mut h, 1, &["ACL", "SETUSER", "ps", "on", "nopass", "+@all", "resetchannels", "&foo:1"]);
+    ok(&mut h, 1, &["AUTH", "ps", "x"]);
+    assert_eq!(h.cmd(1, &["SPUBLISH", "foo:1", "m"]), ":0\r\n");
+    assert_eq!(
+        h.cmd(1, &["SPUBLISH", "zap", "m"]),
+        "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n"
+    );
+    assert!(h.cmd(1, &["SSUBSCRIBE", "foo:1"]).contains("ssubscribe"));
+    h.connect(2);
+    assert_eq!(
+        h.cmd(2, &["READONLY"]),
+        "-ERR This instance has cluster support disabled\r\n"
+    );
 }

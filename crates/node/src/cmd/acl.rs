@@ -250,7 +250,10 @@ pub(crate) fn check_user(
     if !user.may_run(&acl.catalog, i, args) {
         return Some(Denied::Command);
     }
-    if !user.all_keys {
+    // The shard channels SPUBLISH and SSUBSCRIBE name are declared as keys (cluster routing
+    // follows them) but are channels to the permission check, as Redis marks them `not_key`.
+    let keys_are_channels = matches!(spec.name, "spublish" | "ssubscribe" | "sunsubscribe");
+    if !user.all_keys && !keys_are_channels {
         for (nth, p) in key_positions(spec, args).into_iter().enumerate() {
             let usage = key_use_of(spec, args, nth);
             if !user.may_touch(&args[p], usage) {

@@ -511,6 +511,12 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 core.shard_channels.len(),
                 s.total_error_replies,
             );
+            let d = &core.acl.denied;
+            let _ = write!(
+                t,
+                "acl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\n",
+                d.auth, d.command, d.key, d.channel
+            );
         }
         "replication" => {
             // The offset is ROLE's: the writes this node has stamped (`crate::cmd::role`).
