@@ -530,7 +530,20 @@ fn command_getkeysandflags_and_categories() {
 #[test]
 fn shard_channels_are_channels_not_keys() {
     let mut h = node();
-    ok(&mut h, 1, &["ACL", "SETUSER", "ps", "on", "nopass", "+@all", "resetchannels", "&foo:1"]);
+    ok(
+        &mut h,
+        1,
+        &[
+            "ACL",
+            "SETUSER",
+            "ps",
+            "on",
+            "nopass",
+            "+@all",
+            "resetchannels",
+            "&foo:1",
+        ],
+    );
     ok(&mut h, 1, &["AUTH", "ps", "x"]);
     assert_eq!(h.cmd(1, &["SPUBLISH", "foo:1", "m"]), ":0\r\n");
     assert_eq!(
