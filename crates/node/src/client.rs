@@ -36,8 +36,13 @@ pub struct Client {
     pub last_command: &'static str,
     pub reply_mode: ReplyMode,
     pub no_evict: bool,
-    /// Passed AUTH (or HELLO AUTH); only consulted when `requirepass` is set.
+    /// Passed AUTH (or HELLO AUTH), or connected while the default user needed no password;
+    /// only consulted while the default user needs one (or is off).
     pub authenticated: bool,
+    /// The ACL user the connection runs as (`default` until AUTH); None for the node's own
+    /// stand-in connections (commands a peer forwarded, recovery), which were admitted where
+    /// they came from and are never checked here.
+    pub user: Option<Bytes>,
     /// Replies not yet handed to the driver.
     pub out: BytesMut,
     /// Queued in the node's list of connections with pending output.
@@ -103,6 +108,7 @@ impl Client {
             reply_mode: ReplyMode::On,
             no_evict: false,
             authenticated: false,
+            user: Some(Bytes::from_static(b"default")),
             out: BytesMut::new(),
             pending: false,
             closing: false,
@@ -163,7 +169,7 @@ impl Client {
             Protocol::Resp3 => 3,
         };
         format!(
-            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
             self.id.0,
             self.peer_addr,
             self.local_addr,
@@ -177,6 +183,9 @@ impl Client {
             multi,
             self.out.len(),
             self.last_command,
+            self.user
+                .as_deref()
+                .map_or(std::borrow::Cow::Borrowed(""), String::from_utf8_lossy),
             resp
         )
     }

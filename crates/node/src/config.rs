@@ -42,6 +42,21 @@ const POLICIES: &[&str] = &[
 
 /// (name, default, kind). Names are lowercase, as Redis reports them.
 const PARAMS: &[(&str, &str, Kind)] = &[
+    // The ACL file ACL LOAD and SAVE use (the driver reads and writes it); empty: none.
+    ("aclfile", "", Kind::Immutable),
+    (
+        "acl-pubsub-default",
+        "resetchannels",
+        Kind::Enum(&["allchannels", "resetchannels"]),
+    ),
+    (
+        "acllog-max-len",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("activedefrag", "no", Kind::Bool),
     // Milliseconds a script runs before other clients get BUSY (Redis 7's name; the older
     // lua-time-limit is an alias).
@@ -304,6 +319,11 @@ pub struct Config {
     /// `latency-tracking`: per-command latency histograms.
     pub latency_tracking: bool,
     pub requirepass: Option<String>,
+    /// `aclfile`: the file ACL LOAD and SAVE read and write; None without one.
+    pub aclfile: Option<String>,
+    /// `acl-pubsub-default allchannels`: new users may use every channel.
+    pub acl_pubsub_all: bool,
+    pub acllog_max_len: usize,
     /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
     /// This replica's identity in the cluster (its links, its place in GC's reports).
@@ -363,6 +383,9 @@ impl Default for Config {
             latency_monitor_threshold_ms: 0,
             latency_tracking: true,
             requirepass: None,
+            aclfile: None,
+            acl_pubsub_all: false,
+            acllog_max_len: 128,
             notify_keyspace_events: 0,
             node_id: 1,
             incarnation: 0,
@@ -542,6 +565,10 @@ impl Config {
             crate::events::parse_event_classes(&self.values["notify-keyspace-events"]).unwrap_or(0);
         let pass = &self.values["requirepass"];
         self.requirepass = (!pass.is_empty()).then(|| pass.clone());
+        let aclfile = &self.values["aclfile"];
+        self.aclfile = (!aclfile.is_empty()).then(|| aclfile.clone());
+        self.acl_pubsub_all = self.values["acl-pubsub-default"] == "allchannels";
+        self.acllog_max_len = int(self, "acllog-max-len").min(usize::MAX as u64) as usize;
         let size = |c: &Config, n: &str, default: usize| {
             c.values[n]
                 .parse::<u64>()

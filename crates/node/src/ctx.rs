@@ -107,6 +107,38 @@ pub struct Core {
     pub(crate) tracking: crate::tracking::Tracking,
     /// maxmemory's figures (`crate::ctx::maxmemory`).
     pub(crate) eviction: crate::eviction::Eviction,
+    /// Users and their permissions, the ACL log, ACL file requests (`crate::acl`).
+    pub(crate) acl: crate::acl::Acl,
+}
+
+/// The ACL's view of the command table: every command and subcommand with what its
+/// categories derive from.
+fn acl_catalog(table: &CommandTable<Core>) -> crate::acl::Catalog {
+    use crate::command::Flag;
+    // A container's categories are only those its (absent) flags imply, as in Redis: its
+    // group's category belongs to its subcommands.
+    let facts = |s: &CommandSpec| crate::acl::CommandFacts {
+        name: s.name,
+        group: if s.subcommands.is_empty() {
+            s.group
+        } else {
+            ""
+        },
+        write: s.has(Flag::Write),
+        readonly: s.has(Flag::ReadOnly),
+        admin: s.has(Flag::Admin),
+        pubsub: s.has(Flag::PubSub),
+        fast: s.has(Flag::Fast),
+        blocking: s.has(Flag::Blocking),
+        no_auth: s.has(Flag::NoAuth),
+    };
+    crate::acl::Catalog::new(
+        table
+            .all()
+            .iter()
+            .map(|s| (facts(s), s.subcommands.iter().map(facts).collect()))
+            .collect(),
+    )
 }
 
 impl Core {
@@ -143,6 +175,10 @@ impl Core {
             config.announce_port,
         )
         .map(Box::new);
+        let mut acl = crate::acl::Acl::new(acl_catalog(&table));
+        if let Some(pass) = config.requirepass.as_deref() {
+            acl.set_requirepass(pass.as_bytes());
+        }
         Core {
             db: Db::new(),
             config,
@@ -180,6 +216,7 @@ impl Core {
             monitors: BTreeSet::new(),
             tracking: Default::default(),
             eviction: Default::default(),
+            acl,
         }
     }
 

@@ -6,6 +6,7 @@
 //! randomness or spawns a thread, so the simulator, the server and the Maelstrom adapter all
 //! drive exactly this code, and a seed replays any run.
 
+pub mod acl;
 pub mod args;
 pub mod blocking;
 pub mod buggify;

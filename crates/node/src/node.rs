@@ -116,6 +116,10 @@ impl Node {
                 self.cluster_peer_down(peer);
             }
             Input::PeerMessage { peer, data } => self.peer_message(peer, &data),
+            Input::AclFileDone { result } => {
+                self.core.acl_file_done(result);
+                self.release_parked();
+            }
             input @ (Input::Persisted { .. }
             | Input::PersistError { .. }
             | Input::SnapshotDone { .. }
@@ -309,6 +313,9 @@ impl Node {
         }
         if let Some(o) = core.persist_poll() {
             return Some(o);
+        }
+        if let Some(op) = core.acl.file_out.pop_front() {
+            return Some(Output::AclFile(op));
         }
         while let Some(conn) = core.pending.pop_front() {
             let Some(client) = core.clients.get_mut(&conn) else {

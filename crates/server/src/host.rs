@@ -186,6 +186,15 @@ impl Host {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
+        let acl_ops = self.router.take_acl_file_ops();
+        if !acl_ops.is_empty() {
+            for op in acl_ops {
+                let result = crate::acl_file::carry_out(&op);
+                self.handle(Input::AclFileDone { result });
+            }
+            // The replies (and whatever the waiting clients pipelined after) go out.
+            self.drain(None, &mut Vec::new(), current_loop);
+        }
         if self.router.shutdown_requested() {
             let now = self.now();
             self.shutdown(now);

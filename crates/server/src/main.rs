@@ -1,5 +1,6 @@
 //! `lattice-server`: serves the Redis protocol from a Lattice node.
 
+mod acl_file;
 mod alloc;
 mod cluster;
 mod disk;
@@ -11,7 +12,7 @@ mod nap;
 mod process;
 mod s3;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
@@ -424,6 +425,11 @@ fn settings(args: Args) -> Result<Settings, String> {
     node.set_initial("port", &port.to_string())?;
     node.set_initial("bind", &bind)?;
     node.set_initial("dir", &dir.display().to_string())?;
+    // A relative aclfile names a file in the data directory, where Redis (which changes to
+    // its `dir`) finds it too.
+    if let Some(f) = node.aclfile.clone().filter(|f| Path::new(f).is_relative()) {
+        node.set_initial("aclfile", &dir.join(f).display().to_string())?;
+    }
     Ok(Settings {
         port,
         bind,
@@ -517,6 +523,15 @@ async fn run(s: Settings) -> Result<(), String> {
     let cluster_size = s.node.cluster_size;
     let (incarnation, dot_id) = (s.node.incarnation, s.node.dot_node_id());
     let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
+    // As Redis, a server whose ACL file cannot be loaded does not start.
+    if let Some(path) = node.acl_file_path().map(str::to_string) {
+        let load = lattice_node::acl::FileOp::Load { path: path.clone() };
+        let text = acl_file::carry_out(&load)
+            .map_err(|e| format!("Error loading ACLs, opening file '{path}': {e}"))?
+            .unwrap_or_default();
+        node.load_acl_file(&text)
+            .map_err(|e| format!("Aborting startup because of ACL errors: {e}"))?;
+    }
     // Every node recovers its data directory and persists to it: a standalone node its values,
     // a clustered node its replicated states, so a restarted replica comes back with its keys
     // and anti-entropy ships it only what it missed.

@@ -3,6 +3,7 @@
 
 use crate::ctx::CommandSpec;
 
+pub mod acl;
 pub mod cluster;
 pub mod connection;
 pub mod dump;
@@ -58,6 +59,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     shard_pubsub::COMMANDS,
     memory::COMMANDS,
     monitor::COMMANDS,
+    acl::COMMANDS,
 ];
 
 #[cfg(test)]

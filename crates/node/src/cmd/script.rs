@@ -342,6 +342,11 @@ fn execute(
     if spec.has(Flag::NoScript) {
         return Err("ERR This Redis command is not allowed from script".into());
     }
+    let user = core.clients.get(&conn).and_then(|c| c.user.clone());
+    if let Some(denied) = core.acl_denied(user.as_ref(), spec, args) {
+        core.acl_log_denied(conn, spec, args, &denied, crate::acl::LogContext::Lua);
+        return Err(denied.script_message());
+    }
     // As Redis, a read-only script may not run what may replicate either (PUBLISH): that is
     // what lets CLIENT PAUSE WRITE run read-only scripts.
     if read_only && (spec.is_write() || spec.has(Flag::MayReplicate)) {

@@ -74,6 +74,19 @@ impl Node {
         self.core.persist.upload = Some(figures);
     }
 
+    /// The `aclfile` configured, if any: the driver reads it at start-up and hands its text to
+    /// [`Node::load_acl_file`].
+    pub fn acl_file_path(&self) -> Option<&str> {
+        self.core.config.aclfile.as_deref()
+    }
+
+    /// Start-up: installs the users of the ACL file's `text`, or returns Redis's description
+    /// of its errors (the driver then refuses to start, as Redis does).
+    pub fn load_acl_file(&mut self, text: &[u8]) -> Result<(), String> {
+        let path = self.core.config.aclfile.clone().unwrap_or_default();
+        self.core.install_acl_file(&path, text)
+    }
+
     /// Recovery: applies one snapshot chunk or log record read back from disk, through the
     /// same code that applies RESTORE payloads. Nothing is logged for it.
     pub fn load(&mut self, now: Micros, data: &[u8]) -> Result<u64, String> {

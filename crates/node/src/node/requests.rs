@@ -19,8 +19,11 @@ impl Node {
         let now_ms = core.now.as_millis();
         core.stats.total_connections_received += 1;
         let full = core.clients.len() as u64 >= core.config.maxclients;
-        core.clients
-            .insert(conn, Client::new(conn, peer_addr, local_addr, now_ms));
+        let mut client = Client::new(conn, peer_addr, local_addr, now_ms);
+        // As Redis: a connection made while the default user needs no password is
+        // authenticated for good (a password set later does not log it out).
+        client.authenticated = !core.acl.auth_required();
+        core.clients.insert(conn, client);
         if full {
             core.stats.rejected_connections += 1;
             core.write_to(conn, |w| w.error(b"ERR max number of clients reached"));
