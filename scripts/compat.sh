@@ -4,7 +4,7 @@
 #
 #   scripts/compat.sh [--server lattice|redis|both] [--suites "unit/type/string unit/expire ..."]
 #                     [--quick] [--strict] [--skip-lattice NAME] [--timeout SECS] [--lattice-bin PATH]
-#                     [--redis-bin PATH] [--build] [--no-durable] [--lenient]
+#                     [--redis-bin PATH] [--build] [--no-durable] [--lenient] [--with-save]
 #
 # Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
 # Output of each run: target/compat/<server>/<suite>.log, the [err] lines with the start of
@@ -24,6 +24,9 @@
 #   --build         run `cargo build --release -p lattice-server` first
 #   --no-durable    do not pass --durable to runtest (then an exception inside a test aborts
 #                   the suite instead of being counted as [err])
+#   --with-save     also run the tests tagged needs:save (SAVE against the running server;
+#                   those that also need DEBUG RELOAD stay out with needs:debug). Restarts
+#                   after a save are checked by scripts/save-test.py, which owns its servers.
 #   --lenient       run from a copy of the suite whose external-server setup tolerates a
 #                   failing `FUNCTION FLUSH` (the harness sends it before every start_server
 #                   block; without FUNCTION support every suite aborts before its first test)
@@ -54,10 +57,11 @@ TIMEOUT_SET=0
 BUILD=0
 DURABLE=1
 LENIENT=0
+WITH_SAVE=0
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -70,6 +74,7 @@ while [ $# -gt 0 ]; do
         --build) BUILD=1; shift ;;
         --no-durable) DURABLE=0; shift ;;
         --lenient) LENIENT=1; shift ;;
+        --with-save) WITH_SAVE=1; shift ;;
         --lattice-bin) LATTICE_BIN="$2"; shift 2 ;;
         --redis-bin) REDIS_BIN="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -87,7 +92,10 @@ if [ "$QUICK" = 1 ] && [ "$TIMEOUT_SET" = 0 ]; then
     TIMEOUT=180
 fi
 
-TAGS="-needs:debug -needs:repl -needs:config-maxmemory -needs:reset -needs:save"
+TAGS="-needs:debug -needs:repl -needs:config-maxmemory -needs:reset"
+if [ "$WITH_SAVE" = 0 ]; then
+    TAGS="$TAGS -needs:save"
+fi
 if [ "$QUICK" = 1 ]; then
     TAGS="$TAGS -slow"
 fi
