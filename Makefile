@@ -5,7 +5,7 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: crash-test
+.PHONY: crash-test save-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster sim-partition soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause partition-deps partition-test \
         jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
@@ -20,7 +20,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test partition-test sim-cluster jepsen-quick crash-test fuzz-quick s3-test
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test partition-test sim-cluster jepsen-quick crash-test save-test fuzz-quick s3-test
 	@echo "make test: all layers passed"
 
 ## Real-process crash test: kill -9 under write load, restart, every acknowledged write checked
@@ -30,6 +30,13 @@ CRASH_RUNS ?= 3
 crash-test:
 	$(CARGO) build --release -p lattice-server
 	python3 scripts/crash-test.py --runs $(CRASH_RUNS) --modes always,everysec --servers lattice
+
+## Saving and restarting (what Redis's needs:save tests do with DEBUG RELOAD, by restarts the
+## script owns): SAVE, BGSAVE and LASTSAVE, SHUTDOWN SAVE/NOSAVE, CONFIG SET appendonly and
+## appendfsync, each followed by a restart, beside redis-server when it is installed (~20 s).
+save-test:
+	$(CARGO) build --release -p lattice-server
+	python3 scripts/save-test.py
 
 ## Coverage-guided fuzzing of the three decoders that read outside bytes (client requests,
 ## peer messages, persistence records) with libFuzzer, instrumented as cargo fuzz's
@@ -159,7 +166,9 @@ compat: deps
 
 ## compat-quick fails on any [err] (--strict). The one test skipped on Lattice reads INFO's
 ## rdb_changes_since_last_save, Redis's count of writes since the last RDB save: Lattice has
-## no RDB and reports 0 (docs/ARCHITECTURE.md §29).
+## no RDB and reports 0 (docs/ARCHITECTURE.md §29). With --with-save it runs the needs:save
+## tests that only SAVE (unit/other); those that also need DEBUG RELOAD stay out with
+## needs:debug, and save-test does what they check with real restarts.
 ## unit/acl runs its main block (tagged external:skip for the shared state it changes) on its
 ## own fresh server; the three tests skipped there set rules on DEBUG, a command Lattice does
 ## not have.
@@ -167,7 +176,8 @@ compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick --strict \
 	  --skip-lattice "SETBIT/BITFIELD only increase dirty when the value changed" \
-	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions unit/pubsub unit/slowlog unit/info-command unit/tracking"
+	  --with-save \
+	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions unit/pubsub unit/slowlog unit/info-command unit/tracking unit/other"
 	./scripts/compat.sh --server lattice --quick --strict --unskip-first-block \
 	  --skip-lattice "ACLs can block all DEBUG subcommands except one" \
 	  --skip-lattice "ACL GETUSER is able to translate back command permissions" \

@@ -113,6 +113,12 @@ loaded=$(field $((B + 3)) states_loaded)
 probe=$(redis-cli -p $((B + 3)) get "key:$((49 * 1999 % K))")
 echo "  (b) own directory ($loaded states recovered): equal after $t ms, node 3 received $catch bytes; probe: $probe"
 awk -v c="$catch" -v f="$full" 'BEGIN { printf "  catch-up / full transfer = %.3f%%\n", c * 100 / f }'
+# Every state node 3 held must come back from its directory (a snapshot and the records after
+# it may both hold a key, so the count may exceed K, never fall short of it).
+if [ "${loaded:-0}" -lt "$K" ]; then
+  echo "  FAILED: node 3 recovered $loaded states from its directory, fewer than its $K keys"
+  exit 1
+fi
 for i in 1 2 3; do stop_node $B "$i"; done
 fi
 

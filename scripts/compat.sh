@@ -4,7 +4,7 @@
 #
 #   scripts/compat.sh [--server lattice|redis|both] [--suites "unit/type/string unit/expire ..."]
 #                     [--quick] [--strict] [--skip-lattice NAME] [--timeout SECS] [--lattice-bin PATH]
-#                     [--redis-bin PATH] [--build] [--no-durable] [--lenient]
+#                     [--redis-bin PATH] [--build] [--no-durable] [--lenient] [--with-save]
 #                     [--unskip-first-block]
 #
 # Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
@@ -25,6 +25,9 @@
 #   --build         run `cargo build --release -p lattice-server` first
 #   --no-durable    do not pass --durable to runtest (then an exception inside a test aborts
 #                   the suite instead of being counted as [err])
+#   --with-save     also run the tests tagged needs:save (SAVE against the running server;
+#                   those that also need DEBUG RELOAD stay out with needs:debug). Restarts
+#                   after a save are checked by scripts/save-test.py, which owns its servers.
 #   --lenient       run from a copy of the suite whose external-server setup tolerates a
 #                   failing `FUNCTION FLUSH` (the harness sends it before every start_server
 #                   block; without FUNCTION support every suite aborts before its first test)
@@ -61,10 +64,11 @@ BUILD=0
 DURABLE=1
 LENIENT=0
 UNSKIP=0
+WITH_SAVE=0
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,44p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -78,6 +82,7 @@ while [ $# -gt 0 ]; do
         --no-durable) DURABLE=0; shift ;;
         --lenient) LENIENT=1; shift ;;
         --unskip-first-block) UNSKIP=1; shift ;;
+        --with-save) WITH_SAVE=1; shift ;;
         --lattice-bin) LATTICE_BIN="$2"; shift 2 ;;
         --redis-bin) REDIS_BIN="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -95,7 +100,10 @@ if [ "$QUICK" = 1 ] && [ "$TIMEOUT_SET" = 0 ]; then
     TIMEOUT=180
 fi
 
-TAGS="-needs:debug -needs:repl -needs:config-maxmemory -needs:reset -needs:save"
+TAGS="-needs:debug -needs:repl -needs:config-maxmemory -needs:reset"
+if [ "$WITH_SAVE" = 0 ]; then
+    TAGS="$TAGS -needs:save"
+fi
 if [ "$QUICK" = 1 ]; then
     TAGS="$TAGS -slow"
 fi

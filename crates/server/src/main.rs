@@ -402,9 +402,6 @@ fn settings(args: Args) -> Result<Settings, String> {
         }
     }
     let s3 = s3_settings(s3)?;
-    if s3.is_some() && cluster.is_some() {
-        return Err("s3-bucket is for standalone nodes: a clustered node persists to its --dir only (its peers hold the rest)".into());
-    }
     if let Some(s) = &s3 {
         node.ack_after_upload = s.mode == lattice_persist::AckMode::Sync;
     }
@@ -468,6 +465,18 @@ fn main() {
         );
         std::process::exit(2);
     }
+    // Whether the directory was empty before this start wrote anything into it (the
+    // incarnation file below): an empty directory is restored from the bucket, if any.
+    let dir_was_empty = match std::fs::read_dir(&settings.dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(e) => {
+            eprintln!(
+                "lattice-server: cannot read data directory {}: {e}",
+                settings.dir.display()
+            );
+            std::process::exit(2);
+        }
+    };
     if settings.cluster.is_some() {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -497,13 +506,13 @@ fn main() {
             .build()
     }
     .expect("tokio runtime");
-    if let Err(e) = runtime.block_on(run(settings)) {
+    if let Err(e) = runtime.block_on(run(settings, dir_was_empty)) {
         eprintln!("lattice-server: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run(s: Settings) -> Result<(), String> {
+async fn run(s: Settings, dir_was_empty: bool) -> Result<(), String> {
     // Signals are caught from before the port opens: a SIGTERM once clients can connect
     // always means a graceful stop (log synced), never the default kill.
     let signals = Signals::new();
@@ -542,11 +551,9 @@ async fn run(s: Settings) -> Result<(), String> {
     let mut upload_start = lattice_persist::Start::LocalData;
     let mut restored_pieces = Vec::new();
     if let (Some(b), Some(cfg)) = (&bucket, &s.s3) {
-        let empty = std::fs::read_dir(&s.dir)
-            .map_err(|e| format!("cannot read {}: {e}", s.dir.display()))?
-            .next()
-            .is_none();
-        if empty {
+        // A clustered node restores its own prefix too: it comes back with the replicated
+        // states its bucket holds, and its peers ship only what the bucket lacked.
+        if dir_was_empty {
             let started = std::time::Instant::now();
             let r = s3::restore(b, &s.dir).await.map_err(|e| {
                 format!(

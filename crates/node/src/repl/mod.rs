@@ -110,6 +110,16 @@ const SLICE_WINDOW: usize = 2;
 /// An unacknowledged slice is taken as lost after this long (its leaves still differ, and the
 /// next round finds them): a lost acknowledgement must not stop the transfer for good.
 const SLICE_TIMEOUT_MS: u64 = 2_000;
+/// A peer is repairing a difference with us (see `Peer::repairing_until_ms`) until this long
+/// after the last digests or states it sent that showed one.
+const AE_REPAIRING_MS: u64 = 500;
+/// While another peer repairs a difference with us, a round with this one waits (declined
+/// or not started) for at most this long: the other peer's repair will most likely have made
+/// the two agree, and the round then costs one digest. Bounded so that a peer that is always
+/// busy (a long transfer, a flapping link) cannot starve the others' rounds.
+const AE_DEFER_MAX_MS: u64 = 3_000;
+/// How soon a deferred round is tried again.
+const AE_DEFER_RETRY_MS: u64 = 100;
 /// Keys remembered per peer as already equal on both sides, left out of what we owe it;
 /// beyond it they are sent anyway (harmless: a merge of an equal state changes nothing).
 const MAX_SKIP_KEYS: usize = 65_536;
@@ -180,6 +190,11 @@ struct Peer {
     push_resume: usize,
     /// Partitioned: anti-entropy periods since the last push to this peer.
     rounds_since_push: u32,
+    /// Until when this peer counts as repairing a difference with us: it sent digests that
+    /// differ from ours or states (see `Replicator::defer_round`).
+    repairing_until_ms: u64,
+    /// Since when a round with this peer has been waiting for another peer's repair.
+    deferred_since_ms: Option<u64>,
 }
 
 /// What anti-entropy still has to send one peer. Bounded: leaves are listed once (at most
@@ -292,6 +307,9 @@ pub struct ReplStats {
     pub max_states_merged: u64,
     /// States merged from the data directory at start (a restarted replica's own).
     pub states_loaded: u64,
+    /// Anti-entropy rounds declined or put off because another peer was repairing the same
+    /// difference (see `Replicator::defer_round`).
+    pub ae_rounds_deferred: u64,
 }
 
 pub struct Replicator {
@@ -324,6 +342,10 @@ pub struct Replicator {
     /// state received for a key this node does not own is not kept (ARCHITECTURE, "A
     /// partitioned cluster").
     ownership: Option<lattice_placement::Placement>,
+    /// Until this replica's tree has equalled every peer's once since it started, it applies
+    /// no GC (see `Replicator::gc_round`); the peers it has equalled so far.
+    catching_up: bool,
+    synced_peers: std::collections::BTreeSet<NodeId>,
     /// Keys whose state may hold collectable metadata (written or merged since they were last
     /// found fully compact): what a GC round visits.
     /// A list with a flag per entry rather than a set: queueing costs a push, not a search.
@@ -424,6 +446,8 @@ impl Replicator {
             merkle: Merkle::new(),
             peers: BTreeMap::new(),
             ownership: None,
+            catching_up: true,
+            synced_peers: std::collections::BTreeSet::new(),
             pending: PendingDeltas::default(),
             gc_queue: Vec::new(),
             gc_sweep: VecDeque::new(),
@@ -1182,13 +1206,18 @@ impl Replicator {
                 }
                 if self.ownership.is_some() {
                     // Partitioned: the trees cover different slots, so instead of comparing
-                    // them, every key both own is pushed, a batch per tick.
+                    // them, every key both own is pushed, a batch per tick (never deferred:
+                    // each peer owns different slots, so no two pushes carry the same keys).
                     p.push_leaf = Some(0);
                     p.push_resume = 0;
                     p.rounds_since_push = 0;
                     self.stats.ae_rounds += 1;
                     continue;
                 }
+                if self.defer_round(id, now_ms) {
+                    continue;
+                }
+                let p = self.peers.get_mut(&id).expect("listed");
                 p.next_ae_ms = now_ms + AE_INTERVAL_MS;
                 p.last_ae_ms = Some(now_ms);
                 self.stats.ae_rounds += 1;
@@ -1196,15 +1225,8 @@ impl Replicator {
                 // The library set's digest rides along with every round.
                 let probe = self.functions_body(false);
                 self.send_ae(id, probe);
-                let root = self.merkle.root();
-                self.send_ae(
-                    id,
-                    Body::Digests(Digests {
-                        level: 0,
-                        index: vec![0],
-                        digest: vec![root],
-                    }),
-                );
+                let root = self.root_digest();
+                self.send_ae(id, root);
             }
         }
         let pushing: Vec<NodeId> = self
@@ -1347,6 +1369,18 @@ impl Replicator {
 
     fn gc_round(&mut self) {
         self.stats.gc_rounds += 1;
+        // A replica that started without the states it once reported (empty, a lost log tail,
+        // a lagging bucket) merges its peers' frontiers with the first states it receives (a
+        // state's context carries its sender's frontier), so its seen-set soon covers the dots
+        // of keys it has not received yet. Raised to that, its frontier would take each of
+        // those keys, when it arrives, for one it removed, drop it, and ship the removal back:
+        // the cluster would lose them. So it applies no GC until its tree has equalled every
+        // peer's once: from then on it holds every key those dots belong to. Partitioned
+        // replicas hold different slots and never equal, and keep the old rule.
+        if self.catching_up && self.ownership.is_none() && self.cluster_size > 1 {
+            self.gc_prev = None;
+            return;
+        }
         let reports: Vec<&VersionVector> = self
             .peers
             .values()
@@ -1513,6 +1547,7 @@ impl Replicator {
             }
             Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms, db),
             Some(Body::States(s)) => {
+                self.note_repairing(peer, now_ms);
                 let (changed, in_sync) = self.merge_blobs(&s.entries, false, db);
                 self.stats.max_states_merged =
                     self.stats.max_states_merged.max(s.entries.len() as u64);
@@ -1667,6 +1702,59 @@ impl Replicator {
         (changed, in_sync)
     }
 
+    /// The message that starts a round (or answers one with equal roots): our root digest.
+    fn root_digest(&mut self) -> Body {
+        Body::Digests(Digests {
+            level: 0,
+            index: vec![0],
+            digest: vec![self.merkle.root()],
+        })
+    }
+
+    /// Our tree equalled `peer`'s: once it has equalled every peer's since the start, GC runs.
+    fn note_synced(&mut self, peer: NodeId) {
+        if !self.catching_up {
+            return;
+        }
+        self.synced_peers.insert(peer);
+        if self.synced_peers.len() + 1 >= self.cluster_size {
+            self.catching_up = false;
+            self.synced_peers.clear();
+        }
+    }
+
+    /// `peer` showed a difference (digests that differ from ours, or states).
+    fn note_repairing(&mut self, peer: NodeId, now_ms: u64) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.repairing_until_ms = now_ms + AE_REPAIRING_MS;
+        }
+    }
+
+    /// Whether a round with `peer` (one it started, or one we are about to start) waits,
+    /// because another live peer is repairing a difference with us right now. A replica that
+    /// restarts, or comes back from a cut, hears from every peer at once, and every peer
+    /// holding what it missed would otherwise compare the whole tree with it and ship the same
+    /// states: the first repair usually makes it equal to the others too, and the deferred
+    /// round then finds equal roots. Deferral is bounded by `AE_DEFER_MAX_MS` per peer; a
+    /// deferred round is asked for again on our side (`needs_ae`), so it is never lost.
+    fn defer_round(&mut self, peer: NodeId, now_ms: u64) -> bool {
+        let busy_elsewhere = self.peers.iter().any(|(id, p)| {
+            *id != peer && p.up && (p.repairing_until_ms > now_ms || p.transfer.busy())
+        });
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return false;
+        };
+        let since = *p.deferred_since_ms.get_or_insert(now_ms);
+        if !busy_elsewhere || now_ms >= since + AE_DEFER_MAX_MS {
+            p.deferred_since_ms = None;
+            return false;
+        }
+        p.needs_ae = true;
+        p.next_ae_ms = now_ms + AE_DEFER_RETRY_MS;
+        self.stats.ae_rounds_deferred += 1;
+        true
+    }
+
     /// A large difference takes several rounds (each bounded): run the next one soon instead
     /// of waiting a whole interval.
     fn hurry_ae(&mut self, peer: NodeId, now_ms: u64) {
@@ -1683,13 +1771,31 @@ impl Replicator {
             self.stats.bad_messages += 1;
             return;
         }
+        self.refresh_digests();
+        if d.level == 0 && d.digest.first() == Some(&self.merkle.root()) {
+            // Equal trees: nothing to repair. The initiator, when it is the lower id (periodic
+            // rounds), learns it from our root in return; a root from the higher id is never
+            // answered, so the exchange ends there.
+            self.note_synced(peer);
+            if let Some(p) = self.peers.get_mut(&peer) {
+                p.needs_ae = false;
+            }
+            if peer < self.node {
+                let root = self.root_digest();
+                self.send_ae(peer, root);
+            }
+            return;
+        }
         if d.level == 0 {
+            if self.defer_round(peer, now_ms) {
+                // Not answered: the peer's round ends here, ours follows later.
+                return;
+            }
             // The peer started a round: it repairs both sides, so ours is not needed.
             if let Some(p) = self.peers.get_mut(&peer) {
                 p.needs_ae = false;
             }
         }
-        self.refresh_digests();
         let width = merkle::width(d.level);
         let mut differing = Vec::new();
         let nodes = d
@@ -1712,6 +1818,7 @@ impl Replicator {
         if differing.is_empty() {
             return;
         }
+        self.note_repairing(peer, now_ms);
         if d.level < DEPTH {
             let level = d.level + 1;
             let mut index = Vec::new();
@@ -1806,8 +1913,11 @@ impl Replicator {
         let _ = write!(out, "states_loaded:{}\r\n", self.stats.states_loaded);
         let _ = write!(
             out,
-            "repl_bytes_sent:{sent}\r\nrepl_bytes_received:{received}\r\ntransfer_slice_max_keys:{}\r\ntransfer_slice_max_bytes:{}\r\ntransfer_max_states_merged:{}\r\n",
-            self.stats.max_slice_keys, self.stats.max_slice_bytes, self.stats.max_states_merged,
+            "repl_bytes_sent:{sent}\r\nrepl_bytes_received:{received}\r\nanti_entropy_rounds_deferred:{}\r\ntransfer_slice_max_keys:{}\r\ntransfer_slice_max_bytes:{}\r\ntransfer_max_states_merged:{}\r\n",
+            self.stats.ae_rounds_deferred,
+            self.stats.max_slice_keys,
+            self.stats.max_slice_bytes,
+            self.stats.max_states_merged,
         );
         for (i, (id, p)) in self.peers.iter().enumerate() {
             let lag = p
