@@ -231,48 +231,24 @@ impl World {
         for p in applied.pushes {
             if let Some(pc) = self.conn(p.conn) {
                 pc.expected.push_back(Expect {
-                    args: args.clone(),
-                    check: p.check,
-                    op: None,
-                    at_us: t,
                     group: p.group,
                     answers: p.answers,
+                    ..Expect::reply(args.clone(), p.check, t)
                 });
             }
         }
         let c = self.conn(id).expect("executing on a live connection");
         if let Some(check) = applied.reply {
-            c.expected.push_back(Expect {
-                args: args.clone(),
-                check,
-                at_us: t,
-                op: None,
-                group: 0,
-                answers: true,
-            });
+            c.expected.push_back(Expect::reply(args.clone(), check, t));
         }
         let closes_self = applied.close_self || applied.kill.contains(&id);
         if applied.close_self {
-            c.expected.push_back(Expect {
-                args: Vec::new(),
-                check: Check::Close,
-                at_us: t,
-                op: None,
-                group: 0,
-                answers: true,
-            });
+            c.expected.push_back(Expect::close(t));
         }
         for v in applied.kill {
             if let Some(vc) = self.conn(v) {
                 vc.killed = true;
-                vc.expected.push_back(Expect {
-                    args: Vec::new(),
-                    check: Check::Close,
-                    at_us: t,
-                    op: None,
-                    group: 0,
-                    answers: true,
-                });
+                vc.expected.push_back(Expect::close(t));
             }
         }
         self.router(node).request(Micros(t), ConnId(id), args);
@@ -321,12 +297,8 @@ impl World {
         };
         let c = self.conn(id).expect("executing on a live connection");
         c.expected.push_back(Expect {
-            args: args.clone(),
-            check,
-            at_us: t,
             op,
-            group: 0,
-            answers: true,
+            ..Expect::reply(args.clone(), check, t)
         });
         let set_key = op.and_then(|op| {
             self.history.executed(op, node, incarnation);
@@ -345,22 +317,12 @@ impl World {
     pub(super) fn protocol_error(&mut self, id: u64, node: usize, message: &str) {
         let t = self.hosts[node].clock.read(self.now);
         let c = self.conn(id).expect("live");
-        c.expected.push_back(Expect {
-            args: Vec::new(),
-            check: Check::err(&format!("ERR {message}")),
-            at_us: t,
-            op: None,
-            group: 0,
-            answers: true,
-        });
-        c.expected.push_back(Expect {
-            args: Vec::new(),
-            check: Check::Close,
-            at_us: t,
-            op: None,
-            group: 0,
-            answers: true,
-        });
+        c.expected.push_back(Expect::reply(
+            Vec::new(),
+            Check::err(&format!("ERR {message}")),
+            t,
+        ));
+        c.expected.push_back(Expect::close(t));
         self.trace(TraceEvent::ProtocolError {
             node: node as u32,
             conn: id,
