@@ -99,6 +99,23 @@ impl Harness {
         self.take(id)
     }
 
+    /// A command of whitespace-separated words from `id`; what was written to `id` since.
+    pub fn line(&mut self, id: u64, line: &str) -> String {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        self.cmd(id, &words)
+    }
+
+    /// Fails unless client 1's command `line` is answered exactly `expected`.
+    #[track_caller]
+    pub fn check(&mut self, line: &str, expected: impl AsRef<[u8]>) {
+        let got = self.line(1, line);
+        assert_eq!(
+            got,
+            String::from_utf8_lossy(expected.as_ref()),
+            "reply to {line:?}"
+        );
+    }
+
     /// [`Harness::cmd`] with binary arguments and reply.
     pub fn raw(&mut self, id: u64, args: &[&[u8]]) -> Vec<u8> {
         let now = self.now();
