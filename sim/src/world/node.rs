@@ -198,6 +198,16 @@ impl World {
         self.carry_out(node, Some(id), own_out, close);
     }
 
+    /// Records in the trace that `node` executes `args` for connection `id` at its time `t`.
+    fn trace_request(&mut self, node: usize, id: u64, t: u64, args: &[Bytes]) {
+        self.trace(TraceEvent::Request {
+            node: node as u32,
+            conn: id,
+            now_us: t,
+            args: args.to_vec(),
+        });
+    }
+
     /// Runs one request of the batch. Returns why the batch must end after it, if it must.
     pub(super) fn execute(&mut self, id: u64, node: usize, args: Vec<Bytes>) -> Option<Cut> {
         if self.replicated {
@@ -208,12 +218,7 @@ impl World {
         let host = &mut self.hosts[node];
         let t = host.clock.read(now);
         if self.conns[id as usize].as_ref().is_some_and(|c| c.killed) {
-            self.trace(TraceEvent::Request {
-                node: node as u32,
-                conn: id,
-                now_us: t,
-                args: args.clone(),
-            });
+            self.trace_request(node, id, t, &args);
             self.router(node).request(Micros(t), ConnId(id), args);
             return None;
         }
@@ -222,12 +227,7 @@ impl World {
             self.capture = Some((id, BytesMut::new()));
         }
         self.stats.requests += 1;
-        self.trace(TraceEvent::Request {
-            node: node as u32,
-            conn: id,
-            now_us: t,
-            args: args.clone(),
-        });
+        self.trace_request(node, id, t, &args);
         for p in applied.pushes {
             if let Some(pc) = self.conn(p.conn) {
                 pc.expected.push_back(Expect {
@@ -283,12 +283,7 @@ impl World {
         let t = host.clock.read(now);
         let incarnation = host.incarnation;
         self.stats.requests += 1;
-        self.trace(TraceEvent::Request {
-            node: node as u32,
-            conn: id,
-            now_us: t,
-            args: args.clone(),
-        });
+        self.trace_request(node, id, t, &args);
         let c = self.conn(id).expect("executing on a live connection");
         let op = c.ops.pop_front();
         let check = match op {
