@@ -159,13 +159,11 @@ compat: deps
 
 ## compat-quick fails on any [err] (--strict). The one test skipped on Lattice reads INFO's
 ## rdb_changes_since_last_save, Redis's count of writes since the last RDB save: Lattice has
-## no RDB and reports 0 (docs/ARCHITECTURE.md §29). The tracking test skipped needs maxmemory's
-## eviction, which Lattice does not have yet (issue 20).
+## no RDB and reports 0 (docs/ARCHITECTURE.md §29).
 compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick --strict \
 	  --skip-lattice "SETBIT/BITFIELD only increase dirty when the value changed" \
-	  --skip-lattice "Tracking invalidation message of eviction keys should be before response" \
 	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions unit/pubsub unit/slowlog unit/info-command unit/tracking"
 
 ## Maelstrom's workloads against lattice-maelstrom processes behind a controlled network, every

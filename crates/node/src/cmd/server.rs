@@ -434,6 +434,19 @@ fn info(core: &mut Core, call: &mut Call) {
     call.out.verbatim(b"txt", text.as_bytes());
 }
 
+/// Every INFO section as `INFO everything` shows it (the metrics endpoint reads this).
+pub(crate) fn info_everything(core: &Core) -> String {
+    let now_ms = core.now.as_millis();
+    let mut text = String::new();
+    for section in ALL_SECTIONS {
+        if !text.is_empty() {
+            text.push_str("\r\n");
+        }
+        write_section(core, section, now_ms, &mut text);
+    }
+    text
+}
+
 fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
     let p = &core.process;
     match section {

@@ -13,6 +13,12 @@ impl Node {
         &self.core.config
     }
 
+    /// Every INFO section, as `INFO everything` answers it, for drivers that export the
+    /// figures elsewhere (the server's metrics endpoint).
+    pub fn info_everything(&self) -> String {
+        crate::cmd::server::info_everything(&self.core)
+    }
+
     /// Whether `maxmemory` is set: the driver should then report heap bytes in use
     /// ([`Node::report_memory`]) before each batch.
     pub fn memory_limited(&self) -> bool {
