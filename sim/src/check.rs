@@ -177,6 +177,26 @@ pub struct Expect {
     pub answers: bool,
 }
 
+impl Expect {
+    /// The reply to `args`, executed at `at_us` (the node's clock), answering a request the
+    /// client counts as outstanding; outside any group and any cluster history.
+    pub fn reply(args: Vec<Bytes>, check: Check, at_us: u64) -> Expect {
+        Expect {
+            args,
+            check,
+            op: None,
+            at_us,
+            group: 0,
+            answers: true,
+        }
+    }
+
+    /// The node closes the connection (after what it wrote before).
+    pub fn close(at_us: u64) -> Expect {
+        Expect::reply(Vec::new(), Check::Close, at_us)
+    }
+}
+
 #[derive(Default)]
 pub struct Verifier {
     pub strict: bool,

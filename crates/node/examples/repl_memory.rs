@@ -15,17 +15,17 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
+use lattice_node::{Config, Micros};
+use lattice_testkit::{Host, START_MS};
 
 #[path = "repl_large_values/probe.rs"]
-#[allow(dead_code)] // this probe uses only its node builder
+#[allow(dead_code)] // this probe uses the timed cluster, not the measure
 mod probe;
-use probe::node;
+use probe::{batch, timed_cluster, CLIENT, PEER, TIMER};
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -50,96 +50,61 @@ fn main() {
     let keys: usize = std::env::args()
         .nth(1)
         .map_or(200_000, |s| s.parse().expect("KEYS"));
-    let mut now_ms = 1_700_000_000_000u64;
+    let now = Micros::from_millis(START_MS);
     let value = Bytes::from(vec![b'x'; 64]);
+    let set = |k: usize| {
+        vec![
+            Bytes::from_static(b"SET"),
+            Bytes::from(format!("key:{k:012}")),
+            value.clone(),
+        ]
+    };
     // Standalone first.
     let base = LIVE.load(Ordering::Relaxed);
-    let mut alone = node(1, 1, Micros::from_millis(now_ms));
+    let mut alone = Host::new(Config::default(), 1, now);
+    alone.connect(now, 1);
     let mut alone_busy = Duration::ZERO;
+    let mut sends = Vec::new();
     for i in 0..keys {
-        let args = vec![
-            Bytes::from_static(b"SET"),
-            Bytes::from(format!("key:{i:012}")),
-            value.clone(),
-        ];
+        let args = set(i);
         let t = Instant::now();
-        alone.handle(
-            Micros::from_millis(now_ms),
-            Input::Request {
-                conn: ConnId(1),
-                args,
-            },
-        );
-        while alone.poll_output().is_some() {}
+        alone.request(now, 1, args);
+        alone.drain(now, &mut sends);
         alone_busy += t.elapsed();
+        alone.take_bytes(1);
     }
+    assert!(sends.is_empty(), "a standalone node sent to a peer");
     let standalone = LIVE.load(Ordering::Relaxed) - base;
     drop(alone);
 
-    let mut nodes: Vec<Node> = (1..=3)
-        .map(|i| node(i, 3, Micros::from_millis(now_ms)))
-        .collect();
-    let mut wire: VecDeque<(usize, usize, Bytes)> = VecDeque::new();
-    // The slowest call per node and kind: 0 a client batch, 1 a peer message, 2 a timer; and
-    // 3 the node's time over all its calls.
-    let mut slowest = [[Duration::ZERO; 4]; 3];
-    let mut pump = |nodes: &mut Vec<Node>, slowest: &mut [[Duration; 4]; 3], now_ms: u64| loop {
-        let now = Micros::from_millis(now_ms);
-        for (i, n) in nodes.iter_mut().enumerate() {
-            let t = Instant::now();
-            n.handle_timeout(now);
-            slowest[i][2] = slowest[i][2].max(t.elapsed());
-            slowest[i][3] += t.elapsed();
-            while let Some(o) = n.poll_output() {
-                if let Output::PeerSend { peer, data } = o {
-                    wire.push_back((peer.0 as usize - 1, i, data));
-                }
-            }
-        }
-        let Some((to, from, data)) = wire.pop_front() else {
-            break;
-        };
-        let t = Instant::now();
-        let peer = NodeId(from as u32 + 1);
-        nodes[to].handle(now, Input::PeerMessage { peer, data });
-        slowest[to][1] = slowest[to][1].max(t.elapsed());
-        slowest[to][3] += t.elapsed();
-    };
+    let mut c = timed_cluster();
+    // Every node's invariants walk its whole keyspace: checked now and then, not per call.
+    c.check_every = 10_000;
     let load = Instant::now();
     for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
-        let batch: Vec<Vec<Bytes>> = chunk
-            .iter()
-            .map(|k| {
-                vec![
-                    Bytes::from_static(b"SET"),
-                    Bytes::from(format!("key:{k:012}")),
-                    value.clone(),
-                ]
-            })
-            .collect();
-        let t = Instant::now();
-        for args in batch {
-            let conn = ConnId(1);
-            nodes[0].handle(Micros::from_millis(now_ms), Input::Request { conn, args });
-        }
-        slowest[0][0] = slowest[0][0].max(t.elapsed());
-        slowest[0][3] += t.elapsed();
-        now_ms += 3;
-        pump(&mut nodes, &mut slowest, now_ms);
+        batch(&mut c, 0, chunk.iter().map(|&k| set(k)).collect());
+        c.advance(3);
     }
     let load = load.elapsed();
     for _ in 0..400 {
-        now_ms += 10;
-        pump(&mut nodes, &mut slowest, now_ms);
+        c.advance(10);
     }
-    let digests: Vec<u64> = nodes.iter_mut().map(|n| n.replication_digest()).collect();
+    let digests: Vec<u64> = c
+        .members
+        .iter_mut()
+        .map(|t| t.host.node.replication_digest())
+        .collect();
     assert!(
         digests.iter().all(|d| *d == digests[0]),
         "replicas differ: {digests:?}"
     );
     // Where each node's replication bytes are, by part (estimates from its structures).
     println!("replicated state by part, B/key (node 1, node 2, node 3):");
-    let parts: Vec<Vec<(&str, usize)>> = nodes.iter().map(|n| n.replication_memory()).collect();
+    let parts: Vec<Vec<(&str, usize)>> = c
+        .members
+        .iter()
+        .map(|t| t.host.node.replication_memory())
+        .collect();
     for (i, (name, _)) in parts[0].iter().enumerate() {
         let per: Vec<String> = parts
             .iter()
@@ -147,10 +112,12 @@ fn main() {
             .collect();
         println!("  {name}: {}", per.join(", "));
     }
+    let timings: Vec<([Duration; 3], Duration)> =
+        c.members.iter().map(|t| (t.slowest, t.busy)).collect();
     // Measure each node alone: drop the others one at a time.
     let total = LIVE.load(Ordering::Relaxed) - base;
     let mut per_node = Vec::new();
-    while let Some(n) = nodes.pop() {
+    while let Some(n) = c.members.pop() {
         let before = LIVE.load(Ordering::Relaxed);
         drop(n);
         per_node.push(before - LIVE.load(Ordering::Relaxed));
@@ -178,16 +145,16 @@ fn main() {
         "standalone: {:.0} ns of node time per SET",
         per_set_ns(alone_busy)
     );
-    for (i, s) in slowest.iter().enumerate() {
+    for (i, (s, busy)) in timings.into_iter().enumerate() {
         println!(
             "node {}: slowest client batch {:.1} ms, peer message {:.1} ms, timer {:.1} ms; \
              {:.0} ns of node time per SET ({:.2}x standalone)",
             i + 1,
-            s[0].as_secs_f64() * 1e3,
-            s[1].as_secs_f64() * 1e3,
-            s[2].as_secs_f64() * 1e3,
-            per_set_ns(s[3]),
-            per_set_ns(s[3]) / per_set_ns(alone_busy)
+            s[CLIENT].as_secs_f64() * 1e3,
+            s[PEER].as_secs_f64() * 1e3,
+            s[TIMER].as_secs_f64() * 1e3,
+            per_set_ns(busy),
+            per_set_ns(busy) / per_set_ns(alone_busy)
         );
     }
 }

@@ -10,41 +10,24 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, Output};
+use lattice_node::{Config, Micros};
+use lattice_testkit::{Host, START_MS};
 
 const OPS: usize = 10_000;
-const NOW_MS: u64 = 1_700_000_000_000;
 
 /// Sends one request on connection 1 and returns its reply.
-fn send(node: &mut Node, args: &[&[u8]]) -> Vec<u8> {
+fn send(node: &mut Host, args: &[&[u8]]) -> Vec<u8> {
+    let now = Micros::from_millis(START_MS);
     let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-    node.handle(
-        Micros::from_millis(NOW_MS),
-        Input::Request {
-            conn: ConnId(1),
-            args,
-        },
-    );
-    let mut out = Vec::new();
-    while let Some(o) = node.poll_output() {
-        if let Output::Write { data, .. } = o {
-            out.extend_from_slice(&data);
-        }
-    }
-    out
+    node.request(now, 1, args);
+    node.drain(now, &mut Vec::new());
+    node.take_bytes(1)
 }
 
 fn main() {
-    let now = Micros::from_millis(NOW_MS);
-    let mut node = Node::new(Config::default(), 7, Buggify::disabled(), now);
-    node.handle(
-        now,
-        Input::Connected {
-            conn: ConnId(1),
-            peer_addr: "127.0.0.1:1".into(),
-            local_addr: "127.0.0.1:6379".into(),
-        },
-    );
+    let now = Micros::from_millis(START_MS);
+    let mut node = Host::new(Config::default(), 7, now);
+    node.connect(now, 1);
     let mut x = 88172645463325252u64;
     let mut next = move || {
         x ^= x << 13;

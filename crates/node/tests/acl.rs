@@ -1,8 +1,8 @@
 //! ACL: users, passwords, command, key and channel permissions, the ACL log, the ACL file
 //! through the driver, as Redis 7.0 documents them.
 
-mod harness;
-use harness::Harness;
+
+use lattice_testkit::Harness;
 use lattice_node::Config;
 
 fn ok(h: &mut Harness, id: u64, args: &[&str]) {
@@ -445,14 +445,14 @@ fn acl_file_save_and_load_go_through_the_driver() {
         &["ACL", "SETUSER", "alice", "on", ">alice", "~*", "+@all"],
     );
     ok(&mut h, 1, &["ACL", "SAVE"]);
-    let saved = String::from_utf8(h.acl_file.clone().unwrap()).unwrap();
+    let saved = String::from_utf8(h.host.acl_file.clone().unwrap()).unwrap();
     assert!(saved.starts_with("user alice on #"), "{saved}");
     assert!(
         saved.ends_with("user default on nopass ~* &* +@all\n"),
         "{saved}"
     );
     ok(&mut h, 2, &["AUTH", "alice", "alice"]);
-    h.acl_file = Some(b"user bob on >bob +@set +acl ~set*\n".to_vec());
+    h.host.acl_file = Some(b"user bob on >bob +@set +acl ~set*\n".to_vec());
     ok(&mut h, 1, &["ACL", "LOAD"]);
     // alice is gone (and her connection closed); the default user is back to its defaults.
     assert!(h.is_closed(2));
@@ -460,7 +460,7 @@ fn acl_file_save_and_load_go_through_the_driver() {
         h.cmd(1, &["ACL", "USERS"]),
         "*2\r\n$3\r\nbob\r\n$7\r\ndefault\r\n"
     );
-    h.acl_file = Some(b"user bob on +nosuch\nbogus line\n".to_vec());
+    h.host.acl_file = Some(b"user bob on +nosuch\nbogus line\n".to_vec());
     let err = h.cmd(1, &["ACL", "LOAD"]);
     assert!(
         err.contains("/data/users.acl:1: Error in applying operation '+nosuch'"),

@@ -1,29 +1,18 @@
 //! BITOP/BITFIELD, HyperLogLog and GEO commands through the node's real entry points; every
 //! expected reply was taken from redis-server 7.0.15 given the same commands.
 
-mod harness;
-use harness::Harness;
-
-fn node() -> Harness {
-    let mut h = Harness::new();
-    h.connect(1);
-    h
-}
+use lattice_testkit::{bulk, Harness};
 
 fn run(h: &mut Harness, line: &str) -> String {
     let args: Vec<&str> = line.split(' ').collect();
     h.cmd(1, &args)
 }
 
-fn bulk(s: &str) -> String {
-    format!("${}\r\n{s}\r\n", s.len())
-}
-
 const SYNTAX: &str = "-ERR syntax error\r\n";
 
 #[test]
 fn bitfield_subcommands_overflow_and_errors() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(
         run(&mut h, "BITFIELD k SET i8 0 -100 GET u4 0 INCRBY u2 100 1 OVERFLOW FAIL INCRBY u2 102 5 OVERFLOW SAT INCRBY i8 0 -1000"),
         "*5\r\n:0\r\n:9\r\n:1\r\n$-1\r\n:-128\r\n"
@@ -68,7 +57,7 @@ fn bitfield_subcommands_overflow_and_errors() {
 
 #[test]
 fn bitop_operations() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     run(&mut h, "BITFIELD k SET u8 0 156");
     assert_eq!(
         run(&mut h, "BITOP NOT d k k"),
@@ -95,7 +84,7 @@ fn bitop_operations() {
 
 #[test]
 fn hyperloglog_format_and_errors() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(run(&mut h, "PFADD h a b c"), ":1\r\n");
     assert_eq!(run(&mut h, "PFADD h a b c"), ":0\r\n");
     assert_eq!(run(&mut h, "PFCOUNT h"), ":3\r\n");
@@ -135,7 +124,7 @@ fn hyperloglog_format_and_errors() {
 
 #[test]
 fn geo_commands() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(
         run(
             &mut h,

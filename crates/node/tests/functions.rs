@@ -1,29 +1,15 @@
 //! FUNCTION and FCALL through the node's entry points: loading, calling, errors, kill,
 //! DUMP/RESTORE, and libraries surviving a restart through the persistence records.
 
-mod harness;
-
-use bytes::Bytes;
-use harness::Harness;
-use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, Output};
+use lattice_testkit::{bulk, Harness};
 
 const LIB: &str = "#!lua name=mylib\n\
 redis.register_function('setget', function(keys, args) redis.call('set', keys[1], args[1]); return redis.call('get', keys[1]) end)\n\
 redis.register_function{function_name='reader', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}, description='reads a key'}\n";
 
-fn node() -> Harness {
-    let mut h = Harness::new();
-    h.connect(1);
-    h
-}
-
-fn bulk(s: &str) -> String {
-    format!("${}\r\n{s}\r\n", s.len())
-}
-
 #[test]
 fn load_call_list_delete() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(h.cmd(1, &["FUNCTION", "LOAD", LIB]), bulk("mylib"));
     assert_eq!(h.cmd(1, &["FCALL", "setget", "1", "k", "v"]), bulk("v"));
     // Function names are case-insensitive.
@@ -66,7 +52,7 @@ fn load_call_list_delete() {
 
 #[test]
 fn load_errors_are_redis_s() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     let cases: &[(&str, &str)] = &[
         ("return 1", "-ERR Missing library metadata\r\n"),
         ("#!lua\nx", "-ERR Library name was not given\r\n"),
@@ -142,29 +128,29 @@ fn load_errors_are_redis_s() {
 
 #[test]
 fn dump_and_restore_policies() {
-    let mut d = Durable::new();
-    d.cmd(&["FUNCTION", "LOAD", LIB]);
-    let dump = d.raw(&[b"FUNCTION", b"DUMP"]);
+    let mut d = Harness::durable(&[]);
+    d.cmd(1, &["FUNCTION", "LOAD", LIB]);
+    let dump = d.raw(1, &[b"FUNCTION", b"DUMP"]);
     // A bulk string: opcode 245, then the code, the RDB version 10 and a CRC-64.
     let at = dump.iter().position(|&b| b == b'\n').unwrap() + 1;
     let payload = dump[at..dump.len() - 2].to_vec();
     assert_eq!(payload[0], 245);
     assert_eq!(&payload[payload.len() - 10..payload.len() - 8], &[10, 0]);
-    let restore = |d: &mut Durable, p: &[u8], policy: Option<&str>| {
+    let restore = |d: &mut Harness, p: &[u8], policy: Option<&str>| {
         let mut args: Vec<&[u8]> = vec![b"FUNCTION", b"RESTORE", p];
         if let Some(policy) = policy {
             args.push(policy.as_bytes());
         }
-        String::from_utf8_lossy(&d.raw(&args)).into_owned()
+        String::from_utf8_lossy(&d.raw(1, &args)).into_owned()
     };
     assert_eq!(
         restore(&mut d, &payload, None),
         "-ERR Library mylib already exists\r\n"
     );
     assert_eq!(restore(&mut d, &payload, Some("REPLACE")), "+OK\r\n");
-    assert_eq!(d.cmd(&["FUNCTION", "FLUSH"]), "+OK\r\n");
+    assert_eq!(d.cmd(1, &["FUNCTION", "FLUSH"]), "+OK\r\n");
     assert_eq!(restore(&mut d, &payload, None), "+OK\r\n");
-    assert_eq!(d.cmd(&["FCALL", "setget", "1", "k", "1"]), bulk("1"));
+    assert_eq!(d.cmd(1, &["FCALL", "setget", "1", "k", "1"]), bulk("1"));
     assert_eq!(
         restore(&mut d, b"bad_payload", None),
         "-ERR DUMP payload version or checksum are wrong\r\n"
@@ -176,21 +162,20 @@ fn dump_and_restore_policies() {
         restore(&mut d, &bad, Some("FLUSH")),
         "-ERR DUMP payload version or checksum are wrong\r\n"
     );
-    assert_eq!(d.cmd(&["FCALL", "reader", "1", "k"]), bulk("1"));
+    assert_eq!(d.cmd(1, &["FCALL", "reader", "1", "k"]), bulk("1"));
     assert_eq!(
         restore(&mut d, &payload, Some("MERGE")),
         "-ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.\r\n"
     );
     assert_eq!(
-        d.cmd(&["FUNCTION", "RESTORE", "a", "b", "c"]),
+        d.cmd(1, &["FUNCTION", "RESTORE", "a", "b", "c"]),
         "-ERR unknown subcommand or wrong number of arguments for 'RESTORE'. Try FUNCTION HELP.\r\n"
     );
 }
 
 #[test]
 fn a_long_function_is_busy_and_only_function_kill_stops_it() {
-    let mut h = node();
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     h.cmd(2, &["CONFIG", "SET", "busy-reply-threshold", "100"]);
     h.cmd(
         1,
@@ -218,126 +203,51 @@ fn a_long_function_is_busy_and_only_function_kill_stops_it() {
     );
 }
 
-/// A node with persistence on, whose records the test keeps.
-struct Durable {
-    node: Node,
-    now_ms: u64,
-    records: Vec<Bytes>,
-    snapshot: Vec<Bytes>,
-}
-
-impl Durable {
-    fn new() -> Durable {
-        let now_ms = 1_700_000_000_000;
-        let mut config = Config::default();
-        config.appendonly = true;
-        let mut node = Node::new(config, 1, Buggify::disabled(), Micros::from_millis(now_ms));
-        node.enable_persistence();
-        node.handle(
-            Micros::from_millis(now_ms),
-            Input::Connected {
-                conn: ConnId(1),
-                peer_addr: "127.0.0.1:1".into(),
-                local_addr: "127.0.0.1:2".into(),
-            },
-        );
-        let mut d = Durable {
-            node,
-            now_ms,
-            records: Vec::new(),
-            snapshot: Vec::new(),
-        };
-        d.drain();
-        d
-    }
-
-    fn drain(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        while let Some(o) = self.node.poll_output() {
-            match o {
-                Output::Write { data, .. } => out.extend_from_slice(&data),
-                Output::Append { data, .. } => self.records.push(data),
-                Output::SnapshotChunk { data } => self.snapshot.push(data),
-                _ => {}
-            }
-        }
-        self.node.check_invariants();
-        out
-    }
-
-    fn cmd(&mut self, args: &[&str]) -> String {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        String::from_utf8_lossy(&self.raw(&args)).into_owned()
-    }
-
-    fn raw(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        self.now_ms += 1;
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        self.node.handle(
-            Micros::from_millis(self.now_ms),
-            Input::Request {
-                conn: ConnId(1),
-                args,
-            },
-        );
-        let mut r = self.drain();
-        // Replies may wait for their record to be durable: say it is.
-        self.node.handle(
-            Micros::from_millis(self.now_ms),
-            Input::Persisted { seq: u64::MAX >> 1 },
-        );
-        r.extend_from_slice(&self.drain());
-        r
-    }
-
-    /// A new node that recovers from `data` (snapshot chunks and records, in order).
-    fn restarted(data: &[Bytes]) -> Durable {
-        let mut d = Durable::new();
-        for chunk in data {
-            d.node
-                .load(Micros::from_millis(d.now_ms), chunk)
-                .expect("recovers");
-        }
-        d.node.check_invariants();
-        d
-    }
-}
-
 #[test]
 fn libraries_survive_a_restart() {
-    let mut d = Durable::new();
-    assert_eq!(d.cmd(&["FUNCTION", "LOAD", LIB]), bulk("mylib"));
-    d.cmd(&[
-        "FUNCTION",
-        "LOAD",
-        "#!lua name=gone\nredis.register_function('g', function() return 1 end)",
-    ]);
-    assert_eq!(d.cmd(&["FUNCTION", "DELETE", "gone"]), "+OK\r\n");
-    assert_eq!(d.cmd(&["FCALL", "setget", "1", "k", "v1"]), bulk("v1"));
+    let mut d = Harness::durable(&[]);
+    assert_eq!(d.cmd(1, &["FUNCTION", "LOAD", LIB]), bulk("mylib"));
+    d.cmd(
+        1,
+        &[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=gone\nredis.register_function('g', function() return 1 end)",
+        ],
+    );
+    assert_eq!(d.cmd(1, &["FUNCTION", "DELETE", "gone"]), "+OK\r\n");
+    assert_eq!(d.cmd(1, &["FCALL", "setget", "1", "k", "v1"]), bulk("v1"));
     assert!(!d.records.is_empty());
 
     // From the log alone.
-    let mut r = Durable::restarted(&d.records);
-    assert_eq!(r.cmd(&["FCALL", "reader", "1", "k"]), bulk("v1"));
-    assert_eq!(r.cmd(&["FCALL", "g", "0"]), "-ERR Function not found\r\n");
-    assert_eq!(r.cmd(&["FUNCTION", "STATS"]), d.cmd(&["FUNCTION", "STATS"]));
+    let mut r = Harness::durable(&d.records);
+    assert_eq!(r.cmd(1, &["FCALL", "reader", "1", "k"]), bulk("v1"));
+    assert_eq!(
+        r.cmd(1, &["FCALL", "g", "0"]),
+        "-ERR Function not found\r\n"
+    );
+    assert_eq!(
+        r.cmd(1, &["FUNCTION", "STATS"]),
+        d.cmd(1, &["FUNCTION", "STATS"])
+    );
 
     // From a snapshot (which starts with the library set) plus the records after it.
-    assert!(d.cmd(&["BGREWRITEAOF"]).starts_with('+'));
+    assert!(d.cmd(1, &["BGREWRITEAOF"]).starts_with('+'));
     for _ in 0..100 {
-        d.now_ms += 10;
-        d.node.handle_timeout(Micros::from_millis(d.now_ms));
-        d.drain();
+        d.advance(10);
     }
     assert!(!d.snapshot.is_empty());
-    let mut r = Durable::restarted(&d.snapshot);
-    assert_eq!(r.cmd(&["FUNCTION", "LIST"]), d.cmd(&["FUNCTION", "LIST"]));
-    assert_eq!(r.cmd(&["FCALL", "reader", "1", "k"]), bulk("v1"));
+    let mut r = Harness::durable(&d.snapshot);
+    assert_eq!(
+        r.cmd(1, &["FUNCTION", "LIST"]),
+        d.cmd(1, &["FUNCTION", "LIST"])
+    );
+    assert_eq!(r.cmd(1, &["FCALL", "reader", "1", "k"]), bulk("v1"));
 
     // FUNCTION FLUSH is recorded too.
     let before = d.records.len();
-    d.cmd(&["FUNCTION", "FLUSH"]);
+    d.cmd(1, &["FUNCTION", "FLUSH"]);
     assert!(d.records.len() > before);
-    let mut r = Durable::restarted(&d.records);
-    assert_eq!(r.cmd(&["FUNCTION", "LIST"]), "*0\r\n");
+    let mut r = Harness::durable(&d.records);
+    assert_eq!(r.cmd(1, &["FUNCTION", "LIST"]), "*0\r\n");
 }

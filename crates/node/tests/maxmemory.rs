@@ -2,9 +2,8 @@
 //! clustered node does instead. The memory figure is planted the way the server hands it in
 //! (`Node::report_memory`), so each test knows exactly how far over the limit the node is.
 
-mod harness;
-use harness::Harness;
-use lattice_node::{Buggify, Config, Micros, Node};
+use lattice_node::Config;
+use lattice_testkit::Harness;
 
 const USED: u64 = 10_000_000;
 
@@ -20,9 +19,7 @@ fn info_field(h: &mut Harness, field: &str) -> u64 {
 /// A node with `keys` keys (every `volatile_every`-th with a deadline), `policy`, and a
 /// memory figure `over` bytes above `maxmemory`.
 fn node(keys: usize, volatile_every: usize, policy: &str, over: u64) -> Harness {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     for i in 0..keys {
         let key = format!("k{i}");
         if volatile_every > 0 && i % volatile_every == 0 {
@@ -123,16 +120,10 @@ fn eviction_is_announced_before_the_reply() {
 
 #[test]
 fn a_clustered_node_refuses_instead_of_evicting() {
-    let mut h = Harness::new();
     let mut config = Config::default();
     config.cluster_size = 3;
     config.replication_factor = 3;
-    h.node = Node::new(
-        config,
-        1,
-        Buggify::disabled(),
-        Micros::from_millis(h.now_ms),
-    );
+    let mut h = Harness::with_config(config);
     h.connect(1);
     h.connect(2);
     h.cmd(1, &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);

@@ -3,16 +3,8 @@
 //! against redis-server 7.0.15 given the same commands; figures that depend on time are
 //! planted through `Node::request_done`, the driver's report of when a request finished.
 
-mod harness;
-use harness::Harness;
 use lattice_node::{ConnId, Input, Micros, ProcessStats};
-
-fn node() -> Harness {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
-    h
-}
+use lattice_testkit::{bulk, Harness};
 
 /// Runs `line` for client 1, reported finished at once (as the server reports each batch).
 fn run(h: &mut Harness, line: &str) -> String {
@@ -25,20 +17,17 @@ fn timed(h: &mut Harness, line: &str, took_ms: u64) -> String {
     let reply = h.cmd(1, &args);
     h.now_ms += took_ms;
     // What the server's router reports after a batch: its end, and its time per command.
-    h.node.request_done(Micros::from_millis(h.now_ms));
+    let now = h.now();
+    h.node.request_done(now);
     if let Some(name) = h.node.last_command(ConnId(1)) {
         h.node.charge_command_time(name, 1, took_ms * 1000);
     }
     reply
 }
 
-fn bulk(s: &str) -> String {
-    format!("${}\r\n{s}\r\n", s.len())
-}
-
 #[test]
 fn slowlog_logs_what_reaches_the_threshold() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     assert_eq!(
         run(&mut h, "CONFIG SET slowlog-log-slower-than 100000"),
         "+OK\r\n"
@@ -68,7 +57,7 @@ fn slowlog_logs_what_reaches_the_threshold() {
 
 #[test]
 fn slowlog_keeps_the_newest_entries_and_counts_as_redis() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     run(&mut h, "CONFIG SET slowlog-log-slower-than 0");
     run(&mut h, "CONFIG SET slowlog-max-len 10");
     for _ in 0..100 {
@@ -103,7 +92,7 @@ fn slowlog_keeps_the_newest_entries_and_counts_as_redis() {
 
 #[test]
 fn slowlog_logs_a_transaction_command_by_command_and_a_blocked_command_once_served() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     run(&mut h, "CONFIG SET slowlog-log-slower-than 0");
     run(&mut h, "RPUSH l a");
     timed(&mut h, "SLOWLOG RESET", 0);
@@ -129,7 +118,7 @@ fn slowlog_logs_a_transaction_command_by_command_and_a_blocked_command_once_serv
 
 #[test]
 fn slowlog_redacts_passwords() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     run(&mut h, "CONFIG SET slowlog-log-slower-than 0");
     timed(&mut h, "CONFIG SET requirepass secret", 0);
     timed(&mut h, "AUTH secret", 0);
@@ -140,7 +129,7 @@ fn slowlog_redacts_passwords() {
 
 #[test]
 fn latency_monitor_records_slow_commands_per_second() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     assert_eq!(run(&mut h, "LATENCY LATEST"), "*0\r\n");
     // Off by default (threshold 0).
     timed(&mut h, "SET k v", 500);
@@ -183,7 +172,7 @@ fn latency_monitor_records_slow_commands_per_second() {
 
 #[test]
 fn a_standalone_node_is_a_master_and_wait_answers_at_once() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     assert_eq!(
         run(&mut h, "ROLE"),
         format!("*3\r\n{}:0\r\n*0\r\n", bulk("master"))
@@ -203,7 +192,7 @@ fn a_standalone_node_is_a_master_and_wait_answers_at_once() {
 
 #[test]
 fn memory_stats_reports_the_process_figures_and_the_node_overheads() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     let now = Micros::from_millis(h.now_ms);
     let figures = |used| ProcessStats {
         used_memory_bytes: used,
@@ -253,7 +242,7 @@ fn memory_stats_reports_the_process_figures_and_the_node_overheads() {
 
 #[test]
 fn sharded_pubsub_is_its_own_namespace() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     assert_eq!(
         h.cmd(2, &["SSUBSCRIBE", "chan1", "chan2", "chan1"]),
         format!(
@@ -328,7 +317,7 @@ fn sharded_pubsub_is_its_own_namespace() {
 
 #[test]
 fn client_pause_write_holds_writes_until_unpause() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     h.connect(3);
     assert_eq!(run(&mut h, "CLIENT PAUSE 100000 WRITE"), "+OK\r\n");
     assert_eq!(h.cmd(2, &["SET", "k", "v"]), "");
@@ -350,7 +339,7 @@ fn client_pause_write_holds_writes_until_unpause() {
 
 #[test]
 fn client_pause_all_holds_everything_until_its_deadline() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     h.connect(3);
     assert_eq!(run(&mut h, "CLIENT PAUSE 500"), "+OK\r\n");
     assert_eq!(h.cmd(2, &["GET", "k"]), "");
@@ -391,7 +380,7 @@ fn client_pause_all_holds_everything_until_its_deadline() {
 
 #[test]
 fn monitor_shows_commands_as_they_run() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     assert_eq!(h.cmd(2, &["MONITOR"]), "+OK\r\n");
     run(&mut h, "SET foo bar");
     run(&mut h, "CONFIG GET hz");
@@ -428,7 +417,7 @@ fn monitor_shows_commands_as_they_run() {
 
 #[test]
 fn latency_histograms_count_each_command_by_duration() {
-    let mut h = node();
+    let mut h = Harness::with_clients(2);
     timed(&mut h, "CONFIG RESETSTAT", 0);
     timed(&mut h, "SET a b", 0);
     timed(&mut h, "SET c d", 3);

@@ -3,203 +3,53 @@
 //! only, commands on other keys forwarded and their replies relayed in order, CROSSSLOT,
 //! MOVED where a command cannot be forwarded, and the bounded waits when owners are gone.
 
-use std::collections::VecDeque;
-
-use bytes::Bytes;
-use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, NodeId, Output};
 use lattice_placement::{key_slot, Placement};
+use lattice_testkit::{Cluster, Harness};
 
 const N: usize = 5;
 const RF: usize = 3;
 
-struct Net {
-    nodes: Vec<Node>,
-    now_ms: u64,
-    /// Replies per (node, connection 1).
-    replies: Vec<Vec<u8>>,
-    wire: VecDeque<(usize, usize, Bytes)>,
-    connected: Vec<Vec<bool>>,
-    placement: Placement,
+/// Five nodes of replication factor 3, every link up and the membership settled.
+fn net() -> Cluster {
+    let mut net = Cluster::unlinked(N, |i, config| {
+        config.replication_factor = RF;
+        config.announce_port = 7000 + i as u16;
+    });
+    net.step_ms = 20;
+    // Before any link is up, keyed commands are refused: the placement is unknown.
+    assert_eq!(
+        net.cmd(0, &["GET", "k"]),
+        "-CLUSTERDOWN The cluster is down\r\n"
+    );
+    net.connect_all();
+    net.settle();
+    net
 }
 
-impl Net {
-    fn new() -> Net {
-        let now_ms = 1_700_000_000_000;
-        let nodes = (0..N)
-            .map(|i| {
-                let mut config = Config::default();
-                config.node_id = i as u32 + 1;
-                config.cluster_size = N;
-                config.replication_factor = RF;
-                config.announce_port = 7000 + i as u16;
-                let mut node = Node::new(
-                    config,
-                    i as u64,
-                    Buggify::disabled(),
-                    Micros::from_millis(now_ms),
-                );
-                node.handle(
-                    Micros::from_millis(now_ms),
-                    Input::Connected {
-                        conn: ConnId(1),
-                        peer_addr: "127.0.0.1:1".into(),
-                        local_addr: "127.0.0.1:2".into(),
-                    },
-                );
-                node
-            })
-            .collect();
-        let ids: Vec<u32> = (1..=N as u32).collect();
-        let mut net = Net {
-            nodes,
-            now_ms,
-            replies: vec![Vec::new(); N],
-            wire: VecDeque::new(),
-            connected: vec![vec![true; N]; N],
-            placement: Placement::new(&ids, RF),
-        };
-        // Before any link is up, keyed commands are refused: the placement is unknown.
-        assert_eq!(
-            net.cmd(0, &["GET", "k"]),
-            "-CLUSTERDOWN The cluster is down\r\n"
-        );
-        for i in 0..N {
-            for j in 0..N {
-                if i != j {
-                    net.nodes[i].handle(
-                        Micros::from_millis(now_ms),
-                        Input::PeerUp {
-                            peer: NodeId(j as u32 + 1),
-                        },
-                    );
-                }
-            }
-        }
-        net.settle();
-        net
-    }
-
-    fn drain(&mut self, i: usize) {
-        while let Some(out) = self.nodes[i].poll_output() {
-            match out {
-                Output::Write { conn, data } => {
-                    assert_eq!(conn, ConnId(1), "output for a stand-in client escaped");
-                    self.replies[i].extend_from_slice(&data)
-                }
-                Output::PeerSend { peer, data } => {
-                    let to = peer.0 as usize - 1;
-                    if self.connected[i][to] {
-                        self.wire.push_back((to, i, data));
-                    }
-                }
-                _ => {}
-            }
-        }
-        self.nodes[i].check_invariants();
-    }
-
-    fn deliver(&mut self) {
-        while let Some((to, from, data)) = self.wire.pop_front() {
-            self.nodes[to].handle(
-                Micros::from_millis(self.now_ms),
-                Input::PeerMessage {
-                    peer: NodeId(from as u32 + 1),
-                    data,
-                },
-            );
-            self.drain(to);
-        }
-    }
-
-    fn advance(&mut self, ms: u64) {
-        let end = self.now_ms + ms;
-        while self.now_ms < end {
-            self.now_ms += 20;
-            for i in 0..N {
-                self.nodes[i].handle_timeout(Micros::from_millis(self.now_ms));
-                self.drain(i);
-            }
-            self.deliver();
-        }
-    }
-
-    fn settle(&mut self) {
-        self.deliver();
-        self.advance(30);
-    }
-
-    /// Sends a pipeline to node `i` without delivering anything in between.
-    fn send(&mut self, i: usize, pipeline: &[&[&str]]) {
-        for args in pipeline {
-            let args = args
-                .iter()
-                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-                .collect();
-            self.nodes[i].handle(
-                Micros::from_millis(self.now_ms),
-                Input::Request {
-                    conn: ConnId(1),
-                    args,
-                },
-            );
-        }
-        self.drain(i);
-    }
-
-    fn take(&mut self, i: usize) -> String {
-        String::from_utf8_lossy(&std::mem::take(&mut self.replies[i])).into_owned()
-    }
-
-    /// One command and its reply, with the peer traffic it causes delivered.
-    fn cmd(&mut self, i: usize, args: &[&str]) -> String {
-        self.send(i, &[args]);
-        self.deliver();
-        self.take(i)
-    }
-
-    fn owners(&self, key: &str) -> Vec<usize> {
-        self.placement
-            .owners(key_slot(key.as_bytes()))
-            .iter()
-            .map(|&o| o as usize - 1)
-            .collect()
-    }
-
-    /// A key of the form `prefix:n` that node `i` does not own.
-    fn foreign_key(&self, i: usize, prefix: &str) -> String {
-        (0..)
-            .map(|n| format!("{prefix}:{n}"))
-            .find(|k| !self.owners(k).contains(&i))
-            .expect("some key is foreign")
-    }
-
-    fn cut(&mut self, i: usize) {
-        let now = Micros::from_millis(self.now_ms);
-        for j in 0..N {
-            if j != i {
-                self.connected[i][j] = false;
-                self.connected[j][i] = false;
-                self.nodes[i].handle(
-                    now,
-                    Input::PeerDown {
-                        peer: NodeId(j as u32 + 1),
-                    },
-                );
-                self.nodes[j].handle(
-                    now,
-                    Input::PeerDown {
-                        peer: NodeId(i as u32 + 1),
-                    },
-                );
-            }
-        }
-        for k in 0..N {
-            self.drain(k);
-        }
-    }
+/// The placement every node learns: the same members, the same factor.
+fn placement() -> Placement {
+    let ids: Vec<u32> = (1..=N as u32).collect();
+    Placement::new(&ids, RF)
 }
 
-fn dbsize(net: &mut Net, i: usize) -> usize {
+/// The nodes (by index) that own `key`.
+fn owners(key: &str) -> Vec<usize> {
+    placement()
+        .owners(key_slot(key.as_bytes()))
+        .iter()
+        .map(|&o| o as usize - 1)
+        .collect()
+}
+
+/// A key of the form `prefix:n` that node `i` does not own.
+fn foreign_key(i: usize, prefix: &str) -> String {
+    (0..)
+        .map(|n| format!("{prefix}:{n}"))
+        .find(|k| !owners(k).contains(&i))
+        .expect("some key is foreign")
+}
+
+fn dbsize(net: &mut Cluster, i: usize) -> usize {
     let r = net.cmd(i, &["DBSIZE"]);
     r.trim_start_matches(':')
         .trim_end()
@@ -209,7 +59,7 @@ fn dbsize(net: &mut Net, i: usize) -> usize {
 
 #[test]
 fn keys_live_on_their_owners_and_every_node_serves_every_key() {
-    let mut net = Net::new();
+    let mut net = net();
     let keys: Vec<String> = (0..300).map(|n| format!("key:{n}")).collect();
     for (n, k) in keys.iter().enumerate() {
         let via = n % N;
@@ -222,7 +72,7 @@ fn keys_live_on_their_owners_and_every_node_serves_every_key() {
     net.settle();
     // Each node holds exactly the keys of its slots.
     for i in 0..N {
-        let expected = keys.iter().filter(|k| net.owners(k).contains(&i)).count();
+        let expected = keys.iter().filter(|k| owners(k).contains(&i)).count();
         assert_eq!(dbsize(&mut net, i), expected, "node {i}");
         assert!(expected > 300 * RF / N * 3 / 4, "node {i} holds {expected}");
     }
@@ -237,11 +87,11 @@ fn keys_live_on_their_owners_and_every_node_serves_every_key() {
 
 #[test]
 fn a_pipeline_mixing_forwarded_and_local_commands_keeps_its_order() {
-    let mut net = Net::new();
-    let far = net.foreign_key(0, "far");
+    let mut net = net();
+    let far = foreign_key(0, "far");
     let near = (0..)
         .map(|n| format!("near:{n}"))
-        .find(|k| net.owners(k).contains(&0))
+        .find(|k| owners(k).contains(&0))
         .unwrap();
     net.send(
         0,
@@ -265,7 +115,7 @@ fn a_pipeline_mixing_forwarded_and_local_commands_keeps_its_order() {
 
 #[test]
 fn keys_across_slots_are_refused_and_hash_tags_work() {
-    let mut net = Net::new();
+    let mut net = net();
     assert_eq!(
         net.cmd(1, &["MSET", "a", "1", "b", "2"]),
         "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
@@ -283,9 +133,9 @@ fn keys_across_slots_are_refused_and_hash_tags_work() {
 
 #[test]
 fn transactions_and_scripts_on_foreign_keys_are_redirected() {
-    let mut net = Net::new();
-    let far = net.foreign_key(0, "tx");
-    let owner = net.owners(&far)[0];
+    let mut net = net();
+    let far = foreign_key(0, "tx");
+    let owner = owners(&far)[0];
     let moved = format!(
         "-MOVED {} 127.0.0.1:{}\r\n",
         key_slot(far.as_bytes()),
@@ -304,23 +154,23 @@ fn transactions_and_scripts_on_foreign_keys_are_redirected() {
 
 #[test]
 fn a_read_goes_to_the_next_owner_when_the_first_is_gone_and_all_gone_is_an_error() {
-    let mut net = Net::new();
+    let mut net = net();
     let via = 0;
-    let far = net.foreign_key(via, "down");
+    let far = foreign_key(via, "down");
     assert_eq!(net.cmd(via, &["SET", &far, "v"]), "+OK\r\n");
     net.settle();
-    let owners = net.owners(&far);
+    let owners = owners(&far);
     let live: Vec<usize> = owners.iter().copied().filter(|&o| o != via).collect();
     // A read in flight when its owner's link drops is sent to the next owner.
     net.send(via, &[&["GET", &far]]);
-    net.wire.clear(); // the forward is lost with the link
+    net.drop_in_flight(); // the forward is lost with the link
     net.cut(live[0]);
     net.deliver();
     assert_eq!(net.take(via), "$1\r\nv\r\n");
     // A write in flight is not repeated elsewhere: the client hears it may not have run.
     net.send(via, &[&["SET", &far, "w"]]);
     if live.len() > 1 {
-        net.wire.clear();
+        net.drop_in_flight();
         net.cut(live[1]);
         net.deliver();
         assert!(net.take(via).starts_with("-TRYAGAIN"));
@@ -337,12 +187,10 @@ fn a_read_goes_to_the_next_owner_when_the_first_is_gone_and_all_gone_is_an_error
 
 #[test]
 fn a_forward_that_gets_no_reply_times_out() {
-    let mut net = Net::new();
-    let far = net.foreign_key(2, "quiet");
+    let mut net = net();
+    let far = foreign_key(2, "quiet");
     // Messages vanish without the links noticing.
-    for row in &mut net.connected {
-        row.iter_mut().for_each(|c| *c = false);
-    }
+    net.lossy(true);
     net.send(2, &[&["GET", &far], &["PING"]]);
     net.advance(4_000);
     assert_eq!(net.take(2), "");
@@ -355,12 +203,12 @@ fn a_forward_that_gets_no_reply_times_out() {
 
 #[test]
 fn cluster_commands_describe_the_placement() {
-    let mut net = Net::new();
+    let mut net = net();
     assert_eq!(net.cmd(0, &["CLUSTER", "KEYSLOT", "foo"]), ":12182\r\n");
     let myid = net.cmd(3, &["CLUSTER", "MYID"]);
     assert_eq!(myid, format!("$40\r\n{:040x}\r\n", 4));
     let slots = net.cmd(0, &["CLUSTER", "SLOTS"]);
-    let ranges = net.placement.ranges().len();
+    let ranges = placement().ranges().len();
     assert!(slots.starts_with(&format!("*{ranges}\r\n")), "{slots}");
     let info = net.cmd(0, &["CLUSTER", "INFO"]);
     assert!(info.contains("cluster_state:ok"), "{info}");
@@ -370,7 +218,7 @@ fn cluster_commands_describe_the_placement() {
     // COUNTKEYSINSLOT counts what this node holds.
     let k = (0..)
         .map(|n| format!("c:{n}"))
-        .find(|k| net.owners(k).contains(&0))
+        .find(|k| owners(k).contains(&0))
         .unwrap();
     net.cmd(0, &["SET", &k, "1"]);
     let slot = key_slot(k.as_bytes()).to_string();
@@ -387,39 +235,9 @@ fn cluster_commands_describe_the_placement() {
 
 #[test]
 fn a_standalone_node_has_cluster_support_disabled() {
-    let mut node = Node::new(
-        Config::default(),
-        1,
-        Buggify::disabled(),
-        Micros::from_millis(1),
-    );
-    node.handle(
-        Micros::from_millis(1),
-        Input::Connected {
-            conn: ConnId(1),
-            peer_addr: "a".into(),
-            local_addr: "b".into(),
-        },
-    );
-    let mut reply = Vec::new();
-    for args in [&["CLUSTER", "SLOTS"][..], &["INFO", "cluster"]] {
-        node.handle(
-            Micros::from_millis(1),
-            Input::Request {
-                conn: ConnId(1),
-                args: args
-                    .iter()
-                    .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-                    .collect(),
-            },
-        );
-        while let Some(o) = node.poll_output() {
-            if let Output::Write { data, .. } = o {
-                reply.extend_from_slice(&data);
-            }
-        }
-    }
-    let reply = String::from_utf8_lossy(&reply);
+    let mut h = Harness::with_clients(1);
+    h.send(1, &[&["CLUSTER", "SLOTS"], &["INFO", "cluster"]]);
+    let reply = h.take(1);
     assert!(reply.starts_with("-ERR This instance has cluster support disabled\r\n"));
     assert!(reply.contains("cluster_enabled:0"));
 }

@@ -4,155 +4,46 @@
 //! nodes 1 and 2, is repaired by anti-entropy alone, then the keys are overwritten, deleted,
 //! renamed and incremented.
 
-#[path = "../examples/repl_large_values/probe.rs"]
-#[allow(dead_code)] // this test uses only the node builder
-mod probe;
+use lattice_testkit::Cluster;
 
-use std::collections::VecDeque;
-
-use bytes::Bytes;
-use lattice_node::{ConnId, Input, Micros, Node, NodeId, Output};
-
-struct Cluster {
-    nodes: Vec<Node>,
-    now_ms: u64,
-    wire: VecDeque<(usize, usize, Bytes)>,
-    /// Messages to these nodes are dropped.
-    cut: Vec<usize>,
+fn key(i: usize) -> String {
+    format!("key:{i:08}")
 }
 
-impl Cluster {
-    fn new() -> Cluster {
-        let now_ms = 1_700_000_000_000;
-        let nodes = (1..=3)
-            .map(|i| probe::node(i, 3, Micros::from_millis(now_ms)))
-            .collect();
-        Cluster {
-            nodes,
-            now_ms,
-            wire: VecDeque::new(),
-            cut: Vec::new(),
-        }
-    }
-
-    fn run(&mut self, on: usize, args: &[&[u8]]) -> Vec<Output> {
-        let now = Micros::from_millis(self.now_ms);
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        self.nodes[on].handle(
-            now,
-            Input::Request {
-                conn: ConnId(1),
-                args,
-            },
-        );
-        self.collect(on)
-    }
-
-    fn collect(&mut self, i: usize) -> Vec<Output> {
-        let mut out = Vec::new();
-        while let Some(o) = self.nodes[i].poll_output() {
-            match o {
-                Output::PeerSend { peer, data } => {
-                    let to = peer.0 as usize - 1;
-                    if !self.cut.contains(&to) {
-                        self.wire.push_back((to, i, data));
-                    }
-                }
-                o => out.push(o),
-            }
-        }
-        out
-    }
-
-    /// Delivers messages and runs timers for `ms` milliseconds of node time.
-    fn pump(&mut self, ms: u64) {
-        let end = self.now_ms + ms;
-        while self.now_ms < end {
-            self.now_ms += 5;
-            let now = Micros::from_millis(self.now_ms);
-            for i in 0..3 {
-                self.nodes[i].handle_timeout(now);
-                self.collect(i);
-            }
-            while let Some((to, from, data)) = self.wire.pop_front() {
-                let peer = NodeId(from as u32 + 1);
-                self.nodes[to].handle(now, Input::PeerMessage { peer, data });
-                self.collect(to);
-            }
-        }
-    }
-
-    fn converged(&mut self) -> bool {
-        let d: Vec<u64> = self
-            .nodes
-            .iter_mut()
-            .map(|n| n.replication_digest())
-            .collect();
-        d.iter().all(|x| *x == d[0])
-    }
-
-    fn check(&self) {
-        for n in &self.nodes {
-            n.check_invariants();
-        }
-    }
-}
-
-fn key(i: usize) -> Vec<u8> {
-    format!("key:{i:08}").into_bytes()
+/// One command on node `on`, its reply left unread and its deltas on the wire.
+fn run(c: &mut Cluster, on: usize, args: &[&str]) {
+    c.send(on, &[args]);
 }
 
 #[test]
 fn packed_keys_are_repaired_whole_by_anti_entropy_and_stay_consistent() {
     const KEYS: usize = 3_000;
-    let mut c = Cluster::new();
-    c.cut = vec![2];
+    let mut c = Cluster::new(3);
+    c.step_ms = 5;
+    // A check walks every node's whole keyspace and packed keys: after every input it would
+    // be quadratic in the load.
+    c.check_every = 100;
+    c.silence(2);
     for i in 0..KEYS {
         let on = i % 2;
-        c.run(on, &[b"SET", &key(i), format!("value-{i}").as_bytes()]);
+        run(&mut c, on, &["SET", &key(i), &format!("value-{i}")]);
         if i % 500 == 0 {
-            c.pump(5);
+            c.advance(5);
         }
     }
-    c.pump(50);
+    c.advance(50);
     assert!(!c.converged(), "node 3 missed the load");
-    c.cut.clear();
+    c.heal(2);
     for _ in 0..200 {
-        c.pump(100);
+        c.advance(100);
         if c.converged() {
             break;
         }
     }
     assert!(c.converged(), "anti-entropy did not repair node 3");
-    c.check();
-    let info = |n: &mut Node| {
-        let mut n2 = Vec::new();
-        n.handle(
-            Micros::from_millis(0),
-            Input::Request {
-                conn: ConnId(1),
-                args: vec![
-                    Bytes::from_static(b"INFO"),
-                    Bytes::from_static(b"replication"),
-                ],
-            },
-        );
-        while let Some(o) = n.poll_output() {
-            if let Output::Write { data, .. } = o {
-                n2.extend_from_slice(&data);
-            }
-        }
-        let text = String::from_utf8_lossy(&n2).into_owned();
-        let field = |name: &str| -> usize {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        (field("replicated_keys:"), field("packed_keys:"))
-    };
     for i in 0..3 {
-        let (keys, packed) = info(&mut c.nodes[i]);
+        let keys = c.info_field(i, "replicated_keys") as usize;
+        let packed = c.info_field(i, "packed_keys") as usize;
         assert_eq!(keys, KEYS, "node {}", i + 1);
         // GC has run: every key is a plain string written once, so nearly all are packed.
         assert!(
@@ -166,33 +57,23 @@ fn packed_keys_are_repaired_whole_by_anti_entropy_and_stay_consistent() {
         let on = i % 3;
         let k = key(i);
         match i % 5 {
-            0 => c.run(on, &[b"SET", &k, b"again"]),
-            1 => c.run(on, &[b"DEL", &k]),
-            2 => c.run(on, &[b"RENAME", &k, &key(KEYS + i)]),
-            3 => c.run(on, &[b"APPEND", &k, b"-more"]),
-            _ => c.run(on, &[b"EXPIRE", &k, b"1000"]),
-        };
+            0 => run(&mut c, on, &["SET", &k, "again"]),
+            1 => run(&mut c, on, &["DEL", &k]),
+            2 => run(&mut c, on, &["RENAME", &k, &key(KEYS + i)]),
+            3 => run(&mut c, on, &["APPEND", &k, "-more"]),
+            _ => run(&mut c, on, &["EXPIRE", &k, "1000"]),
+        }
         if i % 70 == 0 {
-            c.pump(5);
-            c.check();
+            c.advance(5);
         }
     }
     // Counters: a packed "10" incremented on two nodes concurrently adds up.
-    c.run(0, &[b"SET", b"counter", b"10"]);
-    c.pump(3_000);
-    c.run(1, &[b"INCRBY", b"counter", b"5"]);
-    c.run(2, &[b"INCR", b"counter"]);
-    c.pump(3_000);
+    run(&mut c, 0, &["SET", "counter", "10"]);
+    c.advance(3_000);
+    run(&mut c, 1, &["INCRBY", "counter", "5"]);
+    run(&mut c, 2, &["INCR", "counter"]);
+    c.advance(3_000);
     assert!(c.converged());
-    c.check();
-    let out = c.run(0, &[b"GET", b"counter"]);
-    let reply: Vec<u8> = out
-        .into_iter()
-        .filter_map(|o| match o {
-            Output::Write { data, .. } => Some(data.to_vec()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    assert_eq!(reply, b"$2\r\n16\r\n");
+    c.take(0);
+    assert_eq!(c.cmd(0, &["GET", "counter"]), "$2\r\n16\r\n");
 }

@@ -1,17 +1,10 @@
 //! EVAL / EVALSHA / SCRIPT through the node's real entry points, replies byte for byte.
 
-mod harness;
-use harness::Harness;
-
-fn node() -> Harness {
-    let mut h = Harness::new();
-    h.connect(1);
-    h
-}
+use lattice_testkit::Harness;
 
 #[test]
 fn eval_converts_replies_both_ways() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(h.cmd(1, &["EVAL", "return 1", "0"]), ":1\r\n");
     assert_eq!(h.cmd(1, &["EVAL", "return 3.99", "0"]), ":3\r\n");
     assert_eq!(h.cmd(1, &["EVAL", "return 'x'", "0"]), "$1\r\nx\r\n");
@@ -47,7 +40,7 @@ fn eval_converts_replies_both_ways() {
 
 #[test]
 fn redis_call_runs_commands_and_raises_errors() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(
         h.cmd(
             1,
@@ -142,7 +135,7 @@ fn redis_call_runs_commands_and_raises_errors() {
 
 #[test]
 fn sandbox_has_no_io_and_protects_globals() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     for code in [
         "return os.time()",
         "return io.write('x')",
@@ -176,7 +169,7 @@ fn sandbox_has_no_io_and_protects_globals() {
 
 #[test]
 fn scripts_that_cannot_be_suspended_are_stopped_by_the_budget() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     // Lua 5.1 cannot suspend a coroutine inside pcall: the instruction budget stops it.
     let r = h.cmd(
         1,
@@ -208,9 +201,7 @@ const FOREVER: &str = "while true do end";
 
 /// A node with clients 1..=3 and busy-reply-threshold at 100 ms.
 fn busy_node() -> Harness {
-    let mut h = node();
-    h.connect(2);
-    h.connect(3);
+    let mut h = Harness::with_clients(3);
     assert_eq!(
         h.cmd(2, &["CONFIG", "SET", "lua-time-limit", "100"]),
         "+OK\r\n"
@@ -220,7 +211,7 @@ fn busy_node() -> Harness {
 
 #[test]
 fn busy_threshold_is_configurable_under_both_names() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(
         h.cmd(1, &["CONFIG", "SET", "busy-reply-threshold", "250"]),
         "+OK\r\n"
@@ -403,7 +394,7 @@ fn queued_body_during_a_busy_script_is_discarded_at_exec() {
 
 #[test]
 fn script_cache_load_exists_flush() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     let body = "return redis.call('incr', KEYS[1])";
     let r = h.cmd(1, &["SCRIPT", "LOAD", body]);
     let sha = r.lines().nth(1).unwrap().to_string();
@@ -466,7 +457,7 @@ fn script_cache_load_exists_flush() {
 
 #[test]
 fn unpack_of_a_huge_range_is_an_error_not_a_crash() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     for (i, j) in [
         ("-2", "2147483647"),
         ("0", "2147483647"),
@@ -493,7 +484,7 @@ fn unpack_of_a_huge_range_is_an_error_not_a_crash() {
 
 #[test]
 fn sha1hex_wants_one_argument() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert!(h
         .cmd(1, &["EVAL", "return redis.sha1hex()", "0"])
         .contains("wrong number of arguments"));

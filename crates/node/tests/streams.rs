@@ -1,17 +1,10 @@
 //! Stream commands through the node's real entry points, replies byte for byte.
 
-mod harness;
-use harness::Harness;
-
-fn node() -> Harness {
-    let mut h = Harness::new();
-    h.connect(1);
-    h
-}
+use lattice_testkit::Harness;
 
 #[test]
 fn xadd_ids_ranges_and_errors() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     assert_eq!(h.cmd(1, &["XADD", "s", "1-1", "a", "1"]), "$3\r\n1-1\r\n");
     assert_eq!(h.cmd(1, &["XADD", "s", "1-*", "b", "2"]), "$3\r\n1-2\r\n");
     assert_eq!(
@@ -67,7 +60,7 @@ fn xadd_ids_ranges_and_errors() {
 
 #[test]
 fn consumer_groups_deliver_ack_and_claim() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     for i in 1..=3 {
         h.cmd(1, &["XADD", "s", &format!("{i}-0"), "f", "v"]);
     }
@@ -121,7 +114,7 @@ fn consumer_groups_deliver_ack_and_claim() {
 
 #[test]
 fn stream_keyspace_events_in_order() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     h.connect(2);
     h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "Kt"]);
     h.cmd(2, &["PSUBSCRIBE", "*"]);
@@ -157,7 +150,7 @@ fn stream_keyspace_events_in_order() {
 
 #[test]
 fn copy_keeps_groups_and_pending_entries() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     for i in 100..106 {
         h.cmd(1, &["XADD", "x", &i.to_string(), "a", "1"]);
     }
@@ -189,7 +182,7 @@ fn copy_keeps_groups_and_pending_entries() {
 
 #[test]
 fn xreadgroup_blocks_until_an_entry_arrives() {
-    let mut h = node();
+    let mut h = Harness::with_clients(1);
     h.connect(2);
     h.cmd(1, &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
     assert_eq!(

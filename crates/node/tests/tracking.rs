@@ -2,16 +2,11 @@
 //! in which form and in which order against the replies. Expected bytes were checked against
 //! redis-server 7.0.15 given the same commands.
 
-mod harness;
-use harness::Harness;
+use lattice_testkit::Harness;
 
 /// Client 1 tracks, client 2 writes, client 3 receives redirected invalidations.
 fn node() -> Harness {
-    let mut h = Harness::new();
-    for id in 1..=3 {
-        h.connect(id);
-    }
-    h
+    Harness::with_clients(3)
 }
 
 #[test]

@@ -1,12 +1,10 @@
 //! MULTI/EXEC/WATCH and pub/sub through the node's real entry points.
 
-mod harness;
-use harness::Harness;
+use lattice_testkit::Harness;
 
 #[test]
 fn exec_runs_queued_commands_atomically() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     assert_eq!(h.cmd(1, &["MULTI"]), "+OK\r\n");
     assert_eq!(h.cmd(1, &["PING"]), "+QUEUED\r\n");
     assert_eq!(h.cmd(1, &["ECHO", "x"]), "+QUEUED\r\n");
@@ -17,8 +15,7 @@ fn exec_runs_queued_commands_atomically() {
 
 #[test]
 fn queueing_errors_abort_the_transaction() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     h.cmd(1, &["MULTI"]);
     assert!(h.cmd(1, &["NOSUCH"]).starts_with("-ERR unknown command"));
     assert!(h.cmd(1, &["ECHO"]).starts_with("-ERR wrong number"));
@@ -40,9 +37,7 @@ fn queueing_errors_abort_the_transaction() {
 
 #[test]
 fn watch_sees_writes_deletes_and_expiry_by_others() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     // A write by another client fails the EXEC.
     h.cmd(1, &["WATCH", "k"]);
     h.cmd(2, &["EXPIRE", "k", "100"]); // no such key: not a change
@@ -68,9 +63,7 @@ fn watch_sees_writes_deletes_and_expiry_by_others() {
 
 #[test]
 fn rename_of_a_watched_key_fails_exec() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     h.cmd(2, &["COPY", "x", "y"]);
     h.cmd(1, &["WATCH", "dst"]);
     // Create a source with a key command only (strings may be absent in this test's scope).
@@ -86,9 +79,7 @@ fn rename_of_a_watched_key_fails_exec() {
 
 #[test]
 fn pubsub_delivers_messages_and_patterns() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     assert_eq!(
         h.cmd(1, &["SUBSCRIBE", "news", "sport"]),
         "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n*3\r\n$9\r\nsubscribe\r\n$5\r\nsport\r\n:2\r\n"
@@ -130,8 +121,7 @@ fn pubsub_delivers_messages_and_patterns() {
 
 #[test]
 fn resp3_publish_to_own_subscription_pushes_before_the_reply() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     h.cmd(1, &["HELLO", "3"]);
     h.cmd(1, &["SUBSCRIBE", "c"]);
     assert_eq!(
@@ -142,9 +132,7 @@ fn resp3_publish_to_own_subscription_pushes_before_the_reply() {
 
 #[test]
 fn keyspace_notifications_follow_the_config() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "KEg"]);
     h.cmd(2, &["PSUBSCRIBE", "__key*__:*"]);
     h.take(2);
@@ -157,8 +145,7 @@ fn keyspace_notifications_follow_the_config() {
 
 #[test]
 fn client_reply_off_and_skip() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "OFF"]), "");
     assert_eq!(h.cmd(1, &["PING"]), "");
     assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "ON"]), "+OK\r\n");
@@ -182,9 +169,7 @@ fn client_reply_off_and_skip() {
 
 #[test]
 fn quit_closes_after_the_reply_and_kill_closes_others() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     assert_eq!(h.cmd(2, &["CLIENT", "KILL", "ID", "1"]), ":1\r\n");
     assert!(h.is_closed(1));
     assert_eq!(h.cmd(2, &["QUIT"]), "+OK\r\n");
@@ -193,9 +178,7 @@ fn quit_closes_after_the_reply_and_kill_closes_others() {
 
 #[test]
 fn watch_fails_exec_after_a_write_a_delete_an_expiry_or_a_flush() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     let tx = |h: &mut Harness| {
         h.cmd(1, &["MULTI"]);
         h.cmd(1, &["PING"]);
@@ -222,8 +205,7 @@ fn watch_fails_exec_after_a_write_a_delete_an_expiry_or_a_flush() {
 
 #[test]
 fn command_introspection_answers_its_subcommands() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     let count = h.cmd(1, &["COMMAND", "COUNT"]);
     assert!(count.starts_with(':'), "{count}");
     let n: i64 = count[1..count.len() - 2].parse().unwrap();
@@ -249,9 +231,7 @@ fn command_introspection_answers_its_subcommands() {
 
 #[test]
 fn punsubscribe_without_arguments_drops_every_pattern() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     h.cmd(1, &["PSUBSCRIBE", "chan1.*", "chan2.*"]);
     assert_eq!(
         h.cmd(1, &["PUNSUBSCRIBE"]),
@@ -262,8 +242,7 @@ fn punsubscribe_without_arguments_drops_every_pattern() {
 
 #[test]
 fn function_flush_and_list_answer_with_no_libraries() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     assert_eq!(h.cmd(1, &["FUNCTION", "FLUSH"]), "+OK\r\n");
     assert_eq!(h.cmd(1, &["FUNCTION", "FLUSH", "ASYNC"]), "+OK\r\n");
     assert_eq!(h.cmd(1, &["FUNCTION", "LIST"]), "*0\r\n");
@@ -276,9 +255,7 @@ fn function_flush_and_list_answer_with_no_libraries() {
 
 #[test]
 fn resp3_pushes_arrive_under_client_reply_off() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     h.cmd(1, &["HELLO", "3"]);
     assert_eq!(h.cmd(1, &["CLIENT", "REPLY", "OFF"]), "");
     assert_eq!(
@@ -292,8 +269,7 @@ fn resp3_pushes_arrive_under_client_reply_off() {
 
 #[test]
 fn unknown_command_echoes_bytes_like_redis() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     let node_reply = h.cmd(1, &["nosuch", "a\u{0}b", "x"]);
     assert_eq!(
         node_reply,
@@ -303,9 +279,7 @@ fn unknown_command_echoes_bytes_like_redis() {
 
 #[test]
 fn client_unblock_releases_a_parked_client_and_its_pipeline() {
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     assert_eq!(h.cmd(1, &["BLPOP", "q", "0"]), "");
     assert_eq!(h.cmd(1, &["PING"]), "", "queued behind the blocked BLPOP");
     assert_eq!(h.cmd(2, &["CLIENT", "UNBLOCK", "1", "ERROR"]), ":1\r\n");
@@ -325,8 +299,7 @@ fn client_unblock_releases_a_parked_client_and_its_pipeline() {
 
 #[test]
 fn command_getkeys_and_memory_usage() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     assert_eq!(
         h.cmd(1, &["COMMAND", "GETKEYS", "set", "a", "b"]),
         "*1\r\n$1\r\na\r\n"
@@ -359,8 +332,7 @@ fn command_getkeys_and_memory_usage() {
 
 #[test]
 fn exec_with_wrong_arity_aborts_the_transaction() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     h.cmd(1, &["WATCH", "k"]);
     h.cmd(1, &["MULTI"]);
     h.cmd(1, &["PING"]);
@@ -374,8 +346,7 @@ fn exec_with_wrong_arity_aborts_the_transaction() {
 
 #[test]
 fn notify_keyspace_events_reads_back_in_canonical_form() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     h.cmd(1, &["CONFIG", "SET", "notify-keyspace-events", "KA"]);
     assert_eq!(
         h.cmd(1, &["CONFIG", "GET", "notify-keyspace-events"]),
@@ -391,8 +362,7 @@ fn notify_keyspace_events_reads_back_in_canonical_form() {
 #[test]
 fn save_and_shutdown_are_refused_inside_multi() {
     for cmd in ["SAVE", "SHUTDOWN"] {
-        let mut h = Harness::new();
-        h.connect(1);
+        let mut h = Harness::with_clients(1);
         h.cmd(1, &["MULTI"]);
         h.cmd(1, &["SET", "foo", "bar"]);
         assert_eq!(
@@ -418,9 +388,7 @@ fn save_and_shutdown_are_refused_inside_multi() {
 fn a_watched_key_that_expires_fails_exec_even_unreclaimed() {
     // Redis 7.0: a key live at WATCH that has expired by EXEC fails it, whether or not
     // anything reclaimed it; one already expired at WATCH breaks nothing by being reclaimed.
-    let mut h = Harness::new();
-    h.connect(1);
-    h.connect(2);
+    let mut h = Harness::with_clients(2);
     h.cmd(1, &["SET", "k", "v", "PX", "50"]);
     h.cmd(1, &["WATCH", "k"]);
     h.advance(100);
@@ -451,8 +419,7 @@ fn a_watched_key_that_expires_fails_exec_even_unreclaimed() {
 
 #[test]
 fn exec_refused_to_a_resp2_subscriber_aborts_and_client_info_inside_exec_says_exec() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     h.cmd(1, &["SUBSCRIBE", "c"]);
     assert_eq!(
         h.cmd(1, &["EXEC"]),
@@ -470,8 +437,7 @@ fn exec_refused_to_a_resp2_subscriber_aborts_and_client_info_inside_exec_says_ex
 /// with the refusal as its reason, whichever rule refused it.
 #[test]
 fn every_refusal_dooms_the_transaction_and_aborts_exec() {
-    let mut h = Harness::new();
-    h.connect(1);
+    let mut h = Harness::with_clients(1);
     // A no-multi command while queueing.
     h.cmd(1, &["MULTI"]);
     assert_eq!(

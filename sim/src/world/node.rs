@@ -198,6 +198,16 @@ impl World {
         self.carry_out(node, Some(id), own_out, close);
     }
 
+    /// Records in the trace that `node` executes `args` for connection `id` at its time `t`.
+    fn trace_request(&mut self, node: usize, id: u64, t: u64, args: &[Bytes]) {
+        self.trace(TraceEvent::Request {
+            node: node as u32,
+            conn: id,
+            now_us: t,
+            args: args.to_vec(),
+        });
+    }
+
     /// Runs one request of the batch. Returns why the batch must end after it, if it must.
     pub(super) fn execute(&mut self, id: u64, node: usize, args: Vec<Bytes>) -> Option<Cut> {
         if self.replicated {
@@ -208,12 +218,7 @@ impl World {
         let host = &mut self.hosts[node];
         let t = host.clock.read(now);
         if self.conns[id as usize].as_ref().is_some_and(|c| c.killed) {
-            self.trace(TraceEvent::Request {
-                node: node as u32,
-                conn: id,
-                now_us: t,
-                args: args.clone(),
-            });
+            self.trace_request(node, id, t, &args);
             self.router(node).request(Micros(t), ConnId(id), args);
             return None;
         }
@@ -222,57 +227,28 @@ impl World {
             self.capture = Some((id, BytesMut::new()));
         }
         self.stats.requests += 1;
-        self.trace(TraceEvent::Request {
-            node: node as u32,
-            conn: id,
-            now_us: t,
-            args: args.clone(),
-        });
+        self.trace_request(node, id, t, &args);
         for p in applied.pushes {
             if let Some(pc) = self.conn(p.conn) {
                 pc.expected.push_back(Expect {
-                    args: args.clone(),
-                    check: p.check,
-                    op: None,
-                    at_us: t,
                     group: p.group,
                     answers: p.answers,
+                    ..Expect::reply(args.clone(), p.check, t)
                 });
             }
         }
         let c = self.conn(id).expect("executing on a live connection");
         if let Some(check) = applied.reply {
-            c.expected.push_back(Expect {
-                args: args.clone(),
-                check,
-                at_us: t,
-                op: None,
-                group: 0,
-                answers: true,
-            });
+            c.expected.push_back(Expect::reply(args.clone(), check, t));
         }
         let closes_self = applied.close_self || applied.kill.contains(&id);
         if applied.close_self {
-            c.expected.push_back(Expect {
-                args: Vec::new(),
-                check: Check::Close,
-                at_us: t,
-                op: None,
-                group: 0,
-                answers: true,
-            });
+            c.expected.push_back(Expect::close(t));
         }
         for v in applied.kill {
             if let Some(vc) = self.conn(v) {
                 vc.killed = true;
-                vc.expected.push_back(Expect {
-                    args: Vec::new(),
-                    check: Check::Close,
-                    at_us: t,
-                    op: None,
-                    group: 0,
-                    answers: true,
-                });
+                vc.expected.push_back(Expect::close(t));
             }
         }
         self.router(node).request(Micros(t), ConnId(id), args);
@@ -307,12 +283,7 @@ impl World {
         let t = host.clock.read(now);
         let incarnation = host.incarnation;
         self.stats.requests += 1;
-        self.trace(TraceEvent::Request {
-            node: node as u32,
-            conn: id,
-            now_us: t,
-            args: args.clone(),
-        });
+        self.trace_request(node, id, t, &args);
         let c = self.conn(id).expect("executing on a live connection");
         let op = c.ops.pop_front();
         let check = match op {
@@ -321,12 +292,8 @@ impl World {
         };
         let c = self.conn(id).expect("executing on a live connection");
         c.expected.push_back(Expect {
-            args: args.clone(),
-            check,
-            at_us: t,
             op,
-            group: 0,
-            answers: true,
+            ..Expect::reply(args.clone(), check, t)
         });
         let set_key = op.and_then(|op| {
             self.history.executed(op, node, incarnation);
@@ -345,22 +312,12 @@ impl World {
     pub(super) fn protocol_error(&mut self, id: u64, node: usize, message: &str) {
         let t = self.hosts[node].clock.read(self.now);
         let c = self.conn(id).expect("live");
-        c.expected.push_back(Expect {
-            args: Vec::new(),
-            check: Check::err(&format!("ERR {message}")),
-            at_us: t,
-            op: None,
-            group: 0,
-            answers: true,
-        });
-        c.expected.push_back(Expect {
-            args: Vec::new(),
-            check: Check::Close,
-            at_us: t,
-            op: None,
-            group: 0,
-            answers: true,
-        });
+        c.expected.push_back(Expect::reply(
+            Vec::new(),
+            Check::err(&format!("ERR {message}")),
+            t,
+        ));
+        c.expected.push_back(Expect::close(t));
         self.trace(TraceEvent::ProtocolError {
             node: node as u32,
             conn: id,

@@ -9,11 +9,11 @@
 // A probe outside the node: it may read the clock the node itself never reads.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use lattice_node::{Buggify, Config, ConnId, Input, Micros, Node, NodeId, Output};
+use lattice_node::Micros;
+use lattice_testkit::{Cluster, Host, Member};
 
 /// The collection written.
 #[derive(Clone, Copy, Debug)]
@@ -59,81 +59,86 @@ pub struct Costs {
     pub replicas_ns: [f64; 2],
 }
 
-/// Node `id` of a `size`-node cluster (1 for a standalone node), with client connection 1
-/// open and every peer link up.
-pub fn node(id: u32, size: usize, now: Micros) -> Node {
-    let mut config = Config::default();
-    config.node_id = id;
-    config.cluster_size = size;
-    let mut n = Node::new(config, u64::from(id), Buggify::disabled(), now);
-    n.handle(
-        now,
-        Input::Connected {
-            conn: ConnId(1),
-            peer_addr: "127.0.0.1:1".into(),
-            local_addr: "127.0.0.1:2".into(),
-        },
-    );
-    for p in (1..=size as u32).filter(|p| *p != id) {
-        n.handle(now, Input::PeerUp { peer: NodeId(p) });
-    }
-    n
+/// A node whose every call is timed: what a server runs while it holds the node, so a slow
+/// call is a stall every client of that node sees.
+pub struct Timed {
+    pub host: Host,
+    /// The slowest call of each kind: [`CLIENT`], [`PEER`], [`TIMER`].
+    pub slowest: [Duration; 3],
+    /// Its time over all its calls.
+    pub busy: Duration,
 }
 
-struct Cluster {
-    nodes: Vec<Node>,
-    now_ms: u64,
-    wire: VecDeque<(usize, usize, Bytes)>,
-    busy: [Duration; 3],
-}
+pub const CLIENT: usize = 0;
+pub const PEER: usize = 1;
+pub const TIMER: usize = 2;
 
-impl Cluster {
-    fn new() -> Cluster {
-        let now_ms = 1_700_000_000_000;
-        let now = Micros::from_millis(now_ms);
-        let nodes = (1..=3u32).map(|id| node(id, 3, now)).collect();
-        Cluster {
-            nodes,
-            now_ms,
-            wire: VecDeque::new(),
-            busy: [Duration::ZERO; 3],
+impl Timed {
+    pub fn new(host: Host) -> Timed {
+        Timed {
+            host,
+            slowest: [Duration::ZERO; 3],
+            busy: Duration::ZERO,
         }
     }
 
-    fn timed(&mut self, i: usize, input: Option<Input>) {
-        let now = Micros::from_millis(self.now_ms);
+    /// Runs `f` on the host as one call of `kind`, timed.
+    pub fn time<R>(&mut self, kind: usize, f: impl FnOnce(&mut Host) -> R) -> R {
         let t = Instant::now();
-        match input {
-            Some(input) => self.nodes[i].handle(now, input),
-            None => self.nodes[i].handle_timeout(now),
-        }
-        self.busy[i] += t.elapsed();
-        while let Some(o) = self.nodes[i].poll_output() {
-            if let Output::PeerSend { peer, data } = o {
-                self.wire.push_back((peer.0 as usize - 1, i, data));
-            }
-        }
+        let r = f(&mut self.host);
+        let spent = t.elapsed();
+        self.slowest[kind] = self.slowest[kind].max(spent);
+        self.busy += spent;
+        r
+    }
+}
+
+impl Member for Timed {
+    type Msg = Bytes;
+
+    fn receive(&mut self, now: Micros, from: usize, msg: Bytes) {
+        self.time(PEER, |h| h.receive(now, from, msg));
     }
 
-    fn request(&mut self, args: Vec<Bytes>) {
-        let conn = ConnId(1);
-        self.timed(0, Some(Input::Request { conn, args }));
+    fn tick(&mut self, now: Micros) {
+        self.time(TIMER, |h| h.tick(now));
     }
 
-    /// Moves time on by `ms`, running every node's timers and delivering every message.
-    fn pump(&mut self, ms: u64) {
-        self.now_ms += ms;
-        loop {
-            for i in 0..3 {
-                self.timed(i, None);
-            }
-            let Some((to, from, data)) = self.wire.pop_front() else {
-                break;
-            };
-            let peer = NodeId(from as u32 + 1);
-            self.timed(to, Some(Input::PeerMessage { peer, data }));
-        }
+    fn link(&mut self, now: Micros, peer: usize, up: bool) {
+        self.host.link(now, peer, up);
     }
+
+    fn drain(&mut self, now: Micros, sends: &mut Vec<(usize, Bytes)>) {
+        Member::drain(&mut self.host, now, sends);
+    }
+
+    fn size(msg: &Bytes) -> usize {
+        msg.len()
+    }
+
+    fn check_invariants(&self) {
+        self.host.check_invariants();
+    }
+}
+
+/// A 3-node cluster of timed nodes, every link up. Invariants are checked every 1,000th call:
+/// a check walks the whole keyspace, and a probe loads large ones.
+pub fn timed_cluster() -> Cluster<Timed> {
+    let mut c = Cluster::new(3).map(Timed::new);
+    c.check_every = 1_000;
+    c
+}
+
+/// A client batch of `requests` on node `i`, timed as one call; its replies are dropped.
+pub fn batch(c: &mut Cluster<Timed>, i: usize, requests: Vec<Vec<Bytes>>) {
+    c.on(i, |t, now| {
+        t.time(CLIENT, |h| {
+            for args in requests {
+                h.request(now, 1, args);
+            }
+        })
+    });
+    c.members[i].host.take(1);
 }
 
 /// Builds a `size`-element collection of `kind` on a fresh cluster, lets it replicate, then
@@ -141,35 +146,37 @@ impl Cluster {
 /// per write on each node (the cheapest, so that a round which happened to include a
 /// once-a-second anti-entropy or GC step, or another process's burst, does not count).
 pub fn measure(kind: Kind, size: usize, ops: usize, reps: usize) -> Costs {
-    let mut c = Cluster::new();
+    let mut c = timed_cluster();
     let mut next = 0..size;
     loop {
         let chunk: Vec<String> = next.by_ref().take(1_000).map(|i| format!("e{i}")).collect();
         if chunk.is_empty() {
             break;
         }
-        c.request(kind.command(chunk.into_iter()));
-        c.pump(3);
+        batch(&mut c, 0, vec![kind.command(chunk.into_iter())]);
+        c.advance(3);
     }
     for _ in 0..300 {
-        c.pump(10); // replicate, digest, collect
+        c.advance(10); // replicate, digest, collect
     }
     let mut best = [f64::INFINITY; 3];
     for rep in 0..reps {
-        c.busy = [Duration::ZERO; 3];
-        for op in 0..ops {
-            c.request(kind.command(std::iter::once(format!("new{rep}:{op}"))));
-            c.pump(1);
+        for t in &mut c.members {
+            t.busy = Duration::ZERO;
         }
-        c.pump(5);
-        for (b, spent) in best.iter_mut().zip(c.busy) {
-            *b = b.min(spent.as_nanos() as f64 / ops as f64);
+        for op in 0..ops {
+            let write = kind.command(std::iter::once(format!("new{rep}:{op}")));
+            batch(&mut c, 0, vec![write]);
+            c.advance(1);
+        }
+        c.advance(5);
+        for (b, t) in best.iter_mut().zip(&c.members) {
+            *b = b.min(t.busy.as_nanos() as f64 / ops as f64);
         }
     }
-    let digests: Vec<u64> = c.nodes.iter_mut().map(|n| n.replication_digest()).collect();
     assert!(
-        digests.iter().all(|d| *d == digests[0]),
-        "replicas differ after the {} writes: {digests:?}",
+        c.map(|t| t.host).converged(),
+        "replicas differ after the {} writes",
         kind.name()
     );
     Costs {

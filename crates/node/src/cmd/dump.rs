@@ -210,98 +210,34 @@ fn fit_encoding(core: &Core, value: Value) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
+    use lattice_testkit::{Harness, START_MS as T0};
 
-    use crate::buggify::Buggify;
-    use crate::client::ConnId;
-    use crate::config::Config;
-    use crate::node::{Input, Micros, Node, Output};
-
-    const T0: u64 = 1_700_000_000_000;
     const OK: &[u8] = b"+OK\r\n";
     const NIL: &[u8] = b"$-1\r\n";
 
-    struct Harness {
-        node: Node,
-        now_ms: u64,
+    fn node() -> Harness {
+        Harness::with_clients(1)
     }
 
-    impl Harness {
-        fn new() -> Harness {
-            let mut node = Node::new(
-                Config::default(),
-                7,
-                Buggify::disabled(),
-                Micros::from_millis(T0),
-            );
-            node.handle(
-                Micros::from_millis(T0),
-                Input::Connected {
-                    conn: ConnId(1),
-                    peer_addr: "127.0.0.1:1".into(),
-                    local_addr: "127.0.0.1:6379".into(),
-                },
-            );
-            Harness { node, now_ms: T0 }
-        }
+    /// DUMP of `key` as raw payload bytes.
+    fn dump(h: &mut Harness, key: &str) -> Vec<u8> {
+        let reply = h.raw(1, &[b"DUMP", key.as_bytes()]);
+        let header_end = reply.iter().position(|&b| b == b'\n').expect("bulk header") + 1;
+        assert_eq!(reply[0], b'$', "DUMP {key} replied {reply:?}");
+        reply[header_end..reply.len() - 2].to_vec()
+    }
 
-        fn send(&mut self, args: &[&[u8]]) -> Vec<u8> {
-            let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-            self.node.handle(
-                Micros::from_millis(self.now_ms),
-                Input::Request {
-                    conn: ConnId(1),
-                    args,
-                },
-            );
-            let mut out = Vec::new();
-            while let Some(o) = self.node.poll_output() {
-                if let Output::Write { data, .. } = o {
-                    out.extend_from_slice(&data);
-                }
-            }
-            out
-        }
+    /// RESTORE `key` `ttl` `payload` with extra words.
+    fn restore(h: &mut Harness, key: &str, ttl: &str, payload: &[u8], extra: &str) -> Vec<u8> {
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", key.as_bytes(), ttl.as_bytes(), payload];
+        args.extend(extra.split_whitespace().map(str::as_bytes));
+        h.raw(1, &args)
+    }
 
-        fn cmd(&mut self, line: &str) -> Vec<u8> {
-            let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
-            self.send(&words)
-        }
-
-        #[track_caller]
-        fn check(&mut self, line: &str, expected: &[u8]) {
-            let got = self.cmd(line);
-            assert_eq!(
-                String::from_utf8_lossy(&got),
-                String::from_utf8_lossy(expected),
-                "reply to {line:?}"
-            );
-        }
-
-        /// DUMP of `key` as raw payload bytes.
-        fn dump(&mut self, key: &str) -> Vec<u8> {
-            let reply = self.send(&[b"DUMP", key.as_bytes()]);
-            let header_end = reply.iter().position(|&b| b == b'\n').expect("bulk header") + 1;
-            assert_eq!(reply[0], b'$', "DUMP {key} replied {reply:?}");
-            reply[header_end..reply.len() - 2].to_vec()
-        }
-
-        /// RESTORE `key` `ttl` `payload` with extra words.
-        fn restore(&mut self, key: &str, ttl: &str, payload: &[u8], extra: &str) -> Vec<u8> {
-            let mut args: Vec<&[u8]> = vec![b"RESTORE", key.as_bytes(), ttl.as_bytes(), payload];
-            args.extend(extra.split_whitespace().map(str::as_bytes));
-            self.send(&args)
-        }
-
-        #[track_caller]
-        fn same_reply(&mut self, a: &str, b: &str) {
-            let (x, y) = (self.cmd(a), self.cmd(b));
-            assert_eq!(
-                String::from_utf8_lossy(&x),
-                String::from_utf8_lossy(&y),
-                "{a:?} vs {b:?}"
-            );
-        }
+    #[track_caller]
+    fn same_reply(h: &mut Harness, a: &str, b: &str) {
+        let (x, y) = (h.line(1, a), h.line(1, b));
+        assert_eq!(x, y, "{a:?} vs {b:?}");
     }
 
     fn err(msg: &str) -> Vec<u8> {
@@ -310,43 +246,49 @@ mod tests {
 
     #[test]
     fn dump_missing_key_is_nil() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.check("DUMP nokey", NIL);
     }
 
     #[test]
     fn every_type_round_trips() {
-        let mut h = Harness::new();
-        h.cmd("SET s hello");
-        h.cmd("SET n 12345");
-        h.cmd("RPUSH l a b c a 1 2");
-        h.cmd("HSET h f1 v1 f2 v2 f3 v3");
-        h.cmd("HDEL h f1");
-        h.cmd("SADD si 5 3 -1");
-        h.cmd("SADD ss x y 7");
-        h.cmd("ZADD z 1.5 a -inf b inf c 0 d -0 e");
-        h.cmd("ZADD zl 1 a 2 b");
+        let mut h = node();
+        h.line(1, "SET s hello");
+        h.line(1, "SET n 12345");
+        h.line(1, "RPUSH l a b c a 1 2");
+        h.line(1, "HSET h f1 v1 f2 v2 f3 v3");
+        h.line(1, "HDEL h f1");
+        h.line(1, "SADD si 5 3 -1");
+        h.line(1, "SADD ss x y 7");
+        h.line(1, "ZADD z 1.5 a -inf b inf c 0 d -0 e");
+        h.line(1, "ZADD zl 1 a 2 b");
         for key in ["s", "n", "l", "h", "si", "ss", "z", "zl"] {
-            let p = h.dump(key);
+            let p = dump(&mut h, key);
             let copy = format!("{key}-copy");
-            assert_eq!(h.restore(&copy, "0", &p, ""), OK, "{key}");
-            h.same_reply(&format!("TYPE {key}"), &format!("TYPE {copy}"));
-            h.same_reply(
+            assert_eq!(restore(&mut h, &copy, "0", &p, ""), OK, "{key}");
+            same_reply(&mut h, &format!("TYPE {key}"), &format!("TYPE {copy}"));
+            same_reply(
+                &mut h,
                 &format!("OBJECT ENCODING {key}"),
                 &format!("OBJECT ENCODING {copy}"),
             );
             h.check(&format!("TTL {copy}"), b":-1\r\n");
             // A payload restores the same however often it is dumped.
-            assert_eq!(h.dump(&copy), p, "{key}");
+            assert_eq!(dump(&mut h, &copy), p, "{key}");
         }
-        h.same_reply("GET s", "GET s-copy");
-        h.same_reply("GET n", "GET n-copy");
-        h.same_reply("LRANGE l 0 -1", "LRANGE l-copy 0 -1");
-        h.same_reply("HGETALL h", "HGETALL h-copy");
-        h.same_reply("SMEMBERS si", "SMEMBERS si-copy");
-        h.same_reply("SMEMBERS ss", "SMEMBERS ss-copy");
-        h.same_reply("ZRANGE z 0 -1 WITHSCORES", "ZRANGE z-copy 0 -1 WITHSCORES");
-        h.same_reply(
+        same_reply(&mut h, "GET s", "GET s-copy");
+        same_reply(&mut h, "GET n", "GET n-copy");
+        same_reply(&mut h, "LRANGE l 0 -1", "LRANGE l-copy 0 -1");
+        same_reply(&mut h, "HGETALL h", "HGETALL h-copy");
+        same_reply(&mut h, "SMEMBERS si", "SMEMBERS si-copy");
+        same_reply(&mut h, "SMEMBERS ss", "SMEMBERS ss-copy");
+        same_reply(
+            &mut h,
+            "ZRANGE z 0 -1 WITHSCORES",
+            "ZRANGE z-copy 0 -1 WITHSCORES",
+        );
+        same_reply(
+            &mut h,
             "ZRANGE zl 0 -1 WITHSCORES",
             "ZRANGE zl-copy 0 -1 WITHSCORES",
         );
@@ -355,44 +297,44 @@ mod tests {
 
     #[test]
     fn busykey_and_replace() {
-        let mut h = Harness::new();
-        h.cmd("SET foo bar1");
-        let p1 = h.dump("foo");
-        h.cmd("SET foo bar2");
-        let p2 = h.dump("foo");
+        let mut h = node();
+        h.line(1, "SET foo bar1");
+        let p1 = dump(&mut h, "foo");
+        h.line(1, "SET foo bar2");
+        let p2 = dump(&mut h, "foo");
         assert_eq!(
-            h.restore("foo", "0", &p1, ""),
+            restore(&mut h, "foo", "0", &p1, ""),
             err("BUSYKEY Target key name already exists.")
         );
         // BUSYKEY is checked before the payload.
         assert_eq!(
-            h.restore("foo", "0", b"...", ""),
+            restore(&mut h, "foo", "0", b"...", ""),
             err("BUSYKEY Target key name already exists.")
         );
         h.check("GET foo", b"$4\r\nbar2\r\n");
-        assert_eq!(h.restore("foo", "0", &p1, "REPLACE"), OK);
+        assert_eq!(restore(&mut h, "foo", "0", &p1, "REPLACE"), OK);
         h.check("GET foo", b"$4\r\nbar1\r\n");
         // REPLACE onto a key of another type, dropping its TTL.
-        h.cmd("DEL foo");
-        h.cmd("RPUSH foo x");
-        h.cmd("EXPIRE foo 100");
-        assert_eq!(h.restore("foo", "0", &p2, "replace"), OK);
+        h.line(1, "DEL foo");
+        h.line(1, "RPUSH foo x");
+        h.line(1, "EXPIRE foo 100");
+        assert_eq!(restore(&mut h, "foo", "0", &p2, "replace"), OK);
         h.check("GET foo", b"$4\r\nbar2\r\n");
         h.check("TTL foo", b":-1\r\n");
     }
 
     #[test]
     fn ttls() {
-        let mut h = Harness::new();
-        h.cmd("SET foo bar");
-        let p = h.dump("foo");
-        h.cmd("DEL foo");
-        assert_eq!(h.restore("foo", "5000", &p, ""), OK);
+        let mut h = node();
+        h.line(1, "SET foo bar");
+        let p = dump(&mut h, "foo");
+        h.line(1, "DEL foo");
+        assert_eq!(restore(&mut h, "foo", "5000", &p, ""), OK);
         h.check("PTTL foo", b":5000\r\n");
-        assert_eq!(h.restore("big", "2569591501", &p, ""), OK);
+        assert_eq!(restore(&mut h, "big", "2569591501", &p, ""), OK);
         h.check("PTTL big", b":2569591501\r\n");
         let at = (T0 + 3000).to_string();
-        assert_eq!(h.restore("abs", &at, &p, "ABSTTL"), OK);
+        assert_eq!(restore(&mut h, "abs", &at, &p, "ABSTTL"), OK);
         h.check("PTTL abs", b":3000\r\n");
         h.check("PEXPIRETIME abs", format!(":{at}\r\n").as_bytes());
         // The key expires like any other.
@@ -402,61 +344,61 @@ mod tests {
 
     #[test]
     fn absttl_in_the_past() {
-        let mut h = Harness::new();
-        h.cmd("SET foo bar");
-        let p = h.dump("foo");
+        let mut h = node();
+        h.line(1, "SET foo bar");
+        let p = dump(&mut h, "foo");
         let past = (T0 - 3000).to_string();
         // Without REPLACE on a free key: OK, nothing created.
-        assert_eq!(h.restore("new", &past, &p, "ABSTTL"), OK);
+        assert_eq!(restore(&mut h, "new", &past, &p, "ABSTTL"), OK);
         h.check("EXISTS new", b":0\r\n");
         // The deadline equal to now is already past, as for EXPIREAT.
-        assert_eq!(h.restore("new", &T0.to_string(), &p, "ABSTTL"), OK);
+        assert_eq!(restore(&mut h, "new", &T0.to_string(), &p, "ABSTTL"), OK);
         h.check("EXISTS new", b":0\r\n");
         // With REPLACE: the old key is deleted.
-        assert_eq!(h.restore("foo", &past, &p, "ABSTTL REPLACE"), OK);
+        assert_eq!(restore(&mut h, "foo", &past, &p, "ABSTTL REPLACE"), OK);
         h.check("EXISTS foo", b":0\r\n");
         // Without REPLACE on an existing key: BUSYKEY still wins.
-        h.cmd("SET foo bar");
+        h.line(1, "SET foo bar");
         assert_eq!(
-            h.restore("foo", &past, &p, "ABSTTL"),
+            restore(&mut h, "foo", &past, &p, "ABSTTL"),
             err("BUSYKEY Target key name already exists.")
         );
     }
 
     #[test]
     fn option_and_argument_errors() {
-        let mut h = Harness::new();
-        h.cmd("SET foo bar");
-        let p = h.dump("foo");
+        let mut h = node();
+        h.line(1, "SET foo bar");
+        let p = dump(&mut h, "foo");
         let syntax = err("ERR syntax error");
         let not_int = err("ERR value is not an integer or out of range");
-        assert_eq!(h.restore("k", "0", &p, "invalid-option"), syntax);
-        assert_eq!(h.restore("k", "0", &p, "IDLETIME"), syntax);
-        assert_eq!(h.restore("k", "0", &p, "FREQ"), syntax);
-        assert_eq!(h.restore("k", "0", &p, "IDLETIME 1 FREQ 1"), syntax);
-        assert_eq!(h.restore("k", "0", &p, "FREQ 1 IDLETIME 1"), syntax);
-        assert_eq!(h.restore("k", "0", &p, "IDLETIME x"), not_int);
-        assert_eq!(h.restore("k", "0", &p, "FREQ x"), not_int);
+        assert_eq!(restore(&mut h, "k", "0", &p, "invalid-option"), syntax);
+        assert_eq!(restore(&mut h, "k", "0", &p, "IDLETIME"), syntax);
+        assert_eq!(restore(&mut h, "k", "0", &p, "FREQ"), syntax);
+        assert_eq!(restore(&mut h, "k", "0", &p, "IDLETIME 1 FREQ 1"), syntax);
+        assert_eq!(restore(&mut h, "k", "0", &p, "FREQ 1 IDLETIME 1"), syntax);
+        assert_eq!(restore(&mut h, "k", "0", &p, "IDLETIME x"), not_int);
+        assert_eq!(restore(&mut h, "k", "0", &p, "FREQ x"), not_int);
         assert_eq!(
-            h.restore("k", "0", &p, "IDLETIME -1"),
+            restore(&mut h, "k", "0", &p, "IDLETIME -1"),
             err("ERR Invalid IDLETIME value, must be >= 0")
         );
         assert_eq!(
-            h.restore("k", "0", &p, "FREQ 256"),
+            restore(&mut h, "k", "0", &p, "FREQ 256"),
             err("ERR Invalid FREQ value, must be >= 0 and <= 255")
         );
         assert_eq!(
-            h.restore("k", "0", &p, "FREQ -1"),
+            restore(&mut h, "k", "0", &p, "FREQ -1"),
             err("ERR Invalid FREQ value, must be >= 0 and <= 255")
         );
-        assert_eq!(h.restore("k", "x", &p, ""), not_int);
+        assert_eq!(restore(&mut h, "k", "x", &p, ""), not_int);
         assert_eq!(
-            h.restore("k", "-1", &p, ""),
+            restore(&mut h, "k", "-1", &p, ""),
             err("ERR Invalid TTL value, must be >= 0")
         );
         // The TTL is checked before the payload.
         assert_eq!(
-            h.restore("k", "-1", b"junk", ""),
+            restore(&mut h, "k", "-1", b"junk", ""),
             err("ERR Invalid TTL value, must be >= 0")
         );
         h.check(
@@ -464,95 +406,111 @@ mod tests {
             &err("ERR wrong number of arguments for 'restore' command"),
         );
         h.check("EXISTS k", b":0\r\n");
-        assert_eq!(h.restore("k", "0", &p, "FREQ 255 REPLACE ABSTTL"), OK);
-        assert_eq!(h.restore("k", "0", &p, "replace idletime 0 idletime 5"), OK);
+        assert_eq!(restore(&mut h, "k", "0", &p, "FREQ 255 REPLACE ABSTTL"), OK);
+        assert_eq!(
+            restore(&mut h, "k", "0", &p, "replace idletime 0 idletime 5"),
+            OK
+        );
     }
 
     #[test]
     fn corrupt_payloads() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH l a b c");
-        let p = h.dump("l");
+        let mut h = node();
+        h.line(1, "RPUSH l a b c");
+        let p = dump(&mut h, "l");
         let wrong = err("ERR DUMP payload version or checksum are wrong");
-        assert_eq!(h.restore("k", "0", b"...", ""), wrong);
-        assert_eq!(h.restore("k", "0", b"", ""), wrong);
-        assert_eq!(h.restore("k", "0", &p[..p.len() - 1], ""), wrong);
+        assert_eq!(restore(&mut h, "k", "0", b"...", ""), wrong);
+        assert_eq!(restore(&mut h, "k", "0", b"", ""), wrong);
+        assert_eq!(restore(&mut h, "k", "0", &p[..p.len() - 1], ""), wrong);
         for i in 0..p.len() {
             let mut bad = p.clone();
             bad[i] ^= 0x20;
-            assert_eq!(h.restore("k", "0", &bad, ""), wrong, "byte {i}");
+            assert_eq!(restore(&mut h, "k", "0", &bad, ""), wrong, "byte {i}");
         }
         // A body that passes the footer check but is not a value.
         let mut body = vec![2u8, 0];
         body.extend_from_slice(&lattice_store::dump::FORMAT_VERSION.to_le_bytes());
         let crc = lattice_store::dump::crc64(&body);
         body.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(h.restore("k", "0", &body, ""), err("ERR Bad data format"));
+        assert_eq!(
+            restore(&mut h, "k", "0", &body, ""),
+            err("ERR Bad data format")
+        );
         h.check("EXISTS k", b":0\r\n");
     }
 
     #[test]
     fn idletime_sets_the_access_time() {
-        let mut h = Harness::new();
-        h.cmd("SET foo bar");
-        let p = h.dump("foo");
-        assert_eq!(h.restore("k", "0", &p, "IDLETIME 1000"), OK);
+        let mut h = node();
+        h.line(1, "SET foo bar");
+        let p = dump(&mut h, "foo");
+        assert_eq!(restore(&mut h, "k", "0", &p, "IDLETIME 1000"), OK);
         h.check("OBJECT IDLETIME k", b":1000\r\n");
-        assert_eq!(h.restore("k2", "0", &p, "IDLETIME 9223372036854775807"), OK);
+        assert_eq!(
+            restore(&mut h, "k2", "0", &p, "IDLETIME 9223372036854775807"),
+            OK
+        );
         h.check("GET k2", b"$3\r\nbar\r\n");
     }
 
     #[test]
     fn restore_applies_the_configured_limits() {
-        let mut h = Harness::new();
-        h.cmd("HSET h a 1 b 2 c 3");
-        h.cmd("SADD s 1 2 3");
-        h.cmd("ZADD z 1 a 2 b 3 c");
-        let (ph, ps, pz) = (h.dump("h"), h.dump("s"), h.dump("z"));
-        h.cmd("CONFIG SET hash-max-listpack-entries 2");
-        h.cmd("CONFIG SET set-max-intset-entries 2");
-        h.cmd("CONFIG SET zset-max-listpack-entries 2");
-        assert_eq!(h.restore("h2", "0", &ph, ""), OK);
-        assert_eq!(h.restore("s2", "0", &ps, ""), OK);
-        assert_eq!(h.restore("z2", "0", &pz, ""), OK);
+        let mut h = node();
+        h.line(1, "HSET h a 1 b 2 c 3");
+        h.line(1, "SADD s 1 2 3");
+        h.line(1, "ZADD z 1 a 2 b 3 c");
+        let (ph, ps, pz) = (dump(&mut h, "h"), dump(&mut h, "s"), dump(&mut h, "z"));
+        h.line(1, "CONFIG SET hash-max-listpack-entries 2");
+        h.line(1, "CONFIG SET set-max-intset-entries 2");
+        h.line(1, "CONFIG SET zset-max-listpack-entries 2");
+        assert_eq!(restore(&mut h, "h2", "0", &ph, ""), OK);
+        assert_eq!(restore(&mut h, "s2", "0", &ps, ""), OK);
+        assert_eq!(restore(&mut h, "z2", "0", &pz, ""), OK);
         h.check("OBJECT ENCODING h2", b"$9\r\nhashtable\r\n");
         h.check("OBJECT ENCODING s2", b"$9\r\nhashtable\r\n");
         h.check("OBJECT ENCODING z2", b"$8\r\nskiplist\r\n");
-        h.same_reply("HGETALL h", "HGETALL h2");
-        h.same_reply("ZRANGE z 0 -1 WITHSCORES", "ZRANGE z2 0 -1 WITHSCORES");
+        same_reply(&mut h, "HGETALL h", "HGETALL h2");
+        same_reply(
+            &mut h,
+            "ZRANGE z 0 -1 WITHSCORES",
+            "ZRANGE z2 0 -1 WITHSCORES",
+        );
         // And back: big encodings that fit the (restored) limits load compact.
-        let (ph2, ps2, pz2) = (h.dump("h2"), h.dump("s2"), h.dump("z2"));
-        h.cmd("CONFIG SET hash-max-listpack-entries 512");
-        h.cmd("CONFIG SET set-max-intset-entries 512");
-        h.cmd("CONFIG SET zset-max-listpack-entries 128");
-        assert_eq!(h.restore("h3", "0", &ph2, ""), OK);
-        assert_eq!(h.restore("s3", "0", &ps2, ""), OK);
-        assert_eq!(h.restore("z3", "0", &pz2, ""), OK);
+        let (ph2, ps2, pz2) = (dump(&mut h, "h2"), dump(&mut h, "s2"), dump(&mut h, "z2"));
+        h.line(1, "CONFIG SET hash-max-listpack-entries 512");
+        h.line(1, "CONFIG SET set-max-intset-entries 512");
+        h.line(1, "CONFIG SET zset-max-listpack-entries 128");
+        assert_eq!(restore(&mut h, "h3", "0", &ph2, ""), OK);
+        assert_eq!(restore(&mut h, "s3", "0", &ps2, ""), OK);
+        assert_eq!(restore(&mut h, "z3", "0", &pz2, ""), OK);
         h.check("OBJECT ENCODING h3", b"$8\r\nlistpack\r\n");
         h.check("OBJECT ENCODING s3", b"$6\r\nintset\r\n");
         h.check("OBJECT ENCODING z3", b"$8\r\nlistpack\r\n");
-        h.same_reply("HGETALL h", "HGETALL h3");
-        h.same_reply("SMEMBERS s", "SMEMBERS s3");
-        h.same_reply("ZRANGE z 0 -1 WITHSCORES", "ZRANGE z3 0 -1 WITHSCORES");
+        same_reply(&mut h, "HGETALL h", "HGETALL h3");
+        same_reply(&mut h, "SMEMBERS s", "SMEMBERS s3");
+        same_reply(
+            &mut h,
+            "ZRANGE z 0 -1 WITHSCORES",
+            "ZRANGE z3 0 -1 WITHSCORES",
+        );
     }
 
     #[test]
     fn restore_touches_watched_keys() {
-        let mut h = Harness::new();
-        h.cmd("SET foo bar");
-        let p = h.dump("foo");
-        h.cmd("WATCH w");
-        assert_eq!(h.restore("w", "0", &p, ""), OK);
-        h.cmd("MULTI");
-        h.cmd("PING");
+        let mut h = node();
+        h.line(1, "SET foo bar");
+        let p = dump(&mut h, "foo");
+        h.line(1, "WATCH w");
+        assert_eq!(restore(&mut h, "w", "0", &p, ""), OK);
+        h.line(1, "MULTI");
+        h.line(1, "PING");
         h.check("EXEC", b"*-1\r\n");
     }
 
     #[test]
     fn command_info() {
-        let mut h = Harness::new();
-        let info = h.cmd("COMMAND INFO dump restore");
-        let text = String::from_utf8_lossy(&info);
+        let mut h = node();
+        let text = h.line(1, "COMMAND INFO dump restore");
         assert!(text.contains("readonly"), "{text}");
         assert!(text.contains("denyoom"), "{text}");
     }

@@ -469,7 +469,7 @@ mod tests {
 
     #[test]
     fn set_get_delete() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.check("HSET h a 1 b 2", &int(2));
         h.check("HSET h a 10 c 3", &int(1));
         h.check(
@@ -507,11 +507,11 @@ mod tests {
         h.check("OBJECT ENCODING h", &bulk("listpack"));
         h.check("HDEL h a c d e zz", &int(4));
         h.check("EXISTS h", &int(0));
-        h.cmd("HELLO 3");
-        h.cmd("HSET h a 1");
+        h.line(1, "HELLO 3");
+        h.line(1, "HSET h a 1");
         h.check("HGETALL h", &format!("%1\r\n{}{}", bulk("a"), bulk("1")));
         h.check("HGETALL nokey", "%0\r\n");
-        h.cmd("SET s v");
+        h.line(1, "SET s v");
         for c in [
             "HSET s a b",
             "HSETNX s a b",
@@ -536,38 +536,38 @@ mod tests {
 
     #[test]
     fn encodings_follow_the_config() {
-        let mut h = Harness::new();
-        h.cmd("HSET h f v g v");
+        let mut h = node();
+        h.line(1, "HSET h f v g v");
         h.check("OBJECT ENCODING h", &bulk("listpack"));
-        h.cmd(&format!("HSET h f {}", "x".repeat(65)));
+        h.line(1, &format!("HSET h f {}", "x".repeat(65)));
         h.check("OBJECT ENCODING h", &bulk("hashtable"));
-        h.cmd("HDEL h f");
-        h.cmd("HSET h f v");
+        h.line(1, "HDEL h f");
+        h.line(1, "HSET h f v");
         h.check("OBJECT ENCODING h", &bulk("hashtable"));
-        h.cmd("CONFIG SET hash-max-ziplist-entries 4");
-        h.cmd("HSET big a 1 b 2 c 3 d 4");
+        h.line(1, "CONFIG SET hash-max-ziplist-entries 4");
+        h.line(1, "HSET big a 1 b 2 c 3 d 4");
         h.check("OBJECT ENCODING big", &bulk("listpack"));
-        h.cmd("HSET big e 5");
+        h.line(1, "HSET big e 5");
         h.check("OBJECT ENCODING big", &bulk("hashtable"));
-        h.cmd("CONFIG SET hash-max-listpack-value 8");
-        h.cmd("HSET s tmp 0");
-        h.cmd("HINCRBYFLOAT s tmp 0.000005");
+        h.line(1, "CONFIG SET hash-max-listpack-value 8");
+        h.line(1, "HSET s tmp 0");
+        h.line(1, "HINCRBYFLOAT s tmp 0.000005");
         h.check("OBJECT ENCODING s", &bulk("listpack"));
-        h.cmd("HINCRBYFLOAT s tmp 0.0000005");
+        h.line(1, "HINCRBYFLOAT s tmp 0.0000005");
         h.check("OBJECT ENCODING s", &bulk("hashtable"));
     }
 
     #[test]
     fn counters() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.check("HINCRBY h n 5", &int(5));
         h.check("HINCRBY h n -7", &int(-2));
         h.check(
             "HINCRBY h n x",
             &err("ERR value is not an integer or out of range"),
         );
-        h.cmd("HSET h s abc m 9223372036854775807");
-        h.send(1, &[b"HSET", b"h", b"sp", b" 1"]);
+        h.line(1, "HSET h s abc m 9223372036854775807");
+        h.raw(1, &[b"HSET", b"h", b"sp", b" 1"]);
         h.check("HINCRBY h sp 1", &err("ERR hash value is not an integer"));
         h.check("HINCRBY h s 1", &err("ERR hash value is not an integer"));
         h.check(
@@ -593,24 +593,24 @@ mod tests {
         );
         h.check("EXISTS nokey", &int(0));
         assert!(h
-            .cmd("HINCRBYFLOAT h g 1e4932")
+            .line(1, "HINCRBYFLOAT h g 1e4932")
             .starts_with("$4933\r\n1000"));
         h.check(
             "HINCRBYFLOAT h g 1e4932",
             &err("ERR increment would produce NaN or Infinity"),
         );
-        h.send(1, &[b"HSET", b"h", b"z", b"1\x002"]);
+        h.raw(1, &[b"HSET", b"h", b"z", b"1\x002"]);
         h.check("HINCRBYFLOAT h z 1", &err("ERR hash value is not a float"));
     }
 
     #[test]
     fn hrandfield() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.check("HRANDFIELD nokey", NIL);
         h.check("HRANDFIELD nokey 5", &arr(&[]));
         h.check("HRANDFIELD nokey 5 WITHVALUES", &arr(&[]));
         h.check("HRANDFIELD nokey 0 foo", &err("ERR syntax error"));
-        h.cmd("HSET h a 1 b 2 c 3");
+        h.line(1, "HSET h a 1 b 2 c 3");
         h.check("HRANDFIELD h 0", &arr(&[]));
         h.check(
             "HRANDFIELD h x",
@@ -628,27 +628,27 @@ mod tests {
         );
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..100 {
-            seen.insert(h.cmd("HRANDFIELD h"));
+            seen.insert(h.line(1, "HRANDFIELD h"));
         }
         assert_eq!(seen.len(), 3);
-        let r = h.cmd("HRANDFIELD h -10");
+        let r = h.line(1, "HRANDFIELD h -10");
         assert!(r.starts_with("*10\r\n"));
-        let r = h.cmd("HRANDFIELD h -10 withvalues");
+        let r = h.line(1, "HRANDFIELD h -10 withvalues");
         assert!(r.starts_with("*20\r\n"));
-        let r = h.cmd("HRANDFIELD h 2");
+        let r = h.line(1, "HRANDFIELD h 2");
         assert!(r.starts_with("*2\r\n"));
         let picked: Vec<&str> = r.split("\r\n").skip(2).step_by(2).collect();
         assert_ne!(picked[0], picked[1]);
-        h.cmd("HELLO 3");
-        let r = h.cmd("HRANDFIELD h 2 WITHVALUES");
+        h.line(1, "HELLO 3");
+        let r = h.line(1, "HRANDFIELD h 2 WITHVALUES");
         assert!(r.starts_with("*2\r\n*2\r\n"), "{r}");
     }
 
     #[test]
     fn hscan() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.check("HSCAN nokey 0", "*2\r\n$1\r\n0\r\n*0\r\n");
-        h.cmd("HSET h a 1 b 2 bb 3");
+        h.line(1, "HSET h a 1 b 2 bb 3");
         h.check(
             "HSCAN h 0",
             &format!(
@@ -674,13 +674,13 @@ mod tests {
         h.check("HSCAN h 0 COUNT 0", &err("ERR syntax error"));
         h.check("HSCAN h 0 TYPE string", &err("ERR syntax error"));
         for i in 0..1000 {
-            h.cmd(&format!("HSET big f{i} v{i}"));
+            h.line(1, &format!("HSET big f{i} v{i}"));
         }
         let mut seen = std::collections::BTreeSet::new();
         let mut cursor = "0".to_string();
         let mut calls = 0;
         loop {
-            let r = h.cmd(&format!("HSCAN big {cursor} COUNT 50"));
+            let r = h.line(1, &format!("HSCAN big {cursor} COUNT 50"));
             let parts: Vec<&str> = r.split("\r\n").collect();
             cursor = parts[2].to_string();
             for f in parts[5..].iter().step_by(4) {

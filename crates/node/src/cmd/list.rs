@@ -672,106 +672,14 @@ fn blmpop(core: &mut Core, call: &mut Call) {
 /// A node driven through its real entry points, for the list, hash and sort tests.
 #[cfg(test)]
 pub(crate) mod testkit {
-    use std::collections::BTreeMap;
 
-    use bytes::Bytes;
+    pub use lattice_testkit::Harness;
 
-    use crate::buggify::Buggify;
-    use crate::client::ConnId;
-    use crate::config::Config;
-    use crate::node::{Input, Micros, Node, Output};
-
-    pub const T0: u64 = 1_700_000_000_000;
-
-    pub struct Harness {
-        pub node: Node,
-        pub now_ms: u64,
-        /// Output received per connection and not yet taken.
-        pending: BTreeMap<u64, Vec<u8>>,
-    }
-
-    impl Harness {
-        /// A node with connection 1 open.
-        pub fn new() -> Harness {
-            let now = Micros::from_millis(T0);
-            let node = Node::new(Config::default(), 7, Buggify::disabled(), now);
-            let mut h = Harness {
-                node,
-                now_ms: T0,
-                pending: BTreeMap::new(),
-            };
-            h.connect(1);
-            h
-        }
-
-        pub fn connect(&mut self, id: u64) {
-            self.node.handle(
-                Micros::from_millis(self.now_ms),
-                Input::Connected {
-                    conn: ConnId(id),
-                    peer_addr: format!("127.0.0.1:{id}"),
-                    local_addr: "127.0.0.1:6379".into(),
-                },
-            );
-            self.drain();
-        }
-
-        fn drain(&mut self) {
-            while let Some(o) = self.node.poll_output() {
-                if let Output::Write { conn, data } = o {
-                    self.pending
-                        .entry(conn.0)
-                        .or_default()
-                        .extend_from_slice(&data);
-                }
-            }
-        }
-
-        /// Sends `args` on `conn`; returns what `conn` received (other connections' output is
-        /// kept for [`Harness::take`]).
-        pub fn send(&mut self, conn: u64, args: &[&[u8]]) -> String {
-            let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-            self.node.handle(
-                Micros::from_millis(self.now_ms),
-                Input::Request {
-                    conn: ConnId(conn),
-                    args,
-                },
-            );
-            self.drain();
-            self.take(conn)
-        }
-
-        /// Sends a command given as whitespace-separated words on `conn`.
-        pub fn on(&mut self, conn: u64, line: &str) -> String {
-            let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
-            self.send(conn, &words)
-        }
-
-        /// Sends a command on connection 1.
-        pub fn cmd(&mut self, line: &str) -> String {
-            self.on(1, line)
-        }
-
-        /// Output `conn` received since last taken.
-        pub fn take(&mut self, conn: u64) -> String {
-            let out = self.pending.remove(&conn).unwrap_or_default();
-            String::from_utf8_lossy(&out).into_owned()
-        }
-
-        #[track_caller]
-        pub fn check(&mut self, line: &str, expected: &str) {
-            let got = self.cmd(line);
-            assert_eq!(got, expected, "reply to {line:?}");
-        }
-
-        /// Moves the clock forward and runs the node's timers.
-        pub fn tick(&mut self, ms: u64) {
-            self.now_ms += ms;
-            self.node.handle_timeout(Micros::from_millis(self.now_ms));
-            self.drain();
-            self.node.check_invariants();
-        }
+    /// A node with connection 1 open, its RNG seeded with 7.
+    pub fn node() -> Harness {
+        let mut h = Harness::seeded(7);
+        h.connect(1);
+        h
     }
 
     pub fn bulk(s: &str) -> String {
@@ -808,7 +716,7 @@ mod tests {
 
     #[test]
     fn push_pop_and_ranges() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.check("RPUSH l a b c", &int(3));
         h.check("LPUSH l x y", &int(5));
         h.check("LRANGE l 0 -1", &arr(&["y", "x", "a", "b", "c"]));
@@ -851,15 +759,15 @@ mod tests {
         h.check("LRANGE l 0 -1", &arr(&["z", "a", "b", "c"]));
         h.check("OBJECT ENCODING l", &bulk("quicklist"));
         h.check("TYPE l", "+list\r\n");
-        h.cmd("HELLO 3");
+        h.line(1, "HELLO 3");
         h.check("LPOP nokey", "_\r\n");
         h.check("LPOP nokey 1", "_\r\n");
     }
 
     #[test]
     fn edits() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH l a b c b a");
+        let mut h = node();
+        h.line(1, "RPUSH l a b c b a");
         h.check("LSET l 1 B", OK);
         h.check("LSET l -1 A", OK);
         h.check("LSET l 5 x", &err("ERR index out of range"));
@@ -875,7 +783,7 @@ mod tests {
         h.check("LINSERT nokey after a b", &int(0));
         h.check("LINSERT l middle c y", &err("ERR syntax error"));
         h.check("LRANGE l 0 -1", &arr(&["a", "B", "x", "c", "y", "b", "A"]));
-        h.cmd("RPUSH r x a x b x");
+        h.line(1, "RPUSH r x a x b x");
         h.check("LREM r -1 x", &int(1));
         h.check("LRANGE r 0 -1", &arr(&["x", "a", "x", "b"]));
         h.check("LREM r 1 x", &int(1));
@@ -889,13 +797,13 @@ mod tests {
         h.check("LREM r 0 a", &int(1));
         h.check("LREM r 0 b", &int(1));
         h.check("EXISTS r", &int(0));
-        h.cmd("RPUSH t 1 2 3 4 5");
+        h.line(1, "RPUSH t 1 2 3 4 5");
         h.check("LTRIM t 1 -2", OK);
         h.check("LRANGE t 0 -1", &arr(&["2", "3", "4"]));
         h.check("LTRIM t 5 10", OK);
         h.check("EXISTS t", &int(0));
         h.check("LTRIM nokey 0 1", OK);
-        h.cmd("SET s v");
+        h.line(1, "SET s v");
         for c in [
             "LSET s 0 x",
             "LINSERT s before a b",
@@ -914,8 +822,8 @@ mod tests {
 
     #[test]
     fn lpos() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH l a b c 1 2 3 c c");
+        let mut h = node();
+        h.line(1, "RPUSH l a b c 1 2 3 c c");
         h.check("LPOS l c", &int(2));
         h.check("LPOS l c RANK 2", &int(6));
         h.check("LPOS l c RANK 4", NIL);
@@ -937,8 +845,8 @@ mod tests {
 
     #[test]
     fn moves_and_multi_pops() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH src a b c");
+        let mut h = node();
+        h.line(1, "RPUSH src a b c");
         h.check("RPOPLPUSH src dst", &bulk("c"));
         h.check("LMOVE src dst LEFT RIGHT", &bulk("a"));
         h.check("LRANGE dst 0 -1", &arr(&["c", "a"]));
@@ -948,7 +856,7 @@ mod tests {
         h.check("RPOPLPUSH src dst", &bulk("b"));
         h.check("EXISTS src", &int(0));
         h.check("RPOPLPUSH src dst", NIL);
-        h.cmd("SET str x");
+        h.line(1, "SET str x");
         h.check("RPOPLPUSH dst str", WRONGTYPE);
         h.check("LRANGE dst 0 -1", &arr(&["b", "c", "a"]));
         h.check("RPOPLPUSH str dst", WRONGTYPE);
@@ -986,14 +894,14 @@ mod tests {
 
     #[test]
     fn blpop_serves_at_once_or_blocks_until_a_push() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
-        h.cmd("RPUSH l a b");
+        h.line(1, "RPUSH l a b");
         h.check("BLPOP none l 0", &arr(&["l", "a"]));
         h.check("BRPOP l 0", &arr(&["l", "b"]));
         h.check("EXISTS l", &int(0));
 
-        assert_eq!(h.on(2, "BLPOP l1 l2 0"), "");
+        assert_eq!(h.line(2, "BLPOP l1 l2 0"), "");
         h.check("LPUSH l2 x y", &int(2));
         assert_eq!(h.take(2), arr(&["l2", "y"]));
         h.check("LRANGE l2 0 -1", &arr(&["x"]));
@@ -1002,21 +910,21 @@ mod tests {
 
     #[test]
     fn blpop_times_out_on_the_node_clock() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
-        assert_eq!(h.on(2, "BLPOP l 1.5"), "");
-        h.tick(1000);
+        assert_eq!(h.line(2, "BLPOP l 1.5"), "");
+        h.advance(1000);
         assert_eq!(h.take(2), "");
-        h.tick(600);
+        h.advance(600);
         assert_eq!(h.take(2), NIL_ARRAY);
         // Released: a later push is not served to it.
         h.check("LPUSH l a", &int(1));
         assert_eq!(h.take(2), "");
-        assert_eq!(h.on(2, "BLMOVE none dst LEFT LEFT 0.01"), "");
-        h.tick(20);
+        assert_eq!(h.line(2, "BLMOVE none dst LEFT LEFT 0.01"), "");
+        h.advance(20);
         assert_eq!(h.take(2), NIL_ARRAY);
-        assert_eq!(h.on(2, "BLMPOP 0.01 1 none LEFT"), "");
-        h.tick(20);
+        assert_eq!(h.line(2, "BLMPOP 0.01 1 none LEFT"), "");
+        h.advance(20);
         assert_eq!(h.take(2), NIL_ARRAY);
         h.check("BLPOP l -1", &err("ERR timeout is negative"));
         h.check(
@@ -1027,13 +935,13 @@ mod tests {
 
     #[test]
     fn blocked_clients_are_served_in_order() {
-        let mut h = Harness::new();
+        let mut h = node();
         for c in 2..=4 {
             h.connect(c);
         }
-        assert_eq!(h.on(2, "BLPOP l 0"), "");
-        assert_eq!(h.on(3, "BLMPOP 0 1 l RIGHT COUNT 5"), "");
-        assert_eq!(h.on(4, "BLPOP l 0"), "");
+        assert_eq!(h.line(2, "BLPOP l 0"), "");
+        assert_eq!(h.line(3, "BLMPOP 0 1 l RIGHT COUNT 5"), "");
+        assert_eq!(h.line(4, "BLPOP l 0"), "");
         h.check("RPUSH l a b c d", &int(4));
         assert_eq!(h.take(2), arr(&["l", "a"]));
         assert_eq!(
@@ -1047,11 +955,11 @@ mod tests {
 
     #[test]
     fn brpoplpush_chains() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
         h.connect(3);
-        assert_eq!(h.on(2, "BRPOPLPUSH a b 0"), "");
-        assert_eq!(h.on(3, "BRPOPLPUSH b c 0"), "");
+        assert_eq!(h.line(2, "BRPOPLPUSH a b 0"), "");
+        assert_eq!(h.line(3, "BRPOPLPUSH b c 0"), "");
         h.check("LPUSH a data", &int(1));
         assert_eq!(h.take(2), bulk("data"));
         assert_eq!(h.take(3), bulk("data"));
@@ -1059,8 +967,8 @@ mod tests {
         h.check("EXISTS a b", &int(0));
 
         // Circular: the element ends up back where it started.
-        assert_eq!(h.on(2, "BRPOPLPUSH l1 l2 0"), "");
-        assert_eq!(h.on(3, "BRPOPLPUSH l2 l1 0"), "");
+        assert_eq!(h.line(2, "BRPOPLPUSH l1 l2 0"), "");
+        assert_eq!(h.line(3, "BRPOPLPUSH l2 l1 0"), "");
         h.check("RPUSH l1 foo", &int(1));
         assert_eq!(h.take(2), bulk("foo"));
         assert_eq!(h.take(3), bulk("foo"));
@@ -1068,8 +976,8 @@ mod tests {
         h.check("EXISTS l2", &int(0));
 
         // BLMOVE into a list another client waits on.
-        assert_eq!(h.on(3, "BLPOP target 0"), "");
-        assert_eq!(h.on(2, "BLMOVE src target RIGHT LEFT 0"), "");
+        assert_eq!(h.line(3, "BLPOP target 0"), "");
+        assert_eq!(h.line(2, "BLMOVE src target RIGHT LEFT 0"), "");
         h.check("RPUSH src x", &int(1));
         assert_eq!(h.take(2), bulk("x"));
         assert_eq!(h.take(3), arr(&["target", "x"]));
@@ -1079,26 +987,26 @@ mod tests {
 
     #[test]
     fn wrong_types_while_blocked() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
         h.check("SET s v", OK);
         h.check("BLPOP s 0", WRONGTYPE);
         h.check("BRPOPLPUSH s d 0", WRONGTYPE);
         // The key turning into a string does not wake the client with an error.
-        assert_eq!(h.on(2, "BLPOP l 0"), "");
-        h.cmd("MULTI");
-        h.cmd("LPUSH l a");
-        h.cmd("DEL l");
-        h.cmd("SET l foo");
+        assert_eq!(h.line(2, "BLPOP l 0"), "");
+        h.line(1, "MULTI");
+        h.line(1, "LPUSH l a");
+        h.line(1, "DEL l");
+        h.line(1, "SET l foo");
         h.check("EXEC", "*3\r\n:1\r\n:1\r\n+OK\r\n");
         assert_eq!(h.take(2), "");
-        h.cmd("DEL l");
-        h.cmd("LPUSH l b");
+        h.line(1, "DEL l");
+        h.line(1, "LPUSH l b");
         assert_eq!(h.take(2), arr(&["l", "b"]));
 
         // A destination of another type fails the woken client and keeps the element.
-        h.cmd("SET target nolist");
-        assert_eq!(h.on(2, "BRPOPLPUSH blist target 0"), "");
+        h.line(1, "SET target nolist");
+        assert_eq!(h.line(2, "BRPOPLPUSH blist target 0"), "");
         h.check("RPUSH blist a b c", &int(3));
         assert_eq!(h.take(2), WRONGTYPE);
         h.check("LRANGE blist 0 -1", &arr(&["a", "b", "c"]));
@@ -1107,14 +1015,14 @@ mod tests {
 
     #[test]
     fn blocking_inside_multi_does_not_block() {
-        let mut h = Harness::new();
-        h.cmd("LPUSH x foo bar");
-        h.cmd("MULTI");
+        let mut h = node();
+        h.line(1, "LPUSH x foo bar");
+        h.line(1, "MULTI");
         h.check("BLPOP x 0", "+QUEUED\r\n");
-        h.cmd("BLPOP x 0");
-        h.cmd("BLPOP x 0");
-        h.cmd("BRPOPLPUSH x y 0");
-        h.cmd("BLMPOP 0 1 x LEFT");
+        h.line(1, "BLPOP x 0");
+        h.line(1, "BLPOP x 0");
+        h.line(1, "BRPOPLPUSH x y 0");
+        h.line(1, "BLMPOP 0 1 x LEFT");
         h.check(
             "EXEC",
             &format!(
@@ -1131,39 +1039,39 @@ mod tests {
 
     #[test]
     fn pushes_invalidate_watch() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
         h.check("WATCH l", OK);
-        h.on(2, "LPUSH l a");
-        h.cmd("MULTI");
-        h.cmd("LLEN l");
+        h.line(2, "LPUSH l a");
+        h.line(1, "MULTI");
+        h.line(1, "LLEN l");
         h.check("EXEC", NIL_ARRAY);
         // A client still blocked changes nothing.
         h.connect(3);
-        assert_eq!(h.on(3, "BRPOPLPUSH src dst 0"), "");
+        assert_eq!(h.line(3, "BRPOPLPUSH src dst 0"), "");
         h.check("WATCH dst", OK);
-        h.cmd("MULTI");
-        h.cmd("PING");
+        h.line(1, "MULTI");
+        h.line(1, "PING");
         h.check("EXEC", "*1\r\n+PONG\r\n");
         // Its push, once served, does.
         h.check("WATCH dst", OK);
-        h.on(2, "LPUSH src e");
+        h.line(2, "LPUSH src e");
         assert_eq!(h.take(3), bulk("e"));
-        h.cmd("MULTI");
-        h.cmd("PING");
+        h.line(1, "MULTI");
+        h.line(1, "PING");
         h.check("EXEC", NIL_ARRAY);
     }
 
     #[test]
     fn same_key_many_times_and_moved_into_place() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
-        assert_eq!(h.on(2, "BLPOP k1 k2 k2 k1 0"), "");
-        h.cmd("LPUSH k2 b");
+        assert_eq!(h.line(2, "BLPOP k1 k2 k2 k1 0"), "");
+        h.line(1, "LPUSH k2 b");
         assert_eq!(h.take(2), arr(&["k2", "b"]));
-        assert_eq!(h.on(2, "BLPOP foo 0"), "");
-        h.cmd("LPUSH bob abc def hij");
-        h.cmd("RENAME bob foo");
+        assert_eq!(h.line(2, "BLPOP foo 0"), "");
+        h.line(1, "LPUSH bob abc def hij");
+        h.line(1, "RENAME bob foo");
         assert_eq!(h.take(2), arr(&["foo", "hij"]));
         h.node.check_invariants();
     }

@@ -222,35 +222,32 @@ fn memory_stats(core: &mut Core, call: &mut Call) {
         call.out.integer(v as i64);
     }
     let rss_extra = o.rss.saturating_sub(o.total);
-    let doubles_and_bytes: [(&str, f64, &str, u64); 4] = [
+    for (rname, bname, num, den, b) in [
         (
             "allocator-fragmentation.ratio",
-            ratio(o.total, o.total),
             "allocator-fragmentation.bytes",
+            o.total,
+            o.total,
             0,
         ),
         (
             "allocator-rss.ratio",
-            ratio(o.rss, o.total),
             "allocator-rss.bytes",
+            o.rss,
+            o.total,
             rss_extra,
         ),
-        (
-            "rss-overhead.ratio",
-            ratio(o.rss, o.rss),
-            "rss-overhead.bytes",
-            0,
-        ),
+        ("rss-overhead.ratio", "rss-overhead.bytes", o.rss, o.rss, 0),
         (
             "fragmentation",
-            ratio(o.rss, o.total),
             "fragmentation.bytes",
+            o.rss,
+            o.total,
             rss_extra,
         ),
-    ];
-    for (rname, r, bname, b) in doubles_and_bytes {
+    ] {
         call.out.bulk(rname.as_bytes());
-        call.out.double(r);
+        call.out.double(ratio(num, den));
         call.out.bulk(bname.as_bytes());
         call.out.integer(b as i64);
     }

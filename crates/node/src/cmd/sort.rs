@@ -434,8 +434,8 @@ mod tests {
 
     #[test]
     fn sorts_lists() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH l 3 1 2");
+        let mut h = node();
+        h.line(1, "RPUSH l 3 1 2");
         h.check("SORT l", &arr(&["1", "2", "3"]));
         h.check("SORT l DESC LIMIT 1 1", &arr(&["2"]));
         h.check("SORT l LIMIT 5 1", &arr(&[]));
@@ -449,33 +449,33 @@ mod tests {
         h.check("SORT l BY nosort", &arr(&["3", "1", "2"]));
         h.check("SORT l BY nosort DESC LIMIT 1 2", &arr(&["1", "3"]));
         h.check("SORT nokey", &arr(&[]));
-        h.cmd("RPUSH words b a 10");
+        h.line(1, "RPUSH words b a 10");
         h.check(
             "SORT words",
             &err("ERR One or more scores can't be converted into double"),
         );
         h.check("SORT words ALPHA", &arr(&["10", "a", "b"]));
         h.check("SORT words ALPHA DESC", &arr(&["b", "a", "10"]));
-        h.cmd("SET s v");
+        h.line(1, "SET s v");
         h.check("SORT s", WRONGTYPE);
-        h.cmd("HSET hh a 1");
+        h.line(1, "HSET hh a 1");
         h.check("SORT hh", WRONGTYPE);
         h.check("SORT l foo", &err("ERR syntax error"));
     }
 
     #[test]
     fn by_and_get_patterns() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH l 3 1 2");
-        h.cmd("MSET w_3 10 w_1 30 w_2 20");
+        let mut h = node();
+        h.line(1, "RPUSH l 3 1 2");
+        h.line(1, "MSET w_3 10 w_1 30 w_2 20");
         h.check("SORT l BY w_*", &arr(&["3", "2", "1"]));
         h.check(
             "SORT l BY w_* GET # GET w_*",
             &arr(&["3", "10", "2", "20", "1", "30"]),
         );
         h.check("SORT l BY w_* ALPHA DESC", &arr(&["1", "2", "3"]));
-        h.cmd("HSET ho_1 f b");
-        h.cmd("HSET ho_2 f a");
+        h.line(1, "HSET ho_1 f b");
+        h.line(1, "HSET ho_2 f a");
         h.check("SORT l BY ho_*->f ALPHA", &arr(&["3", "2", "1"]));
         h.check(
             "SORT l BY ho_*->f ALPHA GET ho_*->f GET #",
@@ -502,12 +502,12 @@ mod tests {
 
     #[test]
     fn store() {
-        let mut h = Harness::new();
-        h.cmd("RPUSH l 3 1 2");
-        h.cmd("HSET ho_1 f b");
-        h.cmd("HSET ho_2 f a");
-        h.cmd("SET dst old");
-        h.cmd("EXPIRE dst 100");
+        let mut h = node();
+        h.line(1, "RPUSH l 3 1 2");
+        h.line(1, "HSET ho_1 f b");
+        h.line(1, "HSET ho_2 f a");
+        h.line(1, "SET dst old");
+        h.line(1, "EXPIRE dst 100");
         h.check("SORT l GET ho_*->f STORE dst", &int(3));
         h.check("LRANGE dst 0 -1", &arr(&["b", "a", ""]));
         h.check("TTL dst", &int(-1));
@@ -519,22 +519,22 @@ mod tests {
 
     #[test]
     fn store_wakes_blocked_clients() {
-        let mut h = Harness::new();
+        let mut h = node();
         h.connect(2);
-        assert_eq!(h.on(2, "BLPOP foo 5"), "");
-        h.cmd("LPUSH notfoo hello hola aguacate konichiwa zanzibar");
+        assert_eq!(h.line(2, "BLPOP foo 5"), "");
+        h.line(1, "LPUSH notfoo hello hola aguacate konichiwa zanzibar");
         h.check("SORT notfoo ALPHA STORE foo", &int(5));
         assert_eq!(h.take(2), arr(&["foo", "aguacate"]));
     }
 
     #[test]
     fn sorts_sets_and_sorted_sets() {
-        let mut h = Harness::new();
-        h.cmd("SADD st 3 1 2 10");
+        let mut h = node();
+        h.line(1, "SADD st 3 1 2 10");
         h.check("SORT st", &arr(&["1", "2", "3", "10"]));
         h.check("SORT st BY nosort STORE d", &int(4));
         h.check("LRANGE d 0 -1", &arr(&["1", "10", "2", "3"]));
-        h.cmd("ZADD z 1 c 2 b 3 a");
+        h.line(1, "ZADD z 1 c 2 b 3 a");
         h.check("SORT z BY nosort", &arr(&["c", "b", "a"]));
         h.check("SORT z BY nosort DESC LIMIT 1 1", &arr(&["b"]));
         h.check("SORT z ALPHA", &arr(&["a", "b", "c"]));

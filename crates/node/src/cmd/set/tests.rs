@@ -3,141 +3,51 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
+pub(crate) use lattice_testkit::Harness;
 
-use crate::buggify::Buggify;
-use crate::client::ConnId;
-use crate::config::Config;
-use crate::node::{Input, Micros, Node, Output};
-
-pub(crate) const T0: u64 = 1_700_000_000_000;
-
-/// A node with connection 1 (and more on demand), replies collected per connection.
-pub(crate) struct Harness {
-    pub node: Node,
-    pub now_ms: u64,
-    pub out: std::collections::BTreeMap<u64, Vec<u8>>,
-    /// Check the node's invariants after every request (turned off by bulk tests, which
-    /// check at the end: the check walks the whole keyspace).
-    pub check_each: bool,
+/// A node with client 1, its RNG seeded with 7.
+pub(crate) fn node() -> Harness {
+    seeded(7)
 }
 
-impl Harness {
-    pub fn new() -> Harness {
-        Harness::with_seed(7)
-    }
+pub(crate) fn seeded(seed: u64) -> Harness {
+    let mut h = Harness::seeded(seed);
+    h.connect(1);
+    h
+}
 
-    pub fn with_seed(seed: u64) -> Harness {
-        let now = Micros::from_millis(T0);
-        let node = Node::new(Config::default(), seed, Buggify::disabled(), now);
-        let mut h = Harness {
-            node,
-            now_ms: T0,
-            out: Default::default(),
-            check_each: true,
-        };
-        h.connect(1);
-        h
-    }
+/// Event names published on `__keyevent@0__:*` to connection `id` (subscribed with
+/// [`subscribe_events`]), in order, as "event:key".
+pub(crate) fn events(h: &mut Harness, id: u64) -> Vec<String> {
+    let text = h.take(id);
+    text.split("__keyevent@0__:")
+        .skip(1)
+        .map(|rest| {
+            let mut parts = rest.split("\r\n");
+            let event = parts.next().unwrap_or("");
+            let _len = parts.next();
+            let key = parts.next().unwrap_or("");
+            format!("{event}:{key}")
+        })
+        .collect()
+}
 
-    pub fn connect(&mut self, id: u64) {
-        self.node.handle(
-            Micros::from_millis(self.now_ms),
-            Input::Connected {
-                conn: ConnId(id),
-                peer_addr: format!("127.0.0.1:{}", 40000 + id),
-                local_addr: "127.0.0.1:6379".into(),
-            },
-        );
-        self.drain();
-    }
-
-    fn drain(&mut self) {
-        while let Some(o) = self.node.poll_output() {
-            if let Output::Write { conn, data } = o {
-                self.out.entry(conn.0).or_default().extend_from_slice(&data);
-            }
-        }
-        if self.check_each {
-            self.node.check_invariants();
+/// Checks the node's invariants and those of every set and sorted set stored.
+pub(crate) fn check_all(h: &Harness) {
+    h.node.check_invariants();
+    for e in h.node.stored_entries() {
+        match &e.value {
+            lattice_store::Value::Set(s) => s.check_invariants(),
+            lattice_store::Value::ZSet(z) => z.check_invariants(),
+            _ => {}
         }
     }
+}
 
-    /// Sends a request from `id` and returns everything written to `id` since the last call.
-    pub fn send_from(&mut self, id: u64, args: &[&[u8]]) -> String {
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        self.node.handle(
-            Micros::from_millis(self.now_ms),
-            Input::Request {
-                conn: ConnId(id),
-                args,
-            },
-        );
-        self.drain();
-        self.take(id)
-    }
-
-    /// What was written to `id` and not yet taken.
-    pub fn take(&mut self, id: u64) -> String {
-        String::from_utf8_lossy(&self.out.remove(&id).unwrap_or_default()).into_owned()
-    }
-
-    /// A command of whitespace-separated words from connection `id`.
-    pub fn cmd_from(&mut self, id: u64, line: &str) -> String {
-        let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
-        self.send_from(id, &words)
-    }
-
-    pub fn cmd(&mut self, line: &str) -> String {
-        self.cmd_from(1, line)
-    }
-
-    #[track_caller]
-    pub fn check(&mut self, line: &str, expected: &str) {
-        let got = self.cmd(line);
-        assert_eq!(got, expected, "reply to {line:?}");
-    }
-
-    /// Moves the clock and runs the node's timers.
-    pub fn advance(&mut self, ms: u64) {
-        self.now_ms += ms;
-        self.node.handle_timeout(Micros::from_millis(self.now_ms));
-        self.drain();
-    }
-
-    /// Event names published on `__keyevent@0__:*` to connection `id` (subscribed with
-    /// [`Harness::subscribe_events`]), in order, as "event:key".
-    pub fn events(&mut self, id: u64) -> Vec<String> {
-        let text = self.take(id);
-        text.split("__keyevent@0__:")
-            .skip(1)
-            .map(|rest| {
-                let mut parts = rest.split("\r\n");
-                let event = parts.next().unwrap_or("");
-                let _len = parts.next();
-                let key = parts.next().unwrap_or("");
-                format!("{event}:{key}")
-            })
-            .collect()
-    }
-
-    /// Checks the node's invariants and those of every set and sorted set stored.
-    pub fn check_all(&self) {
-        self.node.check_invariants();
-        for e in self.node.stored_entries() {
-            match &e.value {
-                lattice_store::Value::Set(s) => s.check_invariants(),
-                lattice_store::Value::ZSet(z) => z.check_invariants(),
-                _ => {}
-            }
-        }
-    }
-
-    pub fn subscribe_events(&mut self, id: u64) {
-        self.check("CONFIG SET notify-keyspace-events KEAn", OK);
-        self.connect(id);
-        self.cmd_from(id, "PSUBSCRIBE __keyevent*");
-    }
+pub(crate) fn subscribe_events(h: &mut Harness, id: u64) {
+    h.check("CONFIG SET notify-keyspace-events KEAn", OK);
+    h.connect(id);
+    h.line(id, "PSUBSCRIBE __keyevent*");
 }
 
 pub(crate) const OK: &str = "+OK\r\n";
@@ -181,7 +91,7 @@ fn set_of(items: &[&str]) -> BTreeSet<String> {
 
 #[test]
 fn add_remove_members() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SADD s 3 1 2 2", ":3\r\n");
     h.check("SADD s 3 4", ":1\r\n");
     h.check("SCARD s", ":4\r\n");
@@ -196,7 +106,7 @@ fn add_remove_members() {
     h.check("OBJECT ENCODING s", &bulk("hashtable"));
     h.check("SREM s a 1 zz", ":2\r\n");
     h.check("OBJECT ENCODING s", &bulk("hashtable"));
-    assert_eq!(members(&h.cmd("SMEMBERS s")), set_of(&["2", "3", "4"]));
+    assert_eq!(members(&h.line(1, "SMEMBERS s")), set_of(&["2", "3", "4"]));
     h.check("SREM s 2 3 4", ":3\r\n");
     h.check("EXISTS s", ":0\r\n");
     h.check("SREM s 2", ":0\r\n");
@@ -226,7 +136,7 @@ fn add_remove_members() {
 
 #[test]
 fn intset_limit_follows_the_config() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("CONFIG SET set-max-intset-entries 3", OK);
     h.check("SADD s 1 2 3", ":3\r\n");
     h.check("OBJECT ENCODING s", &bulk("intset"));
@@ -238,17 +148,17 @@ fn intset_limit_follows_the_config() {
 
 #[test]
 fn algebra() {
-    let mut h = Harness::new();
-    h.cmd("SADD a 1 2 3 4");
-    h.cmd("SADD b 3 4 5 x");
-    h.cmd("SET str v");
+    let mut h = node();
+    h.line(1, "SADD a 1 2 3 4");
+    h.line(1, "SADD b 3 4 5 x");
+    h.line(1, "SET str v");
     h.check("SINTER a b", &arr(&["3", "4"]));
     h.check("SINTER a nokey", "*0\r\n");
     // Every key's type is checked before a missing key empties the result.
     h.check("SINTER nokey str", WRONGTYPE);
     h.check("SINTER str nokey", WRONGTYPE);
     assert_eq!(
-        members(&h.cmd("SUNION a b nokey")),
+        members(&h.line(1, "SUNION a b nokey")),
         set_of(&["1", "2", "3", "4", "5", "x"])
     );
     h.check("SUNION a str", WRONGTYPE);
@@ -300,10 +210,10 @@ fn algebra() {
 
 #[test]
 fn smove() {
-    let mut h = Harness::new();
-    h.cmd("SADD a 1 2");
-    h.cmd("SADD b x");
-    h.cmd("SET str v");
+    let mut h = node();
+    h.line(1, "SADD a 1 2");
+    h.line(1, "SADD b x");
+    h.line(1, "SET str v");
     h.check("SMOVE a b 1", ":1\r\n");
     h.check("SMOVE a b 9", ":0\r\n");
     h.check("SMOVE nokey b 1", ":0\r\n");
@@ -315,12 +225,12 @@ fn smove() {
     h.check("SMOVE a c 2", ":1\r\n");
     h.check("EXISTS a", ":0\r\n");
     h.check("SMEMBERS c", &arr(&["2"]));
-    assert_eq!(members(&h.cmd("SMEMBERS b")), set_of(&["1", "x"]));
+    assert_eq!(members(&h.line(1, "SMEMBERS b")), set_of(&["1", "x"]));
 }
 
 #[test]
 fn spop_and_srandmember() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SPOP nokey", "$-1\r\n");
     h.check("SPOP nokey 3", "*0\r\n");
     h.check("SRANDMEMBER nokey", "$-1\r\n");
@@ -336,38 +246,38 @@ fn spop_and_srandmember() {
     );
     let all: BTreeSet<String> = (0..50).map(|i| format!("m{i}")).collect();
     let words: Vec<&str> = all.iter().map(String::as_str).collect();
-    h.cmd(&format!("SADD s {}", words.join(" ")));
+    h.line(1, &format!("SADD s {}", words.join(" ")));
     h.check("SRANDMEMBER s 0", "*0\r\n");
     // Distinct members, at most the set's size.
     for n in [1, 5, 20, 40, 50, 100] {
-        let got = members(&h.cmd(&format!("SRANDMEMBER s {n}")));
+        let got = members(&h.line(1, &format!("SRANDMEMBER s {n}")));
         assert_eq!(got.len(), n.min(50));
         assert!(got.is_subset(&all));
     }
     // Negative counts repeat.
-    let reply = h.cmd("SRANDMEMBER s -200");
+    let reply = h.line(1, "SRANDMEMBER s -200");
     assert!(reply.starts_with("*200\r\n"));
     assert!(members(&reply).is_subset(&all));
-    let one = h.cmd("SPOP s");
-    let popped = members(&h.cmd("SPOP s 10"));
+    let one = h.line(1, "SPOP s");
+    let popped = members(&h.line(1, "SPOP s 10"));
     assert_eq!(popped.len(), 10);
     h.check("SCARD s", ":39\r\n");
-    let rest = members(&h.cmd("SMEMBERS s"));
+    let rest = members(&h.line(1, "SMEMBERS s"));
     let one = one.split("\r\n").nth(1).unwrap().to_string();
     assert!(!rest.contains(&one) && popped.is_disjoint(&rest) && !popped.contains(&one));
     assert_eq!(rest.len() + popped.len() + 1, 50);
     h.check("SPOP s 0", "*0\r\n");
-    assert_eq!(members(&h.cmd("SPOP s 100")), rest);
+    assert_eq!(members(&h.line(1, "SPOP s 100")), rest);
     h.check("EXISTS s", ":0\r\n");
 
     // The same seed and history give the same picks.
     let run = |seed| {
-        let mut h = Harness::with_seed(seed);
-        h.cmd("SADD s a b c d e f g h i j");
+        let mut h = seeded(seed);
+        h.line(1, "SADD s a b c d e f g h i j");
         [
-            h.cmd("SRANDMEMBER s 3"),
-            h.cmd("SPOP s 2"),
-            h.cmd("SRANDMEMBER s -4"),
+            h.line(1, "SRANDMEMBER s 3"),
+            h.line(1, "SPOP s 2"),
+            h.line(1, "SRANDMEMBER s -4"),
         ]
     };
     assert_eq!(run(1), run(1));
@@ -376,11 +286,11 @@ fn spop_and_srandmember() {
 
 #[test]
 fn sscan_returns_every_member() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SSCAN nokey 0", "*2\r\n$1\r\n0\r\n*0\r\n");
     h.check("SSCAN nokey 0 COUNT 0", "*2\r\n$1\r\n0\r\n*0\r\n");
     h.check("SSCAN s x", "-ERR invalid cursor\r\n");
-    h.cmd("SADD small 1 2 3");
+    h.line(1, "SADD small 1 2 3");
     h.check(
         "SSCAN small 0",
         "*2\r\n$1\r\n0\r\n*3\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n",
@@ -397,13 +307,13 @@ fn sscan_returns_every_member() {
         "*2\r\n$1\r\n0\r\n*1\r\n$1\r\n2\r\n",
     );
     for i in 0..300 {
-        h.cmd(&format!("SADD big k{i}"));
+        h.line(1, &format!("SADD big k{i}"));
     }
     let mut seen = BTreeSet::new();
     let mut cursor = "0".to_string();
     let mut calls = 0;
     loop {
-        let reply = h.cmd(&format!("SSCAN big {cursor} COUNT 20"));
+        let reply = h.line(1, &format!("SSCAN big {cursor} COUNT 20"));
         let mut lines = reply.split("\r\n");
         lines.next();
         lines.next();
@@ -411,7 +321,7 @@ fn sscan_returns_every_member() {
         seen.extend(members(&lines.collect::<Vec<_>>().join("\r\n")));
         calls += 1;
         // Changes during the scan do not hide members present throughout.
-        h.cmd(&format!("SREM big k{}", 250 + calls));
+        h.line(1, &format!("SREM big k{}", 250 + calls));
         if cursor == "0" {
             break;
         }
@@ -420,14 +330,14 @@ fn sscan_returns_every_member() {
     for i in 0..250 {
         assert!(seen.contains(&format!("k{i}")), "k{i} missed");
     }
-    h.check_all();
+    check_all(&h);
 }
 
 #[test]
 fn resp3_shapes() {
-    let mut h = Harness::new();
-    h.cmd("HELLO 3");
-    h.cmd("SADD s 1 2");
+    let mut h = node();
+    h.line(1, "HELLO 3");
+    h.line(1, "SADD s 1 2");
     h.check("SMEMBERS s", "~2\r\n$1\r\n1\r\n$1\r\n2\r\n");
     h.check("SMEMBERS nokey", "~0\r\n");
     h.check("SINTER s nokey", "~0\r\n");
@@ -440,8 +350,8 @@ fn resp3_shapes() {
 
 #[test]
 fn events_and_watch() {
-    let mut h = Harness::new();
-    h.subscribe_events(2);
+    let mut h = node();
+    subscribe_events(&mut h, 2);
     h.take(2);
     for line in [
         "SADD s a b",
@@ -458,10 +368,10 @@ fn events_and_watch() {
         "SDIFFSTORE d t t",
         "SDIFFSTORE d t t",
     ] {
-        h.cmd(line);
+        h.line(1, line);
     }
     assert_eq!(
-        h.events(2).join(" "),
+        events(&mut h, 2).join(" "),
         "new:s sadd:s srem:s new:t sadd:t srem:s del:s new:u sadd:u spop:u spop:u del:u \
          new:d sinterstore:d sunionstore:d del:d"
     );
@@ -469,14 +379,14 @@ fn events_and_watch() {
     // A watched set changed by another client aborts the transaction.
     h.connect(3);
     h.check("WATCH t", OK);
-    h.cmd_from(3, "SADD t z");
+    h.line(3, "SADD t z");
     h.check("MULTI", OK);
     h.check("SCARD t", "+QUEUED\r\n");
     h.check("EXEC", "*-1\r\n");
     // ... but a command that changes nothing does not.
     h.check("WATCH t", OK);
-    h.cmd_from(3, "SADD t z");
-    h.cmd_from(3, "SREM t nothing");
+    h.line(3, "SADD t z");
+    h.line(3, "SREM t nothing");
     h.check("MULTI", OK);
     h.check("SCARD t", "+QUEUED\r\n");
     h.check("EXEC", "*1\r\n:3\r\n");

@@ -1,102 +1,19 @@
 //! String command tests through the node's real entry point, replies compared byte for byte.
 
-use bytes::Bytes;
+use lattice_testkit::{Harness, START_MS as T0};
 
-use crate::buggify::Buggify;
-use crate::client::ConnId;
-use crate::config::Config;
-use crate::node::{Input, Micros, Node, Output};
-
-const T0: u64 = 1_700_000_000_000;
-
-struct Harness {
-    node: Node,
-    now_ms: u64,
-    /// Everything written to connections other than 1.
-    others: Vec<u8>,
+fn node() -> Harness {
+    Harness::with_clients(1)
 }
 
-impl Harness {
-    fn new() -> Harness {
-        let now = Micros::from_millis(T0);
-        let node = Node::new(Config::default(), 7, Buggify::disabled(), now);
-        let mut h = Harness {
-            node,
-            now_ms: T0,
-            others: Vec::new(),
-        };
-        h.connect(1);
-        h
-    }
-
-    fn connect(&mut self, id: u64) {
-        self.node.handle(
-            Micros::from_millis(self.now_ms),
-            Input::Connected {
-                conn: ConnId(id),
-                peer_addr: format!("127.0.0.1:{id}"),
-                local_addr: "127.0.0.1:6379".into(),
-            },
-        );
-    }
-
-    /// Sends a request from `conn`; returns what was written to connection 1 (output for other
-    /// connections is kept in `others`).
-    fn send_from(&mut self, conn: u64, args: &[&[u8]]) -> Vec<u8> {
-        let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        self.node.handle(
-            Micros::from_millis(self.now_ms),
-            Input::Request {
-                conn: ConnId(conn),
-                args,
-            },
-        );
-        let mut out = Vec::new();
-        while let Some(o) = self.node.poll_output() {
-            if let Output::Write { conn, data } = o {
-                if conn == ConnId(1) {
-                    out.extend_from_slice(&data);
-                } else {
-                    self.others.extend_from_slice(&data);
-                }
-            }
-        }
-        out
-    }
-
-    fn send_raw(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        self.send_from(1, args)
-    }
-
-    /// Sends a command given as whitespace-separated words.
-    fn cmd(&mut self, line: &str) -> Vec<u8> {
-        let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
-        self.send_raw(&words)
-    }
-
-    #[track_caller]
-    fn check(&mut self, line: &str, expected: &[u8]) {
-        let got = self.cmd(line);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(expected),
-            "reply to {line:?}"
-        );
-    }
-
-    #[track_caller]
-    fn check_raw(&mut self, args: &[&[u8]], expected: &[u8]) {
-        let got = self.send_raw(args);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(expected),
-            "reply to {args:?}"
-        );
-    }
-
-    fn advance(&mut self, ms: u64) {
-        self.now_ms += ms;
-    }
+#[track_caller]
+fn check_raw(h: &mut Harness, args: &[&[u8]], expected: &[u8]) {
+    let got = h.raw(1, args);
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(expected),
+        "reply to {args:?}"
+    );
 }
 
 fn bulk(s: &str) -> Vec<u8> {
@@ -112,7 +29,7 @@ const NOT_FLOAT: &[u8] = b"-ERR value is not a valid float\r\n";
 
 #[test]
 fn get_and_set() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("GET k", NIL);
     h.check("SET k hello", OK);
     h.check("GET k", b"$5\r\nhello\r\n");
@@ -128,13 +45,13 @@ fn get_and_set() {
         "SET k",
         b"-ERR wrong number of arguments for 'set' command\r\n",
     );
-    h.check_raw(&[b"SET", b"bin", b"a\0b\r\n"], OK);
-    h.check_raw(&[b"GET", b"bin"], b"$5\r\na\0b\r\n\r\n");
+    check_raw(&mut h, &[b"SET", b"bin", b"a\0b\r\n"], OK);
+    check_raw(&mut h, &[b"GET", b"bin"], b"$5\r\na\0b\r\n\r\n");
 }
 
 #[test]
 fn set_option_errors() {
-    let mut h = Harness::new();
+    let mut h = node();
     let invalid = b"-ERR invalid expire time in 'set' command\r\n";
     h.check("SET k v EX 0", invalid);
     h.check("SET k v EX -1", invalid);
@@ -158,13 +75,13 @@ fn set_option_errors() {
     h.check("TTL k", b":20\r\n");
     h.check("SET k v nx nx get get", b"$1\r\nv\r\n");
     // Options are compared as C strings: a NUL byte ends them.
-    h.check_raw(&[b"SET", b"k2", b"v", b"NX\0junk"], OK);
+    check_raw(&mut h, &[b"SET", b"k2", b"v", b"NX\0junk"], OK);
     h.check("GET k2", b"$1\r\nv\r\n");
 }
 
 #[test]
 fn set_nx_xx_get() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SET k v XX", NIL);
     h.check("EXISTS k", b":0\r\n");
     h.check("SET k v NX", OK);
@@ -183,13 +100,13 @@ fn set_nx_xx_get() {
 
 #[test]
 fn set_expiry() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SET k v EX 10", OK);
     h.check("TTL k", b":10\r\n");
-    h.advance(10_000);
+    h.now_ms += 10_000;
     // Alive through its deadline millisecond, gone after it.
     h.check("GET k", b"$1\r\nv\r\n");
-    h.advance(1);
+    h.now_ms += 1;
     h.check("GET k", NIL);
 
     h.check("SET k v PX 100", OK);
@@ -209,7 +126,7 @@ fn set_expiry() {
 
 #[test]
 fn setnx_setex_psetex() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SETNX k a", b":1\r\n");
     h.check("SETNX k b", b":0\r\n");
     h.check("GET k", b"$1\r\na\r\n");
@@ -227,7 +144,7 @@ fn setnx_setex_psetex() {
     );
     h.check("PSETEX k 1500 w", OK);
     h.check("PTTL k", b":1500\r\n");
-    h.advance(1501);
+    h.now_ms += 1501;
     h.check("GET k", NIL);
     h.check(
         "SETEX k 10",
@@ -237,7 +154,7 @@ fn setnx_setex_psetex() {
 
 #[test]
 fn mget_mset_msetnx() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check(
         "MSET a",
         b"-ERR wrong number of arguments for 'mset' command\r\n",
@@ -264,7 +181,7 @@ fn mget_mset_msetnx() {
 
 #[test]
 fn append_and_strlen() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("APPEND k hello", b":5\r\n");
     h.check("APPEND k _world", b":11\r\n");
     h.check("GET k", &bulk("hello_world"));
@@ -278,7 +195,7 @@ fn append_and_strlen() {
 
 #[test]
 fn getrange_and_substr() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SET s hello", OK);
     let cases: &[(&str, &str, &str)] = &[
         ("0", "-1", "hello"),
@@ -302,22 +219,22 @@ fn getrange_and_substr() {
     h.check("GETRANGE nokey a b", NOT_INT);
     h.check("SET n 12345", OK);
     h.check("GETRANGE n 1 -2", &bulk("234"));
-    h.check_raw(&[b"SET", b"e", b""], OK);
+    check_raw(&mut h, &[b"SET", b"e", b""], OK);
     h.check("GETRANGE e 0 -1", EMPTY);
 }
 
 #[test]
 fn setrange() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("SETRANGE r -1 a", b"-ERR offset is out of range\r\n");
     h.check("SETRANGE r x a", NOT_INT);
-    h.check_raw(&[b"SETRANGE", b"r", b"0", b""], b":0\r\n");
+    check_raw(&mut h, &[b"SETRANGE", b"r", b"0", b""], b":0\r\n");
     h.check("EXISTS r", b":0\r\n");
     h.check("SETRANGE r 3 abc", b":6\r\n");
-    h.check_raw(&[b"GET", b"r"], b"$6\r\n\0\0\0abc\r\n");
+    check_raw(&mut h, &[b"GET", b"r"], b"$6\r\n\0\0\0abc\r\n");
     h.check("SETRANGE r 1 XY", b":6\r\n");
-    h.check_raw(&[b"GET", b"r"], b"$6\r\n\0XYabc\r\n");
-    h.check_raw(&[b"SETRANGE", b"r", b"100", b""], b":6\r\n");
+    check_raw(&mut h, &[b"GET", b"r"], b"$6\r\n\0XYabc\r\n");
+    check_raw(&mut h, &[b"SETRANGE", b"r", b"100", b""], b":6\r\n");
     let too_long = b"-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
     h.check("SETRANGE r 536870912 a", too_long);
     h.check("SETRANGE big 536870912 a", too_long);
@@ -335,7 +252,7 @@ fn setrange() {
 
 #[test]
 fn getset_getdel_getex() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("GETSET k a", NIL);
     h.check("SET k b EX 100", OK);
     h.check("GETSET k c", &bulk("b"));
@@ -380,7 +297,7 @@ fn getset_getdel_getex() {
 
 #[test]
 fn integer_counters() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("INCR c", b":1\r\n");
     h.check("INCRBY c 10", b":11\r\n");
     h.check("DECRBY c 3", b":8\r\n");
@@ -408,7 +325,7 @@ fn integer_counters() {
         h.check(&format!("SET s {bad}"), OK);
         h.check("INCR s", NOT_INT);
     }
-    h.check_raw(&[b"SET", b"s", b" 1"], OK);
+    check_raw(&mut h, &[b"SET", b"s", b" 1"], OK);
     h.check("INCR s", NOT_INT);
     // Counters keep their time to live.
     h.check("SET t 5 EX 100", OK);
@@ -419,7 +336,7 @@ fn integer_counters() {
 
 #[test]
 fn incrbyfloat() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("INCRBYFLOAT f 10.5", &bulk("10.5"));
     h.check("INCRBYFLOAT f 0.1", &bulk("10.6"));
     h.check("INCRBYFLOAT f -5", &bulk("5.6"));
@@ -440,9 +357,9 @@ fn incrbyfloat() {
     for bad in ["nan", "abc", "1e5000", "1.2.3", "1e"] {
         h.check(&format!("INCRBYFLOAT f {bad}"), NOT_FLOAT);
     }
-    h.check_raw(&[b"INCRBYFLOAT", b"f", b" 1"], NOT_FLOAT);
-    h.check_raw(&[b"INCRBYFLOAT", b"f", b""], NOT_FLOAT);
-    h.check_raw(&[b"INCRBYFLOAT", b"f", b"1\0"], NOT_FLOAT);
+    check_raw(&mut h, &[b"INCRBYFLOAT", b"f", b" 1"], NOT_FLOAT);
+    check_raw(&mut h, &[b"INCRBYFLOAT", b"f", b""], NOT_FLOAT);
+    check_raw(&mut h, &[b"INCRBYFLOAT", b"f", b"1\0"], NOT_FLOAT);
     h.check("SET f abc", OK);
     h.check("INCRBYFLOAT f 1", NOT_FLOAT);
     h.check("SET f 1e300 EX 100", OK);
@@ -454,7 +371,7 @@ fn incrbyfloat() {
 
 #[test]
 fn lcs() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("MSET key1 ohmytext key2 mynewtext", OK);
     h.check("LCS key1 key2", &bulk("mytext"));
     h.check("LCS key1 key2 LEN", b":6\r\n");
@@ -494,7 +411,7 @@ fn lcs() {
     h.check(&format!("SET b {}", "x".repeat(400)), OK);
     h.check("LCS a b LEN", b":400\r\n");
     // RESP3 answers IDX with a real map.
-    h.cmd("HELLO 3");
+    h.line(1, "HELLO 3");
     h.check(
         "LCS key1 key2 IDX MINMATCHLEN 3",
         b"%2\r\n$7\r\nmatches\r\n*1\r\n*2\r\n*2\r\n:4\r\n:7\r\n*2\r\n:5\r\n:8\r\n$3\r\nlen\r\n:6\r\n",
@@ -503,7 +420,7 @@ fn lcs() {
 
 #[test]
 fn setbit_getbit() {
-    let mut h = Harness::new();
+    let mut h = node();
     let bad_offset = b"-ERR bit offset is not an integer or out of range\r\n";
     let bad_bit = b"-ERR bit is not an integer or out of range\r\n";
     h.check("SETBIT b 4294967296 1", bad_offset);
@@ -515,11 +432,11 @@ fn setbit_getbit() {
     h.check("GETBIT b 4294967296", bad_offset);
     h.check("EXISTS b", b":0\r\n");
     h.check("SETBIT b 7 0", b":0\r\n");
-    h.check_raw(&[b"GET", b"b"], b"$1\r\n\0\r\n");
+    check_raw(&mut h, &[b"GET", b"b"], b"$1\r\n\0\r\n");
     h.check("SETBIT b 7 1", b":0\r\n");
     h.check("SETBIT b 7 1", b":1\r\n");
     h.check("SETBIT b 20 1", b":0\r\n");
-    h.check_raw(&[b"GET", b"b"], b"$3\r\n\x01\x00\x08\r\n");
+    check_raw(&mut h, &[b"GET", b"b"], b"$3\r\n\x01\x00\x08\r\n");
     h.check("GETBIT b 20", b":1\r\n");
     h.check("GETBIT b 21", b":0\r\n");
     h.check("GETBIT b 1000", b":0\r\n");
@@ -542,8 +459,8 @@ fn setbit_getbit() {
 
 #[test]
 fn bitcount() {
-    let mut h = Harness::new();
-    h.check_raw(&[b"SET", b"b", b"\xff\xf0\x00"], OK);
+    let mut h = node();
+    check_raw(&mut h, &[b"SET", b"b", b"\xff\xf0\x00"], OK);
     h.check("BITCOUNT b", b":12\r\n");
     h.check("BITCOUNT b 0 0", b":8\r\n");
     h.check("BITCOUNT b 1 -1", b":4\r\n");
@@ -571,10 +488,10 @@ fn bitcount() {
 
 #[test]
 fn bitpos() {
-    let mut h = Harness::new();
-    h.check_raw(&[b"SET", b"ones", b"\xff\xff"], OK);
-    h.check_raw(&[b"SET", b"b", b"\xff\xf0\x00"], OK);
-    h.check_raw(&[b"SET", b"z", b"\x00\x00\x00"], OK);
+    let mut h = node();
+    check_raw(&mut h, &[b"SET", b"ones", b"\xff\xff"], OK);
+    check_raw(&mut h, &[b"SET", b"b", b"\xff\xf0\x00"], OK);
+    check_raw(&mut h, &[b"SET", b"z", b"\x00\x00\x00"], OK);
     h.check("BITPOS b 2", b"-ERR The bit argument must be 1 or 0.\r\n");
     h.check("BITPOS b x", NOT_INT);
     h.check("BITPOS nokey 1", b":-1\r\n");
@@ -603,7 +520,7 @@ fn bitpos() {
     h.check("BITPOS b 0 a 1 foo", NOT_INT);
     h.check("BITPOS b 0 0 a", NOT_INT);
     h.check("BITPOS b 0 0 1 BIT 1", SYNTAX);
-    h.check_raw(&[b"SET", b"e", b""], OK);
+    check_raw(&mut h, &[b"SET", b"e", b""], OK);
     h.check("BITPOS e 0", b":-1\r\n");
     h.check("BITPOS e 1", b":-1\r\n");
 }
@@ -635,11 +552,10 @@ fn command_table_entries() {
 
 #[test]
 fn keyspace_events_and_watch() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("CONFIG SET notify-keyspace-events KEAn", OK);
     h.connect(2);
-    h.send_from(2, &[b"PSUBSCRIBE", b"__keyevent*"]);
-    h.others.clear();
+    h.raw(2, &[b"PSUBSCRIBE", b"__keyevent*"]);
     for line in [
         "SET a 1",
         "SET a 2 EX 100",
@@ -664,11 +580,11 @@ fn keyspace_events_and_watch() {
         "SET j 2 NX",
         "GET j",
     ] {
-        h.cmd(line);
+        h.line(1, line);
     }
     // Setting nothing changes nothing.
-    h.send_raw(&[b"SETRANGE", b"f", b"1", b""]);
-    let text = String::from_utf8_lossy(&h.others).into_owned();
+    h.raw(1, &[b"SETRANGE", b"f", b"1", b""]);
+    let text = h.take(2);
     let events: Vec<&str> = text
         .split("__keyevent@0__:")
         .skip(1)

@@ -3,7 +3,9 @@
 
 use proptest::prelude::*;
 
-use crate::cmd::set::tests::{arr, bulk, Harness, OK, SYNTAX, WRONGTYPE};
+use crate::cmd::set::tests::{
+    arr, bulk, check_all, events, node, subscribe_events, OK, SYNTAX, WRONGTYPE,
+};
 
 const NIL: &str = "$-1\r\n";
 const NULL_ARRAY: &str = "*-1\r\n";
@@ -19,7 +21,7 @@ fn pairs(items: &[(&str, &str)]) -> String {
 
 #[test]
 fn zadd_options_and_errors() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("ZADD z 1 a 2 b 3 c", ":3\r\n");
     h.check("ZADD z 1 a", ":0\r\n");
     h.check("ZADD z CH 5 a", ":1\r\n");
@@ -82,9 +84,9 @@ fn zadd_options_and_errors() {
 
 #[test]
 fn reads() {
-    let mut h = Harness::new();
-    h.cmd("ZADD z 1 a 2 b 3 c");
-    h.cmd("SET str x");
+    let mut h = node();
+    h.line(1, "ZADD z 1 a 2 b 3 c");
+    h.line(1, "SET str x");
     h.check("ZCARD z", ":3\r\n");
     h.check("ZCARD nokey", ":0\r\n");
     h.check("ZSCORE z b", &bulk("2"));
@@ -119,8 +121,8 @@ fn reads() {
 
 #[test]
 fn ranges() {
-    let mut h = Harness::new();
-    h.cmd("ZADD z 1 a 2 b 3 c 4 d 5 e 6 f");
+    let mut h = node();
+    h.line(1, "ZADD z 1 a 2 b 3 c 4 d 5 e 6 f");
     h.check("ZRANGE z 0 -1", &arr(&["a", "b", "c", "d", "e", "f"]));
     h.check("ZRANGE z 2 3 WITHSCORES", &pairs(&[("c", "3"), ("d", "4")]));
     h.check("ZRANGE z -2 -1", &arr(&["e", "f"]));
@@ -179,7 +181,7 @@ fn ranges() {
     h.check("ZCOUNT nokey 1 2", ":0\r\n");
     h.check("ZRANGE nokey 0 -1", EMPTY);
 
-    h.cmd("ZADD l 0 a 0 b 0 c 0 d 0 e 0 f 0 g");
+    h.line(1, "ZADD l 0 a 0 b 0 c 0 d 0 e 0 f 0 g");
     h.check("ZRANGEBYLEX l [b (e", &arr(&["b", "c", "d"]));
     h.check("ZRANGEBYLEX l (b [e", &arr(&["c", "d", "e"]));
     h.check("ZRANGEBYLEX l - + LIMIT 2 3", &arr(&["c", "d", "e"]));
@@ -214,8 +216,8 @@ fn ranges() {
 
 #[test]
 fn rangestore() {
-    let mut h = Harness::new();
-    h.cmd("ZADD z 1 a 2 b 3 c");
+    let mut h = node();
+    h.line(1, "ZADD z 1 a 2 b 3 c");
     h.check("ZRANGESTORE d z 0 -1", ":3\r\n");
     h.check(
         "ZRANGE d 0 -1 WITHSCORES",
@@ -233,8 +235,8 @@ fn rangestore() {
 
 #[test]
 fn pops() {
-    let mut h = Harness::new();
-    h.cmd("ZADD z 1 a 2 b 3 c 4 d 5 e 6 f");
+    let mut h = node();
+    h.line(1, "ZADD z 1 a 2 b 3 c 4 d 5 e 6 f");
     h.check("ZPOPMIN z", &pairs(&[("a", "1")]));
     h.check("ZPOPMAX z", &pairs(&[("f", "6")]));
     h.check("ZPOPMIN z 2", &pairs(&[("b", "2"), ("c", "3")]));
@@ -250,7 +252,7 @@ fn pops() {
     h.check("ZPOPMAX z 10", &pairs(&[("e", "5"), ("d", "4")]));
     h.check("EXISTS z", ":0\r\n");
 
-    h.cmd("ZADD z 1 a 2 b 3 c");
+    h.line(1, "ZADD z 1 a 2 b 3 c");
     h.check(
         "ZMPOP 1 z MIN",
         "*2\r\n$1\r\nz\r\n*1\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n",
@@ -277,7 +279,7 @@ fn pops() {
     );
     h.check("BZPOPMIN z -1", "-ERR timeout is negative\r\n");
     h.check("BZPOPMIN str 0", WRONGTYPE);
-    h.cmd("ZADD z 1 a 2 b");
+    h.line(1, "ZADD z 1 a 2 b");
     h.check(
         "BZPOPMIN nokey z 0",
         "*3\r\n$1\r\nz\r\n$1\r\na\r\n$1\r\n1\r\n",
@@ -295,13 +297,13 @@ fn pops() {
 
 #[test]
 fn blocking_pop_woken_by_another_client() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.connect(2);
     // Parked: no reply yet.
     h.check("BZPOPMIN z1 z2 0", "");
     h.connect(3);
-    assert_eq!(h.cmd_from(3, "BZPOPMAX z2 0"), "");
-    assert_eq!(h.cmd_from(2, "ZADD z2 1 a 2 b"), ":2\r\n");
+    assert_eq!(h.line(3, "BZPOPMAX z2 0"), "");
+    assert_eq!(h.line(2, "ZADD z2 1 a 2 b"), ":2\r\n");
     // First come, first served: client 1 gets the minimum, client 3 the rest.
     assert_eq!(h.take(1), "*3\r\n$2\r\nz2\r\n$1\r\na\r\n$1\r\n1\r\n");
     assert_eq!(h.take(3), "*3\r\n$2\r\nz2\r\n$1\r\nb\r\n$1\r\n2\r\n");
@@ -309,14 +311,14 @@ fn blocking_pop_woken_by_another_client() {
 
     // A key that becomes another type does not wake the client with an error.
     h.check("BZMPOP 0 1 z MIN COUNT 2", "");
-    h.cmd_from(2, "MULTI");
-    h.cmd_from(2, "ZADD z 0 foo");
-    h.cmd_from(2, "DEL z");
-    h.cmd_from(2, "SET z foo");
-    h.cmd_from(2, "EXEC");
+    h.line(2, "MULTI");
+    h.line(2, "ZADD z 0 foo");
+    h.line(2, "DEL z");
+    h.line(2, "SET z foo");
+    h.line(2, "EXEC");
     assert_eq!(h.take(1), "");
-    h.cmd_from(2, "DEL z");
-    h.cmd_from(2, "ZADD z 1 bar 2 baz 3 qux");
+    h.line(2, "DEL z");
+    h.line(2, "ZADD z 1 bar 2 baz 3 qux");
     assert_eq!(
         h.take(1),
         "*2\r\n$1\r\nz\r\n*2\r\n*2\r\n$3\r\nbar\r\n$1\r\n1\r\n*2\r\n$3\r\nbaz\r\n$1\r\n2\r\n"
@@ -324,7 +326,7 @@ fn blocking_pop_woken_by_another_client() {
     // Requests pipelined behind a parked command run after it.
     h.check("BZPOPMIN w 0", "");
     h.check("PING", "");
-    h.cmd_from(2, "ZADD w 5 m");
+    h.line(2, "ZADD w 5 m");
     assert_eq!(
         h.take(1),
         "*3\r\n$1\r\nw\r\n$1\r\nm\r\n$1\r\n5\r\n+PONG\r\n"
@@ -333,13 +335,13 @@ fn blocking_pop_woken_by_another_client() {
 
 #[test]
 fn blocking_pop_times_out() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("BZPOPMIN z 1.5", "");
     h.advance(1000);
     assert_eq!(h.take(1), "");
     h.advance(600);
     assert_eq!(h.take(1), NULL_ARRAY);
-    h.cmd("HELLO 3");
+    h.line(1, "HELLO 3");
     h.check("BZMPOP 0.01 1 z MIN", "");
     h.advance(20);
     assert_eq!(h.take(1), "_\r\n");
@@ -350,11 +352,11 @@ fn blocking_pop_times_out() {
 
 #[test]
 fn set_operations() {
-    let mut h = Harness::new();
-    h.cmd("ZADD z1 1 a 2 b 3 c");
-    h.cmd("ZADD z2 10 b 20 c 30 d");
-    h.cmd("SADD s1 a d x");
-    h.cmd("SET str x");
+    let mut h = node();
+    h.line(1, "ZADD z1 1 a 2 b 3 c");
+    h.line(1, "ZADD z2 10 b 20 c 30 d");
+    h.line(1, "SADD s1 a d x");
+    h.line(1, "SET str x");
     h.check("ZUNION 2 z1 z2", &arr(&["a", "b", "c", "d"]));
     h.check(
         "ZUNION 2 z1 z2 WITHSCORES",
@@ -426,8 +428,8 @@ fn set_operations() {
     h.check("ZINTERCARD 2 z1 z2 WEIGHTS 1 2", SYNTAX);
     h.check("ZINTERCARD 2 z1 nokey", ":0\r\n");
     // inf - inf is 0 by Redis's convention, as is inf * 0.
-    h.cmd("ZADD pinf inf a");
-    h.cmd("ZADD ninf -inf a");
+    h.line(1, "ZADD pinf inf a");
+    h.line(1, "ZADD ninf -inf a");
     h.check("ZUNION 2 pinf ninf WITHSCORES", &pairs(&[("a", "0")]));
     h.check(
         "ZUNION 2 pinf ninf WEIGHTS 0 1 WITHSCORES",
@@ -441,9 +443,9 @@ fn set_operations() {
 
 #[test]
 fn zscan_and_zrandmember() {
-    let mut h = Harness::new();
+    let mut h = node();
     h.check("ZSCAN nokey 0", "*2\r\n$1\r\n0\r\n*0\r\n");
-    h.cmd("ZADD z 1 a 0.1 b");
+    h.line(1, "ZADD z 1 a 0.1 b");
     h.check(
         "ZSCAN z 0",
         "*2\r\n$1\r\n0\r\n*4\r\n$1\r\nb\r\n$19\r\n0.10000000000000001\r\n$1\r\na\r\n$1\r\n1\r\n",
@@ -455,13 +457,13 @@ fn zscan_and_zrandmember() {
     h.check("ZSCAN z x", "-ERR invalid cursor\r\n");
     h.check("ZSCAN z 0 COUNT 0", SYNTAX);
     for i in 0..500 {
-        h.cmd(&format!("ZADD big {} m{i}", i / 3));
+        h.line(1, &format!("ZADD big {} m{i}", i / 3));
     }
     let mut seen = std::collections::BTreeSet::new();
     let mut cursor = "0".to_string();
     let mut calls = 0;
     loop {
-        let reply = h.cmd(&format!("ZSCAN big {cursor} COUNT 10"));
+        let reply = h.line(1, &format!("ZSCAN big {cursor} COUNT 10"));
         let lines: Vec<&str> = reply.split("\r\n").collect();
         cursor = lines[2].to_string();
         for pair in lines[4..].chunks(4) {
@@ -488,7 +490,7 @@ fn zscan_and_zrandmember() {
         "ZRANDMEMBER z 5 WITHSCORES",
         &pairs(&[("b", "0.10000000000000001"), ("a", "1")]),
     );
-    let reply = h.cmd("ZRANDMEMBER z -5 WITHSCORES");
+    let reply = h.line(1, "ZRANDMEMBER z -5 WITHSCORES");
     assert!(reply.starts_with("*10\r\n"));
     h.check(
         "ZRANDMEMBER z -9223372036854775808",
@@ -501,15 +503,15 @@ fn zscan_and_zrandmember() {
     h.check("ZRANDMEMBER z 5 WITHSCOR", SYNTAX);
     h.check("ZRANDMEMBER z 5 WITHSCORES x", SYNTAX);
     let picks: std::collections::BTreeSet<String> =
-        (0..50).map(|_| h.cmd("ZRANDMEMBER big")).collect();
+        (0..50).map(|_| h.line(1, "ZRANDMEMBER big")).collect();
     assert!(picks.len() > 10);
 }
 
 #[test]
 fn resp3_shapes() {
-    let mut h = Harness::new();
-    h.cmd("HELLO 3");
-    h.cmd("ZADD z 1 a 2 b 3 c");
+    let mut h = node();
+    h.line(1, "HELLO 3");
+    h.line(1, "ZADD z 1 a 2 b 3 c");
     h.check("ZSCORE z a", ",1\r\n");
     h.check("ZSCORE z none", "_\r\n");
     h.check("ZMSCORE z a none", "*2\r\n,1\r\n_\r\n");
@@ -530,18 +532,18 @@ fn resp3_shapes() {
 
 #[test]
 fn encodings_follow_the_config() {
-    let mut h = Harness::new();
-    h.cmd("ZADD z 1 a");
+    let mut h = node();
+    h.line(1, "ZADD z 1 a");
     h.check("OBJECT ENCODING z", &bulk("listpack"));
     let long = "x".repeat(65);
-    h.cmd(&format!("ZADD z 2 {long}"));
+    h.line(1, &format!("ZADD z 2 {long}"));
     h.check("OBJECT ENCODING z", &bulk("skiplist"));
-    h.cmd(&format!("ZREM z {long}"));
+    h.line(1, &format!("ZREM z {long}"));
     h.check("OBJECT ENCODING z", &bulk("skiplist"));
     h.check("CONFIG SET zset-max-ziplist-entries 2", OK);
-    h.cmd("ZADD y 1 a 2 b");
+    h.line(1, "ZADD y 1 a 2 b");
     h.check("OBJECT ENCODING y", &bulk("listpack"));
-    h.cmd("ZADD y 3 c");
+    h.line(1, "ZADD y 3 c");
     h.check("OBJECT ENCODING y", &bulk("skiplist"));
     h.check("ZUNIONSTORE u 1 z", ":1\r\n");
     h.check("OBJECT ENCODING u", &bulk("listpack"));
@@ -549,8 +551,8 @@ fn encodings_follow_the_config() {
 
 #[test]
 fn events_and_watch() {
-    let mut h = Harness::new();
-    h.subscribe_events(2);
+    let mut h = node();
+    subscribe_events(&mut h, 2);
     h.take(2);
     for line in [
         "ZADD z 1 a 2 b 3 c 4 d 5 e",
@@ -574,17 +576,17 @@ fn events_and_watch() {
         "ZRANGESTORE d x 0 -1",
         "ZDIFFSTORE d 2 x x",
     ] {
-        h.cmd(line);
+        h.line(1, line);
     }
     assert_eq!(
-        h.events(2).join(" "),
+        events(&mut h, 2).join(" "),
         "new:z zadd:z zincr:z zincr:z zrem:z zremrangebyscore:z zremrangebyrank:z \
          zremrangebylex:z del:z new:y zadd:y zpopmin:y zpopmax:y zpopmin:y del:y new:x zadd:x \
          new:d zunionstore:d zinterstore:d zdiffstore:d zrangestore:d del:d"
     );
     h.connect(3);
     h.check("WATCH x", OK);
-    h.cmd_from(3, "ZADD x 2 a");
+    h.line(3, "ZADD x 2 a");
     h.check("MULTI", OK);
     h.check("ZCARD x", "+QUEUED\r\n");
     h.check("EXEC", NULL_ARRAY);
@@ -593,8 +595,8 @@ fn events_and_watch() {
 /// A large sorted set through the commands, against a model (sorted Vec).
 #[test]
 fn large_set_matches_a_model() {
-    let mut h = Harness::new();
-    h.check_each = false;
+    let mut h = node();
+    h.check_every = u64::MAX;
     let mut model: Vec<(i64, String)> = Vec::new();
     let mut x = 12345u64;
     for i in 0..3000 {
@@ -607,9 +609,9 @@ fn large_set_matches_a_model() {
             model.remove(p);
         }
         if i % 5 == 4 {
-            h.cmd(&format!("ZREM z {member}"));
+            h.line(1, &format!("ZREM z {member}"));
         } else {
-            h.cmd(&format!("ZADD z {score} {member}"));
+            h.line(1, &format!("ZADD z {score} {member}"));
             model.push((score, member));
         }
     }
@@ -635,7 +637,7 @@ fn large_set_matches_a_model() {
     h.check("ZCOUNT z 100 200", &format!(":{}\r\n", in_range.len()));
     let rev: Vec<&str> = in_range.iter().rev().skip(3).take(7).copied().collect();
     h.check("ZREVRANGEBYSCORE z 200 100 LIMIT 3 7", &arr(&rev));
-    h.check_all();
+    check_all(&h);
 }
 
 proptest! {
@@ -644,29 +646,29 @@ proptest! {
     /// Random ZADD/ZREM/ZINCRBY/ZPOPMIN histories: ranks, ranges and counts agree with a model.
     #[test]
     fn commands_match_a_model(ops in proptest::collection::vec((0u8..4, 0u8..40, -20i8..20), 1..300)) {
-        let mut h = Harness::new();
-        h.check_each = false;
+        let mut h = node();
+        h.check_every = u64::MAX;
         let mut model: Vec<(i64, String)> = Vec::new();
         for (op, m, s) in ops {
             let member = format!("k{m}");
             let pos = model.iter().position(|(_, x)| *x == member);
             match op {
                 0 => {
-                    h.cmd(&format!("ZADD z {s} {member}"));
+                    h.line(1, &format!("ZADD z {s} {member}"));
                     if let Some(p) = pos { model.remove(p); }
                     model.push((s as i64, member));
                 }
                 1 => {
-                    h.cmd(&format!("ZREM z {member}"));
+                    h.line(1, &format!("ZREM z {member}"));
                     if let Some(p) = pos { model.remove(p); }
                 }
                 2 => {
-                    h.cmd(&format!("ZINCRBY z {s} {member}"));
+                    h.line(1, &format!("ZINCRBY z {s} {member}"));
                     let old = pos.map(|p| model.remove(p).0).unwrap_or(0);
                     model.push((old + s as i64, member));
                 }
                 _ => {
-                    h.cmd("ZPOPMIN z");
+                    h.line(1, "ZPOPMIN z");
                     model.sort();
                     if !model.is_empty() { model.remove(0); }
                 }
@@ -674,14 +676,14 @@ proptest! {
         }
         model.sort();
         let all: Vec<&str> = model.iter().map(|(_, m)| m.as_str()).collect();
-        prop_assert_eq!(h.cmd("ZRANGE z 0 -1"), arr(&all));
+        prop_assert_eq!(h.line(1, "ZRANGE z 0 -1"), arr(&all));
         let rev: Vec<&str> = all.iter().rev().copied().collect();
-        prop_assert_eq!(h.cmd("ZREVRANGE z 0 -1"), arr(&rev));
+        prop_assert_eq!(h.line(1, "ZREVRANGE z 0 -1"), arr(&rev));
         let mid: Vec<&str> = model.iter().filter(|(s, _)| (-5..5).contains(s)).map(|(_, m)| m.as_str()).collect();
-        prop_assert_eq!(h.cmd("ZRANGEBYSCORE z -5 (5"), arr(&mid));
+        prop_assert_eq!(h.line(1, "ZRANGEBYSCORE z -5 (5"), arr(&mid));
         for (i, (_, m)) in model.iter().enumerate() {
-            prop_assert_eq!(h.cmd(&format!("ZRANK z {m}")), format!(":{i}\r\n"));
+            prop_assert_eq!(h.line(1, &format!("ZRANK z {m}")), format!(":{i}\r\n"));
         }
-        h.check_all();
+        check_all(&h);
     }
 }
