@@ -350,12 +350,14 @@ impl Cluster<Host> {
         crate::info_field(&info, field)
     }
 
+    /// Node `i`'s digest of its replicated state.
+    pub fn digest(&mut self, i: usize) -> u64 {
+        self.members[i].node.replication_digest()
+    }
+
     /// Every replica's digest of its replicated state.
     pub fn digests(&mut self) -> Vec<u64> {
-        self.members
-            .iter_mut()
-            .map(|h| h.node.replication_digest())
-            .collect()
+        (0..self.len()).map(|i| self.digest(i)).collect()
     }
 
     pub fn converged(&mut self) -> bool {
@@ -392,9 +394,10 @@ impl Cluster<Host> {
         } else {
             Vec::new()
         };
-        let sync_at_once = old.sync_at_once;
+        let (sync_at_once, publish_snapshots) = (old.sync_at_once, old.publish_snapshots);
         let mut host = Host::new(config, 100 + i as u64, now);
         host.sync_at_once = sync_at_once;
+        host.publish_snapshots = publish_snapshots;
         host.recover(now, records);
         self.members[i] = host;
         self.wire.retain(|_, (from, to, _)| *from != i && *to != i);

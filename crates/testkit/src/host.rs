@@ -19,8 +19,19 @@ pub struct Host {
     /// Every persistence record emitted since [`Host::persist`], in order: the data
     /// directory's log. Every record counts as written the moment it is emitted.
     pub records: Vec<Bytes>,
-    /// Snapshot chunks, in order.
+    /// Snapshot chunks, in order (with `publish_snapshots`, those of the snapshot being
+    /// written).
     pub snapshot: Vec<Bytes>,
+    /// Snapshots end as the driver's manifest ends them: at `SnapshotEnd` the directory
+    /// (`records`) becomes the snapshot's chunks followed by the records after the one it
+    /// follows, and the node is told it is done. Off, no snapshot ever ends, `records` is the
+    /// whole log and `snapshot` collects every chunk.
+    pub publish_snapshots: bool,
+    /// The sequence numbers of the log records at the end of `records` (those before them are
+    /// the published snapshot, or what recovery loaded).
+    log_seqs: Vec<u64>,
+    /// The record the snapshot being written follows.
+    snapshot_seq: Option<u64>,
     /// Answer each `Sync` at once (a disk whose syncs never fail or wait). Off, syncs are never
     /// answered, as when a test does not model durability at all.
     pub sync_at_once: bool,
@@ -39,6 +50,9 @@ impl Host {
             closed: Vec::new(),
             records: Vec::new(),
             snapshot: Vec::new(),
+            publish_snapshots: false,
+            log_seqs: Vec::new(),
+            snapshot_seq: None,
             sync_at_once: false,
             acl_file: None,
         }
@@ -56,6 +70,7 @@ impl Host {
             self.node.load(now, chunk).expect("its own records load");
         }
         self.records = data;
+        self.log_seqs.clear();
         self.persist();
     }
 
@@ -103,8 +118,20 @@ impl Host {
                 }
                 Output::Close { conn } => self.closed.push(conn.0),
                 Output::PeerSend { peer, data } => sends.push((peer.0 as usize - 1, data)),
-                Output::Append { data, .. } => self.records.push(data),
+                Output::Append { seq, data, .. } => {
+                    self.records.push(data);
+                    self.log_seqs.push(seq);
+                }
+                Output::SnapshotBegin { seq } if self.publish_snapshots => {
+                    self.snapshot.clear();
+                    self.snapshot_seq = Some(seq);
+                }
                 Output::SnapshotChunk { data } => self.snapshot.push(data),
+                Output::SnapshotEnd { .. } if self.publish_snapshots => {
+                    let bytes = self.publish_snapshot();
+                    self.node
+                        .handle(now, Input::SnapshotDone { result: Ok(bytes) });
+                }
                 Output::Sync { seq } if self.sync_at_once => {
                     self.node.handle(now, Input::Persisted { seq })
                 }
@@ -130,6 +157,33 @@ impl Host {
             self.node.handle(now, Input::AclFileDone { result });
         }
         self.drain(now, sends);
+    }
+
+    /// Replaces the directory's records up to the snapshot's with its chunks; its size.
+    fn publish_snapshot(&mut self) -> u64 {
+        let seq = self
+            .snapshot_seq
+            .take()
+            .expect("a snapshot ends after it began");
+        assert!(
+            self.log_seqs.len() <= self.records.len(),
+            "the log's records are in the directory"
+        );
+        let log = self
+            .records
+            .split_off(self.records.len() - self.log_seqs.len());
+        let mut records = std::mem::take(&mut self.snapshot);
+        let bytes = records.iter().map(|c| c.len() as u64).sum();
+        let mut seqs = Vec::new();
+        for (s, r) in std::mem::take(&mut self.log_seqs).into_iter().zip(log) {
+            if s > seq {
+                seqs.push(s);
+                records.push(r);
+            }
+        }
+        self.records = records;
+        self.log_seqs = seqs;
+        bytes
     }
 
     /// Everything written to `conn` and not yet taken.
