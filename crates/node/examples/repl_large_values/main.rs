@@ -6,16 +6,6 @@
 //!   cargo run --release -p lattice-node --example repl_large_values [LARGE] [OPS] [REPS] [WRITE]
 //!
 //! `WRITE` (LPUSH, HSET or SADD) measures that write alone.
-//!
-//! Instruction counts instead of time (the same on a loaded machine), per node, for `OPS`
-//! writes in one round:
-//!
-//!   valgrind --tool=callgrind --callgrind-out-file=cg.out \
-//!     target/release/examples/repl_large_values 100000 200 1 LPUSH
-//!   callgrind_annotate --inclusive=yes cg.out | grep 'probe::counted'
-//!
-//! `counted<I, false>` is node I+1 on the key of 10 elements, `counted<I, true>` on the large
-//! one; divide by `OPS`.
 
 mod probe;
 

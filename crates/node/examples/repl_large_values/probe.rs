@@ -5,12 +5,6 @@
 //! that node's account, so the writer's capture and flush and each replica's merge and store
 //! update are all counted. Shared by `examples/repl_large_values` (the figures) and
 //! `tests/repl_scaling.rs` (the bound).
-//!
-//! Wall-clock time is only as good as the machine is quiet. For a figure that does not depend
-//! on the load, every call into a node during the timed rounds also goes through
-//! [`counted`], one function per node and size class, so that under
-//! `valgrind --tool=callgrind` the inclusive instruction count of `counted::<I, LARGE>` is
-//! node `I + 1`'s whole cost of the timed writes (see `examples/repl_large_values`).
 
 // A probe outside the node: it may read the clock the node itself never reads.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -91,19 +85,6 @@ struct Cluster {
     now_ms: u64,
     wire: VecDeque<(usize, usize, Bytes)>,
     busy: [Duration; 3],
-    /// During the timed rounds: whether the collection is a large one (see [`counted`]).
-    counting: Option<bool>,
-}
-
-/// Hands `input` (None: a timer) to `node`. Never inlined, and one instance per node index
-/// `I` and size class (`LARGE`: more than 10 elements), so that an instruction-counting
-/// profiler attributes each node's work in the timed rounds to its own symbol.
-#[inline(never)]
-fn counted<const I: usize, const LARGE: bool>(node: &mut Node, now: Micros, input: Option<Input>) {
-    match input {
-        Some(input) => node.handle(now, input),
-        None => node.handle_timeout(now),
-    }
 }
 
 impl Cluster {
@@ -116,22 +97,15 @@ impl Cluster {
             now_ms,
             wire: VecDeque::new(),
             busy: [Duration::ZERO; 3],
-            counting: None,
         }
     }
 
     fn timed(&mut self, i: usize, input: Option<Input>) {
         let now = Micros::from_millis(self.now_ms);
         let t = Instant::now();
-        let node = &mut self.nodes[i];
-        match (self.counting, i) {
-            (None, _) => counted::<9, false>(node, now, input),
-            (Some(false), 0) => counted::<0, false>(node, now, input),
-            (Some(false), 1) => counted::<1, false>(node, now, input),
-            (Some(false), _) => counted::<2, false>(node, now, input),
-            (Some(true), 0) => counted::<0, true>(node, now, input),
-            (Some(true), 1) => counted::<1, true>(node, now, input),
-            (Some(true), _) => counted::<2, true>(node, now, input),
+        match input {
+            Some(input) => self.nodes[i].handle(now, input),
+            None => self.nodes[i].handle_timeout(now),
         }
         self.busy[i] += t.elapsed();
         while let Some(o) = self.nodes[i].poll_output() {
@@ -181,7 +155,6 @@ pub fn measure(kind: Kind, size: usize, ops: usize, reps: usize) -> Costs {
         c.pump(10); // replicate, digest, collect
     }
     let mut best = [f64::INFINITY; 3];
-    c.counting = Some(size > 10);
     for rep in 0..reps {
         c.busy = [Duration::ZERO; 3];
         for op in 0..ops {
@@ -193,7 +166,6 @@ pub fn measure(kind: Kind, size: usize, ops: usize, reps: usize) -> Costs {
             *b = b.min(spent.as_nanos() as f64 / ops as f64);
         }
     }
-    c.counting = None;
     let digests: Vec<u64> = c.nodes.iter_mut().map(|n| n.replication_digest()).collect();
     assert!(
         digests.iter().all(|d| *d == digests[0]),
