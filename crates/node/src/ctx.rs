@@ -8,8 +8,10 @@
 
 mod invariants;
 mod keys;
+mod maxmemory;
 mod notify;
 mod output;
+mod tracking;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -101,6 +103,10 @@ pub struct Core {
     pub(crate) monitors: BTreeSet<ConnId>,
     /// LATENCY's events (`crate::cmd::latency`).
     pub(crate) latency: crate::ops::LatencyMonitor,
+    /// CLIENT TRACKING's tables (`crate::ctx::tracking`).
+    pub(crate) tracking: crate::tracking::Tracking,
+    /// maxmemory's figures (`crate::ctx::maxmemory`).
+    pub(crate) eviction: crate::eviction::Eviction,
 }
 
 impl Core {
@@ -172,6 +178,8 @@ impl Core {
             memory: Default::default(),
             pausing: Default::default(),
             monitors: BTreeSet::new(),
+            tracking: Default::default(),
+            eviction: Default::default(),
         }
     }
 
