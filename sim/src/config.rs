@@ -70,16 +70,20 @@ pub struct RunConfig {
     /// talk to nodes that do not own their keys, which forward to an owner.
     pub replication_factor: usize,
     /// A node's full invariant check runs after one in this many of its steps (1: after
-    /// every step), and always on a node's first step after it starts and at every phase
-    /// change. The check walks the whole keyspace and, on a replica, materializes every key's
-    /// replicated state, so its cost grows with the data while a step's does not; not part of
-    /// the trace, so a seed replays the same events whatever the stride.
+    /// every step), and always on a node's first step after it starts and at the end; after
+    /// every other step the node checks the keys that step changed
+    /// (`Node::check_changed_invariants`). The full check walks the whole keyspace and, on a
+    /// replica, materializes every key's replicated state, so its cost grows with the data
+    /// while a step's does not; not part of the trace, so a seed replays the same events
+    /// whatever the stride.
     pub check_every: u64,
 }
 
-/// `check_every` of replicated runs: the full check of a replica costs tens of times a step
-/// (see docs/ARCHITECTURE.md, "Replicated simulation: invariant checks by stride").
-pub const REPLICATED_CHECK_EVERY: u64 = 32;
+/// `check_every` of replicated runs: every step's changes are checked after it, so the full
+/// walk only adds what no single key shows (counts, marks against packed records); with
+/// thousands of preloaded keys one walk costs hundreds of steps (docs/ARCHITECTURE.md,
+/// "Replicated simulation: invariant checks by stride" and "... of what a step changed").
+pub const REPLICATED_CHECK_EVERY: u64 = 4096;
 
 impl RunConfig {
     pub fn from_seed(seed: u64) -> RunConfig {

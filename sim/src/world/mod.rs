@@ -163,7 +163,9 @@ pub struct RunStats {
     pub events: u64,
     pub connects: u64,
     pub timeouts: u64,
+    /// Full invariant checks of a node, and checks of what a step changed.
     pub invariant_checks: u64,
+    pub changed_checks: u64,
     pub virtual_us: u64,
     /// Replicated mode: peer messages the replicas sent and the ones delivered to them.
     pub peer_sent: u64,

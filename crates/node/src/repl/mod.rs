@@ -370,6 +370,9 @@ pub struct Replicator {
     /// such a key is stamped anew even when its value ends up equal to the captured one.
     deferred: HashTable<(Bytes, bool)>,
     deferred_intent: Intent,
+    /// Deferrals ended so far (a key captured or settled), so that a reader of `deferred` can
+    /// tell when a key it found deferred may no longer be (see [`Replicator::deferrals_ended`]).
+    deferrals_ended: u64,
     outbox: VecDeque<(NodeId, Bytes)>,
     pub stats: ReplStats,
     /// Reused serialization buffer for key digests (no allocation per digest).
@@ -455,6 +458,7 @@ impl Replicator {
             dirty: dirty::DirtyKeys::default(),
             deferred: HashTable::new(),
             deferred_intent: Intent::Assign,
+            deferrals_ended: 0,
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
             scratch: Vec::new(),
@@ -527,15 +531,25 @@ impl Replicator {
             .deferred
             .find_entry(lattice_store::key_hash(key), |k| k.0[..] == *key)
         {
-            Ok(e) => Some(e.remove().0 .1),
+            Ok(e) => {
+                self.deferrals_ended += 1;
+                Some(e.remove().0 .1)
+            }
             Err(_) => None,
         }
+    }
+
+    /// Grows whenever a key leaves the deferred captures: a key found deferred stays deferred
+    /// while this is unchanged.
+    pub fn deferrals_ended(&self) -> u64 {
+        self.deferrals_ended
     }
 
     /// Every deferred key with its overwrite flag, in the table's order (fixed hasher: the
     /// same on every run), and the intent they were written with.
     pub fn take_deferred(&mut self) -> (Vec<(Bytes, bool)>, Intent) {
-        let keys = self.deferred.drain().collect();
+        let keys: Vec<(Bytes, bool)> = self.deferred.drain().collect();
+        self.deferrals_ended += keys.len() as u64;
         (keys, self.deferred_intent)
     }
 
@@ -591,13 +605,19 @@ impl Replicator {
     /// Whether the digest kept for `key` is the digest of its state with `stored` as the
     /// store's string (for the node's invariant check: it covers a value the state leaves to
     /// the store).
-    pub fn digest_matches(&self, key: &[u8], stored: Option<&[u8]>, db: &Db) -> bool {
+    /// `scratch`: a buffer for the digest's input (reused across calls, no allocation each).
+    pub fn digest_matches(
+        &self,
+        key: &[u8],
+        stored: Option<&[u8]>,
+        db: &Db,
+        scratch: &mut Vec<u8>,
+    ) -> bool {
         let h = lattice_store::key_hash(key);
         let Some(e) = self.keys.get_any(h, key, db) else {
             return false;
         };
-        let mut scratch = Vec::new();
-        e.digest_stale || key_digest(key, &e.state, stored, &mut scratch) == e.digest
+        e.digest_stale || key_digest(key, &e.state, stored, scratch) == e.digest
     }
 
     /// Before a command increments `key`: a compact string takes a copy of its value back
@@ -735,6 +755,9 @@ impl Replicator {
         db: &Db,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) {
+        if self.keys.leaf_is_empty(leaf) {
+            return;
+        }
         for (key, e) in self.keys.leaf_entries(leaf, db) {
             let h = lattice_store::key_hash(&key);
             let stored = stored_for(db, h, &key, &e.state);
@@ -1948,6 +1971,30 @@ impl Replicator {
     /// `db`: the node's store, whose marks must name exactly the packed keys.
     pub fn check_invariants(&self, db: &Db) {
         self.keys.check_invariants(db);
+        self.check_queues();
+    }
+
+    /// Starts noting which keys' states change, for [`Replicator::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.keys.track_changes();
+    }
+
+    /// The hashes of the keys whose replicated states may have changed since the last call;
+    /// [`lattice_store::Changed::Everything`] on the first.
+    pub fn take_changes(&mut self) -> lattice_store::Changed {
+        self.keys.take_changes()
+    }
+
+    /// [`Replicator::check_invariants`] for the keys hashed `hashes` (sorted, deduplicated):
+    /// the key map's leaves they fall in, and every queue and bound.
+    pub fn check_changed(&self, hashes: &[u64], db: &Db) {
+        self.keys.check_changed(hashes, db);
+        self.check_queues();
+    }
+
+    /// The delta queue, the deferred captures, the peers' buffers and transfers: bounded and
+    /// consistent. Costs what they hold, not the keyspace.
+    fn check_queues(&self) {
         assert!(
             self.pending.len() <= MAX_QUEUED_KEYS,
             "delta queue over its bound"
