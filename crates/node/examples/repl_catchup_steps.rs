@@ -101,7 +101,7 @@ impl Run {
         if timed {
             self.steps.push(took);
             self.longest.push((took, what, sent));
-            self.longest.sort_by(|a, b| b.0.cmp(&a.0));
+            self.longest.sort_by_key(|l| std::cmp::Reverse(l.0));
             self.longest.truncate(5);
         }
     }

@@ -599,7 +599,6 @@ async fn run(s: Settings) -> Result<(), String> {
         host.upload_wake = Some(wake.clone());
     }
     let shared = Arc::new(Shared::new(host, s.port));
-    alloc::spawn_trimmer();
     if let (Some(b), Some(cfg)) = (bucket, &s.s3) {
         tracing::info!(
             "uploading to s3://{}/{} (s3-durability {})",

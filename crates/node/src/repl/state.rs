@@ -447,7 +447,7 @@ impl Full {
     /// checked (what the shape would be once a frontier covers them).
     fn plain_shape(&self, frontier: Option<&VersionVector>) -> Option<Option<(Dot, &Reg)>> {
         let covered =
-            |c: &CausalContext, dot: Option<Dot>| frontier.map_or(true, |f| c.covered_by(f, dot));
+            |c: &CausalContext, dot: Option<Dot>| frontier.is_none_or(|f| c.covered_by(f, dot));
         let others_bare = self.hash.is_empty()
             && self.set.is_empty()
             && self.zset.is_empty()

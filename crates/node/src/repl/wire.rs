@@ -357,7 +357,8 @@ mod tests {
                 state: bytes::Bytes::from(s),
             })
             .collect();
-        let cases: [(&[u32], u64, &[(u32, u64)]); 3] = [
+        type Case<'a> = (&'a [u32], u64, &'a [(u32, u64)]);
+        let cases: [Case; 3] = [
             (&[], 0, &[]),
             (&[3, 70_000], 7, &[(1, 5)]),
             (&[0], 1 << 40, &[(1, 300), (2, 0), (0x8000_0001, u64::MAX)]),
