@@ -5,6 +5,7 @@
 #   scripts/compat.sh [--server lattice|redis|both] [--suites "unit/type/string unit/expire ..."]
 #                     [--quick] [--strict] [--skip-lattice NAME] [--timeout SECS] [--lattice-bin PATH]
 #                     [--redis-bin PATH] [--build] [--no-durable] [--lenient]
+#                     [--unskip-first-block]
 #
 # Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
 # Output of each run: target/compat/<server>/<suite>.log, the [err] lines with the start of
@@ -27,6 +28,11 @@
 #   --lenient       run from a copy of the suite whose external-server setup tolerates a
 #                   failing `FUNCTION FLUSH` (the harness sends it before every start_server
 #                   block; without FUNCTION support every suite aborts before its first test)
+#   --unskip-first-block  run from a copy of the suites whose FIRST start_server block loses
+#                   its external:skip tag. Such a block (unit/acl's main one) is skipped in
+#                   external mode because its tests change server-wide state (users, the
+#                   default user's password); every suite gets a fresh server here, so they
+#                   can run. Later blocks (which need config files or restarts) stay skipped.
 #
 # Aborted column: "no" (completed) or why not: exception (the test client died on an
 # uncaught error), block-exception (with --durable: an error outside any test skipped the
@@ -54,10 +60,11 @@ TIMEOUT_SET=0
 BUILD=0
 DURABLE=1
 LENIENT=0
+UNSKIP=0
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -70,6 +77,7 @@ while [ $# -gt 0 ]; do
         --build) BUILD=1; shift ;;
         --no-durable) DURABLE=0; shift ;;
         --lenient) LENIENT=1; shift ;;
+        --unskip-first-block) UNSKIP=1; shift ;;
         --lattice-bin) LATTICE_BIN="$2"; shift 2 ;;
         --redis-bin) REDIS_BIN="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -159,19 +167,34 @@ ensure_source() {
     case "$v" in 7.0.*) ;; *) log "warning: expected 7.0.x, got $v" ;; esac
 }
 
-# A copy of the test tree whose run_external_server_test ignores a failing FUNCTION FLUSH.
-make_lenient_copy() {
-    local dst="$SRC_CACHE/lenient"
+# A copy of the test tree to patch (--lenient, --unskip-first-block).
+make_run_copy() {
+    local dst="$SRC_CACHE/patched"
     rm -rf "$dst"
     mkdir -p "$dst"
     cp -a "$SRC_DIR/runtest" "$SRC_DIR/tests" "$dst/"
     # src/ is only consulted for binaries the external mode does not use; link it anyway.
     ln -s "$SRC_DIR/src" "$dst/src"
-    sed -i 's/^\([[:space:]]*\)r function flush$/\1catch {r function flush}/' \
-        "$dst/tests/support/server.tcl"
-    grep -q 'catch {r function flush}' "$dst/tests/support/server.tcl" \
-        || { log "could not patch server.tcl for --lenient"; exit 2; }
     RUN_DIR="$dst"
+}
+
+# run_external_server_test ignores a failing FUNCTION FLUSH.
+make_lenient() {
+    sed -i 's/^\([[:space:]]*\)r function flush$/\1catch {r function flush}/' \
+        "$RUN_DIR/tests/support/server.tcl"
+    grep -q 'catch {r function flush}' "$RUN_DIR/tests/support/server.tcl" \
+        || { log "could not patch server.tcl for --lenient"; exit 2; }
+}
+
+# The first start_server line of each suite loses its external:skip tag.
+unskip_first_blocks() {
+    local suite f n
+    for suite in $SUITES; do
+        f="$RUN_DIR/tests/$suite.tcl"
+        [ -f "$f" ] || continue
+        n=$(grep -n -m1 '^start_server' "$f" | cut -d: -f1)
+        [ -n "$n" ] && sed -i "${n}s/ external:skip//; ${n}s/external:skip //; ${n}s/\"external:skip\"//" "$f"
+    done
 }
 
 # ---------------------------------------------------------------------------------------
@@ -329,8 +352,14 @@ if ! flock -n 9; then
 fi
 ensure_source
 RUN_DIR="$SRC_DIR"
+if [ "$LENIENT" = 1 ] || [ "$UNSKIP" = 1 ]; then
+    make_run_copy
+fi
 if [ "$LENIENT" = 1 ]; then
-    make_lenient_copy
+    make_lenient
+fi
+if [ "$UNSKIP" = 1 ]; then
+    unskip_first_blocks
 fi
 
 if [[ " $SERVERS " == *" lattice "* ]]; then

@@ -557,6 +557,8 @@ impl Adapter {
                 | Output::SnapshotChunk { .. }
                 | Output::SnapshotEnd { .. }
                 | Output::Shutdown => {}
+                // No aclfile is configured here, so ACL LOAD and SAVE refuse before asking.
+                Output::AclFile(_) => {}
                 Output::PeerSend { peer, data } => {
                     let mut body = body_of(PEER_TYPE);
                     body.insert("data".into(), json!(B64.encode(&data)));

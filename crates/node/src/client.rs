@@ -36,8 +36,13 @@ pub struct Client {
     pub last_command: &'static str,
     pub reply_mode: ReplyMode,
     pub no_evict: bool,
-    /// Passed AUTH (or HELLO AUTH); only consulted when `requirepass` is set.
+    /// Passed AUTH (or HELLO AUTH), or connected while the default user needed no password;
+    /// only consulted while the default user needs one (or is off).
     pub authenticated: bool,
+    /// The ACL user the connection runs as (`default` until AUTH); None for the node's own
+    /// stand-in connections (commands a peer forwarded, recovery), which were admitted where
+    /// they came from and are never checked here.
+    pub user: Option<Bytes>,
     /// Replies not yet handed to the driver.
     pub out: BytesMut,
     /// Queued in the node's list of connections with pending output.
@@ -69,6 +74,8 @@ pub struct Client {
     pub via_peer: bool,
     /// Sharded pub/sub subscriptions (SSUBSCRIBE).
     pub shard_channels: BTreeSet<Bytes>,
+    /// CLIENT TRACKING's options while tracking is on (`crate::tracking`).
+    pub tracking: Option<Box<ClientTracking>>,
 }
 
 /// The state of a transaction being queued.
@@ -101,6 +108,7 @@ impl Client {
             reply_mode: ReplyMode::On,
             no_evict: false,
             authenticated: false,
+            user: Some(Bytes::from_static(b"default")),
             out: BytesMut::new(),
             pending: false,
             closing: false,
@@ -116,6 +124,7 @@ impl Client {
             relay: VecDeque::new(),
             via_peer: false,
             shard_channels: BTreeSet::new(),
+            tracking: None,
         }
     }
 
@@ -142,6 +151,15 @@ impl Client {
         if self.no_evict {
             flags.push('e');
         }
+        if let Some(t) = &self.tracking {
+            flags.push('t');
+            if t.broken_redirect {
+                flags.push('R');
+            }
+            if t.bcast {
+                flags.push('B');
+            }
+        }
         if flags.is_empty() {
             flags.push('N');
         }
@@ -151,7 +169,7 @@ impl Client {
             Protocol::Resp3 => 3,
         };
         format!(
-            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
             self.id.0,
             self.peer_addr,
             self.local_addr,
@@ -165,6 +183,9 @@ impl Client {
             multi,
             self.out.len(),
             self.last_command,
+            self.user
+                .as_deref()
+                .map_or(std::borrow::Cow::Borrowed(""), String::from_utf8_lossy),
             resp
         )
     }
@@ -285,4 +306,28 @@ pub struct RelaySlot {
     /// CLIENT REPLY OFF/SKIP was in force: the reply is dropped when it arrives.
     pub silent: bool,
     pub after: BytesMut,
+}
+
+/// One client's tracking options (`CLIENT TRACKING ON ...`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientTracking {
+    /// The client that receives this client's invalidations (0: this client).
+    pub redirect: u64,
+    pub bcast: bool,
+    pub optin: bool,
+    pub optout: bool,
+    pub noloop: bool,
+    /// `CLIENT CACHING yes|no` was given for the next command (or transaction).
+    pub caching: bool,
+    /// The redirect target is gone (TRACKINGINFO `broken_redirect`).
+    pub broken_redirect: bool,
+    /// BCAST prefixes ("" for every key).
+    pub prefixes: BTreeSet<Bytes>,
+}
+
+impl ClientTracking {
+    /// Whether a read by this client is remembered, by OPTIN/OPTOUT and CLIENT CACHING.
+    pub fn remembers_reads(&self) -> bool {
+        !self.bcast && (!self.optin || self.caching) && (!self.optout || !self.caching)
+    }
 }

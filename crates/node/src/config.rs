@@ -42,6 +42,21 @@ const POLICIES: &[&str] = &[
 
 /// (name, default, kind). Names are lowercase, as Redis reports them.
 const PARAMS: &[(&str, &str, Kind)] = &[
+    // The ACL file ACL LOAD and SAVE use (the driver reads and writes it); empty: none.
+    ("aclfile", "", Kind::Immutable),
+    (
+        "acl-pubsub-default",
+        "resetchannels",
+        Kind::Enum(&["allchannels", "resetchannels"]),
+    ),
+    (
+        "acllog-max-len",
+        "128",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("activedefrag", "no", Kind::Bool),
     // Milliseconds a script runs before other clients get BUSY (Redis 7's name; the older
     // lua-time-limit is an alias).
@@ -213,6 +228,15 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    // Keys CLIENT TRACKING remembers at most (0: no limit).
+    (
+        "tracking-table-max-keys",
+        "1000000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     (
         "zset-max-listpack-entries",
         "128",
@@ -281,8 +305,12 @@ pub struct Config {
     pub hll_sparse_max_bytes: u64,
     /// Close clients idle for this long; 0 never.
     pub timeout_s: u64,
+    /// `tracking-table-max-keys`: keys CLIENT TRACKING remembers at most (0: no limit).
+    pub tracking_table_max_keys: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    pub maxmemory_samples: u64,
     /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
     pub slowlog_log_slower_than_us: i64,
     pub slowlog_max_len: u64,
@@ -291,6 +319,11 @@ pub struct Config {
     /// `latency-tracking`: per-command latency histograms.
     pub latency_tracking: bool,
     pub requirepass: Option<String>,
+    /// `aclfile`: the file ACL LOAD and SAVE read and write; None without one.
+    pub aclfile: Option<String>,
+    /// `acl-pubsub-default allchannels`: new users may use every channel.
+    pub acl_pubsub_all: bool,
+    pub acllog_max_len: usize,
     /// `notify-keyspace-events` as event-class bits (see `crate::events`).
     pub notify_keyspace_events: u32,
     /// This replica's identity in the cluster (its links, its place in GC's reports).
@@ -341,13 +374,18 @@ impl Default for Config {
             proto_max_bulk_len: 0,
             hll_sparse_max_bytes: 0,
             timeout_s: 0,
+            tracking_table_max_keys: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            maxmemory_samples: 5,
             slowlog_log_slower_than_us: 0,
             slowlog_max_len: 0,
             latency_monitor_threshold_ms: 0,
             latency_tracking: true,
             requirepass: None,
+            aclfile: None,
+            acl_pubsub_all: false,
+            acllog_max_len: 128,
             notify_keyspace_events: 0,
             node_id: 1,
             incarnation: 0,
@@ -506,8 +544,10 @@ impl Config {
         self.proto_max_bulk_len = int(self, "proto-max-bulk-len");
         self.hll_sparse_max_bytes = int(self, "hll-sparse-max-bytes");
         self.timeout_s = int(self, "timeout");
+        self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.maxmemory_samples = int(self, "maxmemory-samples");
         self.slowlog_log_slower_than_us =
             self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
         self.slowlog_max_len = int(self, "slowlog-max-len");
@@ -525,6 +565,10 @@ impl Config {
             crate::events::parse_event_classes(&self.values["notify-keyspace-events"]).unwrap_or(0);
         let pass = &self.values["requirepass"];
         self.requirepass = (!pass.is_empty()).then(|| pass.clone());
+        let aclfile = &self.values["aclfile"];
+        self.aclfile = (!aclfile.is_empty()).then(|| aclfile.clone());
+        self.acl_pubsub_all = self.values["acl-pubsub-default"] == "allchannels";
+        self.acllog_max_len = int(self, "acllog-max-len").min(usize::MAX as u64) as usize;
         let size = |c: &Config, n: &str, default: usize| {
             c.values[n]
                 .parse::<u64>()

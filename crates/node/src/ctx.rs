@@ -8,8 +8,10 @@
 
 mod invariants;
 mod keys;
+mod maxmemory;
 mod notify;
 mod output;
+mod tracking;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -101,6 +103,42 @@ pub struct Core {
     pub(crate) monitors: BTreeSet<ConnId>,
     /// LATENCY's events (`crate::cmd::latency`).
     pub(crate) latency: crate::ops::LatencyMonitor,
+    /// CLIENT TRACKING's tables (`crate::ctx::tracking`).
+    pub(crate) tracking: crate::tracking::Tracking,
+    /// maxmemory's figures (`crate::ctx::maxmemory`).
+    pub(crate) eviction: crate::eviction::Eviction,
+    /// Users and their permissions, the ACL log, ACL file requests (`crate::acl`).
+    pub(crate) acl: crate::acl::Acl,
+}
+
+/// The ACL's view of the command table: every command and subcommand with what its
+/// categories derive from.
+fn acl_catalog(table: &CommandTable<Core>) -> crate::acl::Catalog {
+    use crate::command::Flag;
+    // A container's categories are only those its (absent) flags imply, as in Redis: its
+    // group's category belongs to its subcommands.
+    let facts = |s: &CommandSpec| crate::acl::CommandFacts {
+        name: s.name,
+        group: if s.subcommands.is_empty() {
+            s.group
+        } else {
+            ""
+        },
+        write: s.has(Flag::Write),
+        readonly: s.has(Flag::ReadOnly),
+        admin: s.has(Flag::Admin),
+        pubsub: s.has(Flag::PubSub),
+        fast: s.has(Flag::Fast),
+        blocking: s.has(Flag::Blocking),
+        no_auth: s.has(Flag::NoAuth),
+    };
+    crate::acl::Catalog::new(
+        table
+            .all()
+            .iter()
+            .map(|s| (facts(s), s.subcommands.iter().map(facts).collect()))
+            .collect(),
+    )
 }
 
 impl Core {
@@ -137,6 +175,10 @@ impl Core {
             config.announce_port,
         )
         .map(Box::new);
+        let mut acl = crate::acl::Acl::new(acl_catalog(&table));
+        if let Some(pass) = config.requirepass.as_deref() {
+            acl.set_requirepass(pass.as_bytes());
+        }
         Core {
             db: Db::new(),
             config,
@@ -172,6 +214,9 @@ impl Core {
             memory: Default::default(),
             pausing: Default::default(),
             monitors: BTreeSet::new(),
+            tracking: Default::default(),
+            eviction: Default::default(),
+            acl,
         }
     }
 

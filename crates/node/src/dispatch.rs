@@ -13,6 +13,7 @@
 use bytes::{Bytes, BytesMut};
 use lattice_resp::{Protocol, ReplyWriter};
 
+use crate::acl::{Denied, LogContext};
 use crate::client::ConnId;
 use crate::command::{find_subcommand, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
@@ -48,6 +49,8 @@ enum Admission {
 struct Rejection {
     message: Vec<u8>,
     spec: Option<&'static CommandSpec>,
+    /// An ACL refusal, for the ACL log: what was refused.
+    denied: Option<Denied>,
 }
 
 impl Core {
@@ -61,10 +64,11 @@ impl Core {
     ) {
         let mut call = Call::new(conn, args, self.now, ReplyWriter::new(out, proto));
         let admission = match resolve(self, args) {
-            Ok(spec) => self.admission(conn, spec),
+            Ok(spec) => self.admission(conn, spec, args),
             Err(unresolved) => Admission::Reject(Rejection {
                 message: unresolved.message(args),
                 spec: None,
+                denied: None,
             }),
         };
         let admission = match admission {
@@ -82,7 +86,24 @@ impl Core {
                     Route::Refuse(message) => Admission::Reject(Rejection {
                         message,
                         spec: Some(spec),
+                        denied: None,
                     }),
+                }
+            }
+            other => other,
+        };
+        let admission = match admission {
+            Admission::Run(_) | Admission::Queue if self.config.maxmemory_bytes > 0 => {
+                let Ok(spec) = resolve(self, args) else {
+                    unreachable!("admitted requests resolve")
+                };
+                match self.enforce_maxmemory(spec) {
+                    Some(oom) => Admission::Reject(Rejection {
+                        message: oom.as_bytes().to_vec(),
+                        spec: Some(spec),
+                        denied: None,
+                    }),
+                    None => admission,
                 }
             }
             other => other,
@@ -167,7 +188,7 @@ impl Core {
     }
 
     /// The policy for a resolved command, in Redis's order of checks.
-    fn admission(&self, conn: ConnId, spec: &'static CommandSpec) -> Admission {
+    fn admission(&self, conn: ConnId, spec: &'static CommandSpec, args: &[Bytes]) -> Admission {
         let Some(client) = self.clients.get(&conn) else {
             return Admission::Run(spec);
         };
@@ -176,10 +197,18 @@ impl Core {
             Admission::Reject(Rejection {
                 message,
                 spec: Some(spec),
+                denied: None,
             })
         };
-        if self.config.requirepass.is_some() && !client.authenticated && !spec.has(Flag::NoAuth) {
+        if !client.authenticated && !spec.has(Flag::NoAuth) && self.acl.auth_required() {
             return refuse(b"NOAUTH Authentication required.".to_vec());
+        }
+        if let Some(denied) = self.acl_denied(client.user.as_ref(), spec, args) {
+            return Admission::Reject(Rejection {
+                message: denied.message(spec.name).into_bytes(),
+                spec: Some(spec),
+                denied: Some(denied),
+            });
         }
         if client.proto == Protocol::Resp2
             && client.subscriptions() > 0
@@ -215,6 +244,18 @@ impl Core {
     fn reject(&mut self, call: &mut Call, rejection: Rejection) {
         if let Some(spec) = rejection.spec {
             self.stats.commands.entry(spec.name).rejected_calls += 1;
+            if let Some(denied) = &rejection.denied {
+                let in_multi = self
+                    .clients
+                    .get(&call.conn)
+                    .is_some_and(|c| c.multi.is_some());
+                let context = if in_multi {
+                    LogContext::Multi
+                } else {
+                    LogContext::Toplevel
+                };
+                self.acl_log_denied(call.conn, spec, call.args, denied, context);
+            }
         }
         let client = self.clients.get_mut(&call.conn);
         if call.args[0].eq_ignore_ascii_case(b"exec") {
@@ -265,6 +306,9 @@ impl Core {
             }
         }
         handler(self, call);
+        if self.tracking.clients > 0 {
+            self.tracking_after_command(spec, call);
+        }
         if self.persist.active {
             self.persist_after_command(spec.has(Flag::LoggedAsCommand), call.args);
         }

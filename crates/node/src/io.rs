@@ -60,6 +60,11 @@ pub enum Input {
         keys: u64,
         records: u64,
     },
+    /// The answer to the oldest [`Output::AclFile`] not yet answered: for a load the file's
+    /// contents, for a save nothing; or why the file could not be read or written.
+    AclFileDone {
+        result: Result<Option<Bytes>, String>,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -107,4 +112,7 @@ pub enum Output {
     /// SHUTDOWN: after carrying out every output before this one and syncing the log, stop
     /// the process.
     Shutdown,
+    /// ACL LOAD or ACL SAVE: read the ACL file, or replace it (atomically) with the text
+    /// given, then answer [`Input::AclFileDone`]. Requests are answered in order.
+    AclFile(crate::acl::FileOp),
 }

@@ -6,6 +6,7 @@
 //! randomness or spawns a thread, so the simulator, the server and the Maelstrom adapter all
 //! drive exactly this code, and a seed replays any run.
 
+pub mod acl;
 pub mod args;
 pub mod blocking;
 pub mod buggify;
@@ -17,6 +18,7 @@ pub mod config;
 pub mod ctx;
 mod dispatch;
 pub mod events;
+pub mod eviction;
 pub mod io;
 pub mod node;
 pub mod ops;
@@ -25,6 +27,7 @@ pub mod persist;
 pub mod repl;
 pub mod stats;
 pub mod time;
+pub mod tracking;
 mod varint;
 
 pub use buggify::Buggify;

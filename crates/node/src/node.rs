@@ -116,6 +116,10 @@ impl Node {
                 self.cluster_peer_down(peer);
             }
             Input::PeerMessage { peer, data } => self.peer_message(peer, &data),
+            Input::AclFileDone { result } => {
+                self.core.acl_file_done(result);
+                self.release_parked();
+            }
             input @ (Input::Persisted { .. }
             | Input::PersistError { .. }
             | Input::SnapshotDone { .. }
@@ -246,6 +250,9 @@ impl Node {
         }
         core.capture_dirty(crate::repl::state::Intent::Assign, false);
         core.stats.sample(now_ms);
+        if core.tracking.clients > 0 {
+            core.tracking_limit();
+        }
         if core.config.timeout_s > 0 {
             let limit_ms = core.config.timeout_s * 1000;
             let idle: Vec<ConnId> = core
@@ -299,11 +306,16 @@ impl Node {
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         let core = &mut self.core;
+        // BCAST invalidations gathered since the last drain, one message per prefix.
+        core.tracking_broadcast();
         if core.persist.active && core.scripts.running.is_none() {
             core.persist_flush();
         }
         if let Some(o) = core.persist_poll() {
             return Some(o);
+        }
+        if let Some(op) = core.acl.file_out.pop_front() {
+            return Some(Output::AclFile(op));
         }
         while let Some(conn) = core.pending.pop_front() {
             let Some(client) = core.clients.get_mut(&conn) else {

@@ -751,6 +751,7 @@ impl Core {
         if !self.clients.contains_key(&REPLAY_CONN) {
             let mut c = crate::client::Client::new(REPLAY_CONN, String::new(), String::new(), 0);
             c.authenticated = true;
+            c.user = None;
             self.clients.insert(REPLAY_CONN, c);
         }
         for args in commands.drain(..) {

@@ -13,6 +13,8 @@ pub struct Harness {
     pub now_ms: u64,
     written: BTreeMap<u64, Vec<u8>>,
     closed: Vec<u64>,
+    /// The ACL file, as the driver would keep it (None: missing).
+    pub acl_file: Option<Vec<u8>>,
 }
 
 impl Default for Harness {
@@ -23,17 +25,17 @@ impl Default for Harness {
 
 impl Harness {
     pub fn new() -> Harness {
+        Harness::with_config(Config::default())
+    }
+
+    pub fn with_config(config: Config) -> Harness {
         let now_ms = 1_700_000_000_000;
         Harness {
-            node: Node::new(
-                Config::default(),
-                1,
-                Buggify::disabled(),
-                Micros::from_millis(now_ms),
-            ),
+            node: Node::new(config, 1, Buggify::disabled(), Micros::from_millis(now_ms)),
             now_ms,
             written: BTreeMap::new(),
             closed: Vec::new(),
+            acl_file: None,
         }
     }
 
@@ -51,8 +53,10 @@ impl Harness {
     }
 
     fn drain(&mut self) {
+        let mut acl_ops = Vec::new();
         while let Some(out) = self.node.poll_output() {
             match out {
+                Output::AclFile(op) => acl_ops.push(op),
                 Output::Write { conn, data } => self
                     .written
                     .entry(conn.0)
@@ -64,6 +68,24 @@ impl Harness {
             }
         }
         self.node.check_invariants();
+        if acl_ops.is_empty() {
+            return;
+        }
+        let now = Micros::from_millis(self.now_ms);
+        for op in acl_ops {
+            let result = match op {
+                lattice_node::acl::FileOp::Load { .. } => match &self.acl_file {
+                    Some(f) => Ok(Some(Bytes::copy_from_slice(f))),
+                    None => Err("No such file or directory".to_string()),
+                },
+                lattice_node::acl::FileOp::Save { text, .. } => {
+                    self.acl_file = Some(text.to_vec());
+                    Ok(None)
+                }
+            };
+            self.node.handle(now, Input::AclFileDone { result });
+        }
+        self.drain();
     }
 
     /// Sends one command and returns (and forgets) everything written to `id` since.

@@ -47,8 +47,15 @@ pub struct Router<D: Dir> {
     /// When the driver will next run the node's timers (node time, µs); `u64::MAX`: not planned.
     timer_deadline_us: u64,
     shutdown_requested: bool,
+    /// ACL file reads and writes the node asked for, for the driver to carry out in order
+    /// and answer with `Input::AclFileDone`.
+    acl_file_ops: Vec<lattice_node::acl::FileOp>,
     /// Runs of one command name in the batch being executed, for INFO commandstats.
     runs: Vec<(&'static str, u64)>,
+    /// Reads the process's heap bytes in use, handed to the node before each batch while
+    /// `maxmemory` is set (None: the driver has no such figure; the process figures' periodic
+    /// report is then all the node gets).
+    memory_probe: Option<fn() -> u64>,
 }
 
 impl<D: Dir> Router<D> {
@@ -64,8 +71,15 @@ impl<D: Dir> Router<D> {
             last_now_us: now.0,
             timer_deadline_us: u64::MAX,
             shutdown_requested: false,
+            acl_file_ops: Vec::new(),
             runs: Vec::new(),
+            memory_probe: None,
         }
+    }
+
+    /// Gives the router the driver's reading of heap bytes in use, for `maxmemory`.
+    pub fn set_memory_probe(&mut self, probe: fn() -> u64) {
+        self.memory_probe = probe.into();
     }
 
     pub fn node(&self) -> &Node {
@@ -141,6 +155,9 @@ impl<D: Dir> Router<D> {
             }
         }
         let commands = batch.len() as u64;
+        if let Some(probe) = self.memory_probe.filter(|_| self.node.memory_limited()) {
+            self.node.report_memory(probe());
+        }
         self.begin_batch();
         for args in batch.drain(..) {
             self.request(now, conn, args);
@@ -269,6 +286,7 @@ impl<D: Dir> Router<D> {
                 }
             }
             Output::Shutdown => self.shutdown_requested = true,
+            Output::AclFile(op) => self.acl_file_ops.push(op),
             // Without a persister (a clustered node) there is nowhere to write.
             Output::Append { .. }
             | Output::Sync { .. }
@@ -297,6 +315,11 @@ impl<D: Dir> Router<D> {
     /// The peer messages of the drains so far, in order; each non-empty.
     pub fn take_peer_sends(&mut self) -> std::vec::Drain<'_, (NodeId, Bytes)> {
         self.peer_sends.drain(..)
+    }
+
+    /// The ACL file operations asked for since the last call, oldest first.
+    pub fn take_acl_file_ops(&mut self) -> Vec<lattice_node::acl::FileOp> {
+        std::mem::take(&mut self.acl_file_ops)
     }
 
     /// SHUTDOWN ran: the driver stops the process once the log is closed
@@ -370,7 +393,10 @@ impl<D: Dir> Router<D> {
     /// Something for the driver beyond the caller's own output: loops to wake, peer messages,
     /// a stop. False on the path of a request that touched no other connection.
     pub fn has_effects(&self) -> bool {
-        self.mail.wake_pending() || !self.peer_sends.is_empty() || self.shutdown_requested
+        self.mail.wake_pending()
+            || !self.peer_sends.is_empty()
+            || self.shutdown_requested
+            || !self.acl_file_ops.is_empty()
     }
 
     /// The node's invariants and the router's own: every loop with mail is known.

@@ -50,8 +50,10 @@ impl Host {
         link_stats: Arc<LinkStats>,
         loops: Arc<[Arc<LoopHandle>]>,
     ) -> Host {
+        let mut router = Router::new(node, persist, loops.len(), now);
+        router.set_memory_probe(crate::alloc::allocated_bytes);
         Host {
-            router: Router::new(node, persist, loops.len(), now),
+            router,
             loops,
             peers: BTreeMap::new(),
             next_link_generation: 1,
@@ -183,6 +185,15 @@ impl Host {
                     .sends_dropped
                     .fetch_add(1, Ordering::Relaxed);
             }
+        }
+        let acl_ops = self.router.take_acl_file_ops();
+        if !acl_ops.is_empty() {
+            for op in acl_ops {
+                let result = crate::acl_file::carry_out(&op);
+                self.handle(Input::AclFileDone { result });
+            }
+            // The replies (and whatever the waiting clients pipelined after) go out.
+            self.drain(None, &mut Vec::new(), current_loop);
         }
         if self.router.shutdown_requested() {
             let now = self.now();

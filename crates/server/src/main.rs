@@ -1,16 +1,18 @@
 //! `lattice-server`: serves the Redis protocol from a Lattice node.
 
+mod acl_file;
 mod alloc;
 mod cluster;
 mod disk;
 mod event_loop;
 mod host;
 mod incarnation;
+mod metrics;
 mod nap;
 mod process;
 mod s3;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
@@ -43,6 +45,10 @@ struct Args {
     /// Event-loop threads serving clients (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Serve Prometheus metrics (every numeric INFO figure, per-command calls, time, errors and
+    /// latency percentiles) at http://<bind>:<port>/metrics. Off by default.
+    #[arg(long)]
+    metrics_port: Option<u16>,
     /// Microseconds an event loop naps before blocking while many clients are busy, so that
     /// requests arriving meanwhile are served together instead of each waking it (0: never).
     #[arg(long)]
@@ -140,6 +146,7 @@ struct Settings {
     dir: PathBuf,
     threads: usize,
     nap_us: u64,
+    metrics_port: Option<u16>,
     node: Config,
     cluster: Option<ClusterSettings>,
     s3: Option<s3::S3Settings>,
@@ -418,12 +425,18 @@ fn settings(args: Args) -> Result<Settings, String> {
     node.set_initial("port", &port.to_string())?;
     node.set_initial("bind", &bind)?;
     node.set_initial("dir", &dir.display().to_string())?;
+    // A relative aclfile names a file in the data directory, where Redis (which changes to
+    // its `dir`) finds it too.
+    if let Some(f) = node.aclfile.clone().filter(|f| Path::new(f).is_relative()) {
+        node.set_initial("aclfile", &dir.join(f).display().to_string())?;
+    }
     Ok(Settings {
         port,
         bind,
         dir,
         threads,
         nap_us,
+        metrics_port: args.metrics_port,
         node,
         cluster,
         s3,
@@ -437,6 +450,9 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: logs sent to a file or a collector
+        // stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let mut settings = match settings(Args::parse()) {
         Ok(s) => s,
@@ -507,6 +523,15 @@ async fn run(s: Settings) -> Result<(), String> {
     let cluster_size = s.node.cluster_size;
     let (incarnation, dot_id) = (s.node.incarnation, s.node.dot_node_id());
     let mut node = Node::new(s.node, seed, Buggify::disabled(), now);
+    // As Redis, a server whose ACL file cannot be loaded does not start.
+    if let Some(path) = node.acl_file_path().map(str::to_string) {
+        let load = lattice_node::acl::FileOp::Load { path: path.clone() };
+        let text = acl_file::carry_out(&load)
+            .map_err(|e| format!("Error loading ACLs, opening file '{path}': {e}"))?
+            .unwrap_or_default();
+        node.load_acl_file(&text)
+            .map_err(|e| format!("Aborting startup because of ACL errors: {e}"))?;
+    }
     // Every node recovers its data directory and persists to it: a standalone node its values,
     // a clustered node its replicated states, so a restarted replica comes back with its keys
     // and anti-entropy ships it only what it missed.
@@ -607,6 +632,9 @@ async fn run(s: Settings) -> Result<(), String> {
             cfg.mode.name()
         );
         tokio::spawn(s3::run(shared.clone(), b, wake));
+    }
+    if let Some(port) = s.metrics_port {
+        metrics::serve(shared.clone(), format!("{}:{port}", s.bind)).await?;
     }
     if let Some(c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));

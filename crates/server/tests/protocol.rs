@@ -167,3 +167,34 @@ fn sigterm_shuts_down_gracefully() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `--metrics-port` serves INFO's figures in Prometheus's text format, commands included.
+#[test]
+fn metrics_endpoint_serves_info_figures() {
+    use std::io::Read;
+    let metrics_port = common::free_port();
+    let server = Server::start_with(&["--metrics-port", &metrics_port.to_string()]);
+    let mut c = server.client();
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
+    let _: Option<String> = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+    let scrape = |path: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let text = scrape("/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("\nlattice_connected_clients 1"), "{text}");
+    assert!(
+        text.contains("lattice_command_calls_total{command=\"set\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lattice_command_calls_total{command=\"get\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("\nlattice_keyspace_hits 1"), "{text}");
+    assert!(scrape("/other").starts_with("HTTP/1.1 404"));
+}

@@ -204,6 +204,46 @@ pub const COMMANDS: &[CommandSpec] = &[
                 client_reply,
             ),
             spec(
+                "client|tracking",
+                -3,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.0.0",
+                "Controls server-assisted client-side caching for the connection.",
+                crate::cmd::tracking::client_tracking,
+            ),
+            spec(
+                "client|caching",
+                3,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.0.0",
+                "Instructs the server whether to track the keys in the next request.",
+                crate::cmd::tracking::client_caching,
+            ),
+            spec(
+                "client|getredir",
+                2,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.0.0",
+                "Returns the client ID to which the connection's tracking notifications are redirected.",
+                crate::cmd::tracking::client_getredir,
+            ),
+            spec(
+                "client|trackinginfo",
+                2,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.2.0",
+                "Returns information about server-assisted client-side caching for the connection.",
+                crate::cmd::tracking::client_trackinginfo,
+            ),
+            spec(
                 "client|help",
                 2,
                 &[],
@@ -241,22 +281,10 @@ fn echo(_core: &mut Core, call: &mut Call) {
     call.out.bulk(call.arg(1));
 }
 
-const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-
-/// Checks a password for the only user there is, `default`.
-fn check_password(core: &Core, user: &[u8], pass: &[u8]) -> Result<(), &'static str> {
-    match &core.config.requirepass {
-        None if user == b"default" => Ok(()),
-        None => Err(WRONGPASS),
-        Some(p) if user == b"default" && p.as_bytes() == pass => Ok(()),
-        Some(_) => Err(WRONGPASS),
-    }
-}
-
 fn auth(core: &mut Core, call: &mut Call) {
     let (user, pass) = match call.argc() {
         2 => {
-            if core.config.requirepass.is_none() {
+            if core.acl.default_user().nopass {
                 call.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
                 return;
             }
@@ -265,13 +293,8 @@ fn auth(core: &mut Core, call: &mut Call) {
         3 => (call.arg(1), call.arg(2)),
         _ => return call.syntax_error(),
     };
-    match check_password(core, user, pass) {
-        Ok(()) => {
-            if let Some(c) = core.clients.get_mut(&call.conn) {
-                c.authenticated = true;
-            }
-            call.ok();
-        }
+    match core.authenticate(call.conn, &call.args[0], user, pass) {
+        Ok(()) => call.ok(),
         Err(e) => call.error(e),
     }
 }
@@ -291,11 +314,10 @@ fn hello(core: &mut Core, call: &mut Call) {
     while i < call.argc() {
         let more = call.argc() - i - 1;
         if is(call.arg(i), "auth") && more >= 2 {
-            if let Err(e) = check_password(core, call.arg(i + 1), call.arg(i + 2)) {
+            if let Err(e) =
+                core.authenticate(call.conn, &call.args[0], call.arg(i + 1), call.arg(i + 2))
+            {
                 return call.error(e);
-            }
-            if let Some(c) = core.clients.get_mut(&call.conn) {
-                c.authenticated = true;
             }
             i += 3;
         } else if is(call.arg(i), "setname") && more >= 1 {
@@ -313,7 +335,7 @@ fn hello(core: &mut Core, call: &mut Call) {
             return call.error(&format!("ERR Syntax error in HELLO option '{opt}'"));
         }
     }
-    let needs_auth = core.config.requirepass.is_some()
+    let needs_auth = core.acl.auth_required()
         && !core
             .clients
             .get(&call.conn)
@@ -361,10 +383,12 @@ fn reset(core: &mut Core, call: &mut Call) {
     core.unwatch_all(call.conn);
     crate::cmd::pubsub::unsubscribe_all(core, call.conn);
     core.monitors.remove(&call.conn);
+    core.tracking_disable(call.conn);
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.multi = None;
     }
-    let needs_auth = core.config.requirepass.is_some();
+    // As Redis: back to the default user, logged in if it needs no password.
+    let authenticated = !core.acl.auth_required();
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.proto = Protocol::Resp2;
         c.name = None;
@@ -374,9 +398,8 @@ fn reset(core: &mut Core, call: &mut Call) {
             c.reply_mode = ReplyMode::On;
         }
         c.no_evict = false;
-        if needs_auth {
-            c.authenticated = false;
-        }
+        c.authenticated = authenticated;
+        c.user = Some(Bytes::from_static(b"default"));
     }
     call.out.set_protocol(Protocol::Resp2);
     call.out.simple(b"RESET");
@@ -458,7 +481,8 @@ fn client_list(core: &mut Core, call: &mut Call) {
     }
     let mut text = String::new();
     for c in core.clients.values() {
-        if ids.as_ref().is_some_and(|l| !l.contains(&c.id.0)) {
+        // A connection being closed (CLIENT KILL, a deleted user) is gone for clients.
+        if c.closing || ids.as_ref().is_some_and(|l| !l.contains(&c.id.0)) {
             continue;
         }
         text.push_str(&c.info_line(now_ms));
@@ -501,6 +525,7 @@ fn client_kill(core: &mut Core, call: &mut Call) {
     let mut skipme = true;
     let mut maxage: Option<u64> = None;
     let mut type_normal = true;
+    let mut user: Option<Bytes> = None;
     let mut i = 2;
     while i + 1 < call.argc() + 1 && i < call.argc() {
         if i + 1 >= call.argc() {
@@ -539,10 +564,11 @@ fn client_kill(core: &mut Core, call: &mut Call) {
             }
             type_normal = is(val, "normal");
         } else if is(opt, "user") {
-            if val != b"default" {
+            if !core.acl.users.contains_key(val) {
                 let u = String::from_utf8_lossy(val).into_owned();
                 return call.error(&format!("ERR No such user '{u}'"));
             }
+            user = Some(Bytes::copy_from_slice(val));
         } else {
             return call.syntax_error();
         }
@@ -564,6 +590,7 @@ fn client_kill(core: &mut Core, call: &mut Call) {
                 .is_none_or(|a| c.local_addr.as_bytes() == &a[..])
         })
         .filter(|c| maxage.is_none_or(|m| now_ms.saturating_sub(c.created_ms) / 1000 >= m))
+        .filter(|c| user.is_none() || c.user == user)
         .filter(|c| !(skipme && c.id == call.conn))
         .map(|c| c.id)
         .collect();

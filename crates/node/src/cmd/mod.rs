@@ -3,6 +3,7 @@
 
 use crate::ctx::CommandSpec;
 
+pub mod acl;
 pub mod cluster;
 pub mod connection;
 pub mod dump;
@@ -27,6 +28,7 @@ pub mod slowlog;
 pub mod sort;
 pub mod stream;
 pub mod string;
+pub mod tracking;
 pub mod tx;
 pub(crate) mod typed;
 pub mod zset;
@@ -57,6 +59,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     shard_pubsub::COMMANDS,
     memory::COMMANDS,
     monitor::COMMANDS,
+    acl::COMMANDS,
 ];
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::args::is;
-use crate::command::{container, flag_bits, key_positions, spec, Call, Flag};
+use crate::command::{container, flag_bits, key_positions, spec, Call};
 use crate::ctx::{CommandSpec, Core};
 use crate::dispatch::NOT_IN_MULTI;
 
@@ -125,6 +125,16 @@ pub const COMMANDS: &[CommandSpec] = &[
                 "2.8.13",
                 "Extracts the key names from an arbitrary command.",
                 command_getkeys,
+            ),
+            spec(
+                "command|getkeysandflags",
+                -4,
+                &["loading", "stale"],
+                (0, 0, 0),
+                SERVER,
+                "7.0.0",
+                "Extracts the key names and access flags for an arbitrary command.",
+                command_getkeysandflags,
             ),
             spec(
                 "command|help",
@@ -344,6 +354,7 @@ fn flush(core: &mut Core, call: &mut Call) {
         _ => return call.syntax_error(),
     }
     core.touch_all_watched();
+    core.tracking_flush_all();
     // Before the capture: a clustered node notes the keys whose tombstones it will log.
     core.persist_flush_all();
     core.capture_flush();
@@ -433,6 +444,19 @@ fn info(core: &mut Core, call: &mut Call) {
     call.out.verbatim(b"txt", text.as_bytes());
 }
 
+/// Every INFO section as `INFO everything` shows it (the metrics endpoint reads this).
+pub(crate) fn info_everything(core: &Core) -> String {
+    let now_ms = core.now.as_millis();
+    let mut text = String::new();
+    for section in ALL_SECTIONS {
+        if !text.is_empty() {
+            text.push_str("\r\n");
+        }
+        write_section(core, section, now_ms, &mut text);
+    }
+    text
+}
+
 fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
     let p = &core.process;
     match section {
@@ -455,10 +479,11 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
         "clients" => {
             let _ = write!(
                 t,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n",
                 core.clients.len(),
                 core.config.maxclients,
-                core.blocked_clients()
+                core.blocked_clients(),
+                core.tracking.clients
             );
         }
         "memory" => {
@@ -470,7 +495,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             };
             let _ = write!(
                 t,
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:0\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
                 human_bytes(used),
                 p.rss_bytes,
                 human_bytes(p.rss_bytes),
@@ -486,7 +511,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -494,12 +519,22 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 s.net_output_bytes,
                 s.rejected_connections,
                 core.db.stats().expired_keys,
+                core.eviction.evicted_keys,
                 s.keyspace_hits,
                 s.keyspace_misses,
                 core.channels.len(),
                 core.patterns.len(),
                 core.shard_channels.len(),
+                core.tracking.keys.len(),
+                core.tracking.items,
+                core.tracking.prefixes.len(),
                 s.total_error_replies,
+            );
+            let d = &core.acl.denied;
+            let _ = write!(
+                t,
+                "acl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\n",
+                d.auth, d.command, d.key, d.channel
             );
         }
         "replication" => {
@@ -561,39 +596,22 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
 
 // ---- COMMAND ----
 
-fn acl_categories(spec: &CommandSpec) -> Vec<String> {
-    let mut cats = Vec::new();
-    if spec.is_write() {
-        cats.push("@write".to_string());
-    } else if spec.has(Flag::ReadOnly) {
-        cats.push("@read".to_string());
-    }
-    let group = match spec.group {
-        "generic" => "@keyspace".to_string(),
-        "server" => "@admin".to_string(),
-        "sorted-set" => "@sortedset".to_string(),
-        "transactions" => "@transaction".to_string(),
-        other => format!("@{other}"),
-    };
-    let admin = spec.has(Flag::Admin);
-    if admin && group != "@admin" {
-        cats.push(group);
-        cats.push("@admin".to_string());
-    } else {
-        cats.push(group);
-    }
-    if spec.has(Flag::Fast) {
-        cats.push("@fast".to_string());
-    } else {
-        cats.push("@slow".to_string());
-    }
-    if admin {
-        cats.push("@dangerous".to_string());
-    }
-    cats
+/// The command's ACL categories (`@read`, `@slow`, ...), as the ACL catalog derives them.
+fn acl_categories(core: &Core, spec: &CommandSpec) -> Vec<String> {
+    let bits = core
+        .acl
+        .catalog
+        .find(spec.name.as_bytes())
+        .map_or(0, |i| core.acl.catalog.entries[i].categories);
+    crate::acl::CATEGORIES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, c)| format!("@{c}"))
+        .collect()
 }
 
-fn write_command_info(call: &mut Call, spec: &CommandSpec) {
+fn write_command_info(core: &Core, call: &mut Call, spec: &CommandSpec) {
     call.out.array_len(10);
     call.out.bulk(spec.name.as_bytes());
     call.out.integer(spec.arity as i64);
@@ -604,7 +622,7 @@ fn write_command_info(call: &mut Call, spec: &CommandSpec) {
     call.out.integer(spec.keys.0 as i64);
     call.out.integer(spec.keys.1 as i64);
     call.out.integer(spec.keys.2 as i64);
-    let cats = acl_categories(spec);
+    let cats = acl_categories(core, spec);
     call.out.set_len(cats.len());
     for c in &cats {
         call.out.simple(c.as_bytes());
@@ -613,7 +631,7 @@ fn write_command_info(call: &mut Call, spec: &CommandSpec) {
     call.out.array_len(0); // key specs
     call.out.array_len(spec.subcommands.len());
     for sub in spec.subcommands {
-        write_command_info(call, sub);
+        write_command_info(core, call, sub);
     }
 }
 
@@ -628,7 +646,7 @@ fn command_all(core: &mut Core, call: &mut Call) {
     let all: Vec<&'static CommandSpec> = core.table.all().to_vec();
     call.out.array_len(all.len());
     for s in all {
-        write_command_info(call, s);
+        write_command_info(core, call, s);
     }
 }
 
@@ -644,7 +662,7 @@ fn command_info(core: &mut Core, call: &mut Call) {
     call.out.array_len(names.len());
     for n in names {
         match lookup_full(core, n) {
-            Some(s) => write_command_info(call, s),
+            Some(s) => write_command_info(core, call, s),
             None => call.out.null_array(),
         }
     }
@@ -654,7 +672,7 @@ fn command_all_info(core: &mut Core, call: &mut Call) {
     let all: Vec<&'static CommandSpec> = core.table.all().to_vec();
     call.out.array_len(all.len());
     for s in all {
-        write_command_info(call, s);
+        write_command_info(core, call, s);
     }
 }
 
@@ -710,11 +728,26 @@ fn command_list(core: &mut Core, call: &mut Call) {
     if call.argc() > 2 {
         if call.argc() == 5 && is(call.arg(2), "filterby") && is(call.arg(3), "pattern") {
             pattern = Some(call.arg(4).to_vec());
-        } else if call.argc() == 5 && is(call.arg(2), "filterby") {
-            // ACLCAT and MODULE filters: no modules exist; categories are not filtered yet.
-            if is(call.arg(3), "module") {
+        } else if call.argc() == 5 && is(call.arg(2), "filterby") && is(call.arg(3), "module") {
+            // No modules exist.
+            return call.out.array_len(0);
+        } else if call.argc() == 5 && is(call.arg(2), "filterby") && is(call.arg(3), "aclcat") {
+            let Some(bit) = crate::acl::category_bit(call.arg(4)) else {
                 return call.out.array_len(0);
+            };
+            let names: Vec<&'static str> = core
+                .acl
+                .catalog
+                .entries
+                .iter()
+                .filter(|e| e.categories & bit != 0)
+                .map(|e| e.name)
+                .collect();
+            call.out.array_len(names.len());
+            for n in names {
+                call.out.bulk(n.as_bytes());
             }
+            return;
         } else {
             return call.syntax_error();
         }
@@ -746,6 +779,10 @@ fn command_help(_core: &mut Core, call: &mut Call) {
         "    Return details about multiple Redis commands.",
         "DOCS [<command-name> ...]",
         "    Return documentation details about multiple Redis commands.",
+        "GETKEYS <full-command>",
+        "    Return the keys from a full Redis command.",
+        "GETKEYSANDFLAGS <full-command>",
+        "    Return the keys and the access flags from a full Redis command.",
         "HELP",
         "    Print this help.",
     ];
@@ -805,6 +842,10 @@ fn config_set(core: &mut Core, call: &mut Call) {
     }
     let was_appendonly = core.config.appendonly;
     core.config = next;
+    if seen.iter().any(|n| n == "requirepass") {
+        let pass = core.config.requirepass.clone().unwrap_or_default();
+        core.acl.set_requirepass(pass.as_bytes());
+    }
     core.persist_reconfigured(was_appendonly);
     call.ok();
 }
@@ -834,28 +875,71 @@ fn config_help(_core: &mut Core, call: &mut Call) {
 
 // ---- COMMAND GETKEYS ----
 
-fn command_getkeys(core: &mut Core, call: &mut Call) {
-    let cmd_args = &call.args[2..];
+/// The command GETKEYS and GETKEYSANDFLAGS are asked about, and its key positions.
+fn keys_of(
+    core: &Core,
+    cmd_args: &[bytes::Bytes],
+) -> Result<(&'static CommandSpec, Vec<usize>), &'static str> {
     let Some(mut spec) = core.table.find(&cmd_args[0]) else {
-        return call.error("ERR Invalid command specified");
+        return Err("ERR Invalid command specified");
     };
     if !spec.subcommands.is_empty() && cmd_args.len() >= 2 {
         match crate::command::find_subcommand(spec, &cmd_args[1]) {
             Some(sub) => spec = sub,
-            None => return call.error("ERR Invalid command specified"),
+            None => return Err("ERR Invalid command specified"),
         }
     }
     if !spec.arity_ok(cmd_args.len()) {
-        return call.error("ERR Invalid number of arguments specified for command");
+        return Err("ERR Invalid number of arguments specified for command");
     }
     match key_positions(spec, cmd_args) {
+        Err(e) => Err(e),
+        Ok(positions) if positions.is_empty() => Err("ERR The command has no key arguments"),
+        Ok(positions) => Ok((spec, positions)),
+    }
+}
+
+fn command_getkeys(core: &mut Core, call: &mut Call) {
+    let cmd_args = &call.args[2..];
+    match keys_of(core, cmd_args) {
         Err(e) => call.error(e),
-        Ok(positions) if positions.is_empty() => call.error("ERR The command has no key arguments"),
-        Ok(positions) => {
+        Ok((_, positions)) => {
             call.out.array_len(positions.len());
             for p in positions {
                 call.out.bulk(&cmd_args[p]);
             }
+        }
+    }
+}
+
+/// Redis 7.0's reply: each key with its access flags. Lattice has no per-key specs; the
+/// flags come from how the ACL check sees the key (`crate::acl::key_use`): read and write is
+/// `RW access update`, write only `OW update`, read only `RO access`, and a key only looked
+/// at (EXISTS, TTL) `RO`. DEL and UNLINK remove theirs (`RM delete`).
+fn command_getkeysandflags(core: &mut Core, call: &mut Call) {
+    let cmd_args = &call.args[2..];
+    let (spec, positions) = match keys_of(core, cmd_args) {
+        Err(e) => return call.error(e),
+        Ok(found) => found,
+    };
+    call.out.array_len(positions.len());
+    for (nth, p) in positions.into_iter().enumerate() {
+        let usage = crate::cmd::acl::key_use_of(spec, cmd_args, nth);
+        let flags: &[&str] = if matches!(spec.name, "del" | "unlink") {
+            &["RM", "delete"]
+        } else {
+            match (usage.read, usage.write) {
+                (true, true) => &["RW", "access", "update"],
+                (false, true) => &["OW", "update"],
+                (true, false) => &["RO", "access"],
+                (false, false) => &["RO"],
+            }
+        };
+        call.out.array_len(2);
+        call.out.bulk(&cmd_args[p]);
+        call.out.set_len(flags.len());
+        for f in flags {
+            call.out.simple(f.as_bytes());
         }
     }
 }

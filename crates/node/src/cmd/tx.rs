@@ -118,7 +118,20 @@ fn exec(core: &mut Core, call: &mut Call) {
         let mut sub = Call::new(call.conn, args, call.now, call.out.reborrow());
         sub.in_exec = true;
         // Resolved when queued, so this finds the same command again.
-        match crate::dispatch::resolve(core, args) {
+        let user = core.clients.get(&call.conn).and_then(|c| c.user.clone());
+        let resolved = crate::dispatch::resolve(core, args);
+        // Permissions are checked again: the rules may have changed since it was queued.
+        let denied = resolved
+            .as_ref()
+            .ok()
+            .and_then(|spec| core.acl_denied(user.as_ref(), spec, args));
+        match resolved {
+            Ok(spec) if denied.is_some() => {
+                let denied = denied.expect("checked");
+                let context = crate::acl::LogContext::Multi;
+                core.acl_log_denied(call.conn, spec, args, &denied, context);
+                sub.error(&denied.exec_message());
+            }
             Ok(spec) => {
                 use crate::cmd::monitor::Source;
                 let monitored = !core.monitors.is_empty();

@@ -13,6 +13,23 @@ impl Node {
         &self.core.config
     }
 
+    /// Every INFO section, as `INFO everything` answers it, for drivers that export the
+    /// figures elsewhere (the server's metrics endpoint).
+    pub fn info_everything(&self) -> String {
+        crate::cmd::server::info_everything(&self.core)
+    }
+
+    /// Whether `maxmemory` is set: the driver should then report heap bytes in use
+    /// ([`Node::report_memory`]) before each batch.
+    pub fn memory_limited(&self) -> bool {
+        self.core.config.maxmemory_bytes > 0
+    }
+
+    /// The driver's reading of heap bytes in use, compared with `maxmemory` before commands.
+    pub fn report_memory(&mut self, used_bytes: u64) {
+        self.core.eviction.report(used_bytes);
+    }
+
     /// The entry stored under `key`, as it is: no lazy expiry, no statistics (checkers read
     /// recovered state with it).
     pub fn stored_entry(&self, key: &[u8]) -> Option<&lattice_store::Entry> {
@@ -55,6 +72,19 @@ impl Node {
     /// The object-store upload's figures for INFO persistence.
     pub fn set_upload_figures(&mut self, figures: crate::persist::UploadFigures) {
         self.core.persist.upload = Some(figures);
+    }
+
+    /// The `aclfile` configured, if any: the driver reads it at start-up and hands its text to
+    /// [`Node::load_acl_file`].
+    pub fn acl_file_path(&self) -> Option<&str> {
+        self.core.config.aclfile.as_deref()
+    }
+
+    /// Start-up: installs the users of the ACL file's `text`, or returns Redis's description
+    /// of its errors (the driver then refuses to start, as Redis does).
+    pub fn load_acl_file(&mut self, text: &[u8]) -> Result<(), String> {
+        let path = self.core.config.aclfile.clone().unwrap_or_default();
+        self.core.install_acl_file(&path, text)
     }
 
     /// Recovery: applies one snapshot chunk or log record read back from disk, through the

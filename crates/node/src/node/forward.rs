@@ -262,6 +262,7 @@ impl Node {
         if !self.core.clients.contains_key(&conn) {
             let mut c = Client::new(conn, format!("peer-{}", peer.0), String::new(), now_ms);
             c.via_peer = true;
+            c.user = None;
             self.core.clients.insert(conn, c);
         }
         let client = self.core.clients.get_mut(&conn).expect("inserted");

@@ -19,8 +19,11 @@ impl Node {
         let now_ms = core.now.as_millis();
         core.stats.total_connections_received += 1;
         let full = core.clients.len() as u64 >= core.config.maxclients;
-        core.clients
-            .insert(conn, Client::new(conn, peer_addr, local_addr, now_ms));
+        let mut client = Client::new(conn, peer_addr, local_addr, now_ms);
+        // As Redis: a connection made while the default user needs no password is
+        // authenticated for good (a password set later does not log it out).
+        client.authenticated = !core.acl.auth_required();
+        core.clients.insert(conn, client);
         if full {
             core.stats.rejected_connections += 1;
             core.write_to(conn, |w| w.error(b"ERR max number of clients reached"));
@@ -79,7 +82,13 @@ impl Node {
         let start_len = out.len();
 
         core.block_request = None;
+        if core.tracking.clients > 0 {
+            // Before the command, as Redis: evictions from the table are told at once.
+            core.tracking_limit();
+        }
+        core.tracking.current = Some(conn);
         core.dispatch(conn, args, &mut out, proto);
+        core.tracking.current = None;
         // Partitioned cluster: the command runs on an owner; its place in the reply order is
         // kept by a relay slot (node/forward.rs).
         let mut forwarded = None;
@@ -119,6 +128,19 @@ impl Node {
             client.out.extend_from_slice(&pushed);
             client.out.extend_from_slice(&reply);
         }
+        if let Some(t) = client.tracking.as_mut() {
+            // CLIENT CACHING applies to the next command (or transaction) only.
+            if t.caching && client.multi.is_none() && !client.last_command.starts_with("client|") {
+                t.caching = false;
+            }
+        }
+        if !core.tracking.pending_own.is_empty() {
+            // Invalidations this command caused to its own client follow its reply.
+            core.tracking_send_pending(conn);
+        }
+        let Some(client) = core.clients.get_mut(&conn) else {
+            return blocked;
+        };
         if let Some(last) = client.relay.back_mut() {
             // Behind a reply still awaited from an owner.
             let mine = client.out.split_off(start_len);
@@ -223,6 +245,7 @@ impl Node {
     /// held replies) and the connection itself.
     pub(super) fn forget_client(core: &mut Core, conn: ConnId) {
         core.persist_forget(conn);
+        core.tracking_disable(conn);
         core.unpark(conn);
         core.unwatch_all(conn);
         crate::cmd::pubsub::unsubscribe_all(core, conn);

@@ -26,7 +26,11 @@ impl Node {
             Input::Request { conn, .. }
             | Input::ProtocolError { conn, .. }
             | Input::Closed { conn } => Some(*conn),
-            Input::PeerUp { .. } | Input::PeerDown { .. } | Input::PeerMessage { .. } => None,
+            // A new set of users must not change what a running script may do: held.
+            Input::PeerUp { .. }
+            | Input::PeerDown { .. }
+            | Input::PeerMessage { .. }
+            | Input::AclFileDone { .. } => None,
         };
         if run.timed_out && conn.is_some_and(|c| c != run.caller) {
             return self.apply(input);
