@@ -411,7 +411,7 @@ pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
 /// Keys in one anti-entropy slice at most (`crate::repl::SLICE_KEYS`, defined here so the
 /// configuration's default does not import the replicator): with small states the per-key
 /// merge cost is what bounds a step.
-pub const REPL_SLICE_KEYS: usize = 2_048;
+pub const REPL_SLICE_KEYS: usize = 512;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
 pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;

@@ -100,13 +100,13 @@ const MAX_AE_NODES: usize = 4_096;
 /// message but owed to the peer and sent a slice at a time: one slice is what one node call
 /// builds on the sender and merges on the receiver (a few milliseconds), and what the server
 /// hands the node per lock hold, so a transfer of a million keys runs between client batches.
-pub const SLICE_BYTES: usize = 256 << 10;
+pub const SLICE_BYTES: usize = 64 << 10;
 /// Keys in one slice at most: with small states the per-key merge cost is what bounds a step.
 pub const SLICE_KEYS: usize = crate::config::REPL_SLICE_KEYS;
 /// Slices sent to one peer and not yet acknowledged, at most: the back-pressure of a transfer.
 /// The next slice goes when the peer says it merged one, so a slow or busy receiver slows the
 /// sender down instead of filling the link's queue (and, past its bound, losing the link).
-const SLICE_WINDOW: usize = 2;
+const SLICE_WINDOW: usize = 4;
 /// An unacknowledged slice is taken as lost after this long (its leaves still differ, and the
 /// next round finds them): a lost acknowledgement must not stop the transfer for good.
 const SLICE_TIMEOUT_MS: u64 = 2_000;
@@ -220,6 +220,11 @@ impl Transfer {
     fn busy(&self) -> bool {
         !self.owed.is_empty() || !self.want.is_empty() || !self.inflight.is_empty()
     }
+
+    /// Another slice may go now: something is owed or asked for and the window has room.
+    fn ready(&self) -> bool {
+        self.inflight.len() < SLICE_WINDOW && (!self.owed.is_empty() || !self.want.is_empty())
+    }
 }
 
 #[derive(Clone)]
@@ -310,6 +315,8 @@ pub struct ReplStats {
     /// Anti-entropy rounds declined or put off because another peer was repairing the same
     /// difference (see `Replicator::defer_round`).
     pub ae_rounds_deferred: u64,
+    /// Times a peer's applied GC frontier raised ours (`Replicator::adopt_frontier`).
+    pub frontiers_adopted: u64,
 }
 
 pub struct Replicator {
@@ -797,14 +804,22 @@ impl Replicator {
     }
 
     fn envelope(&self, body: Body) -> Bytes {
-        let last = self.hlc.last();
         wire::encode(&Envelope {
+            body: Some(body),
+            ..self.envelope_head()
+        })
+    }
+
+    /// The envelope of our next message, without its body.
+    fn envelope_head(&self) -> Envelope {
+        let last = self.hlc.last();
+        Envelope {
             version: wire::PROTOCOL_VERSION,
             from: self.node.0,
             hlc_wall_ms: last.wall_ms,
             hlc_logical: last.logical,
-            body: Some(body),
-        })
+            body: None,
+        }
     }
 
     /// Sends a PUBLISH (or, `shard`, an SPUBLISH) to every live peer (best effort, like
@@ -1068,11 +1083,7 @@ impl Replicator {
         if !entries.is_empty() {
             self.send_ae(
                 peer,
-                Body::States(States {
-                    entries,
-                    want_leaves: Vec::new(),
-                    slice: 0,
-                }),
+                Body::States(self.states_message(entries, Vec::new(), 0)),
             );
         }
     }
@@ -1130,7 +1141,8 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
-            if p.push_leaf.is_some() {
+            if p.push_leaf.is_some() || p.transfer.ready() {
+                // The next slice, after the client batches waiting now.
                 next = next.min(now_ms + 1);
             }
             next = next.min(p.next_ae_ms);
@@ -1197,8 +1209,8 @@ impl Replicator {
             {
                 t.inflight.clear();
                 t.timeouts += 1;
-                self.pump_transfer(id, now_ms, db);
             }
+            self.pump_transfer(id, now_ms, db);
             let p = self.peers.get_mut(&id).expect("listed");
             if p.next_ae_ms <= now_ms && p.transfer.busy() {
                 // A transfer to this peer is under way: a new round now would compare trees
@@ -1280,77 +1292,75 @@ impl Replicator {
         }
     }
 
-    /// Sends the peer the next slices of what anti-entropy owes it, while fewer than
-    /// `SLICE_WINDOW` are unacknowledged. Each slice holds at most `SLICE_KEYS` keys and
-    /// about `SLICE_BYTES` bytes of states (one key more than that if it alone is larger),
-    /// so no call builds, and no receiver merges, more than that at once.
+    /// Sends the peer the next slice of what anti-entropy owes it, if fewer than
+    /// `SLICE_WINDOW` are unacknowledged. A slice holds at most `SLICE_KEYS` keys and about
+    /// `SLICE_BYTES` bytes of states (one key more than that if it alone is larger), and one
+    /// call sends one slice at most, so no call builds, and no receiver merges, more than
+    /// that at once: the rest of the window fills from the next timer (`next_deadline_ms`
+    /// asks for one a millisecond on while a slice may go), after the client batches that
+    /// arrived meanwhile. Filling the window in one call made the step that started a
+    /// transfer, or merged a peer's slice asking for leaves, build two slices at once.
     /// Keys `peer` does not own (a partitioned cluster) are left out, as in any push to it.
     /// `db`: the node's store, which holds the values of packed and compact string keys.
     fn pump_transfer(&mut self, peer: NodeId, now_ms: u64, db: &Db) {
-        loop {
-            let Some(p) = self.peers.get_mut(&peer) else {
-                return;
-            };
-            let t = &mut p.transfer;
-            if !p.up || t.inflight.len() >= SLICE_WINDOW || (t.owed.is_empty() && t.want.is_empty())
-            {
-                return;
-            }
-            let mut entries = Vec::new();
-            let mut bytes = 0;
-            // A build with the planted bug ignores the bound: the simulator must notice.
-            let slice_keys = if cfg!(feature = "planted-transfer-bug") {
-                usize::MAX
-            } else {
-                self.slice_keys
-            };
-            'leaves: while let Some(&leaf) = t.owed.first() {
-                // Packed keys have no table slot: the walk lists them from the store.
-                let slots = self.keys.leaf_entries(leaf as usize, db);
-                let mut i = t.resume.min(slots.len());
-                while i < slots.len() {
-                    if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
-                        t.resume = i;
-                        break 'leaves;
-                    }
-                    let (key, entry) = &slots[i];
-                    i += 1;
-                    if t.skip.contains(key) {
-                        continue;
-                    }
-                    let owned = self
-                        .ownership
-                        .as_ref()
-                        .is_none_or(|o| o.is_owner(peer.0, lattice_placement::key_slot(key)));
-                    if !owned {
-                        continue;
-                    }
-                    let blob = key_blob(key, &entry.state, &self.frontier, db, &mut self.scratch);
-                    bytes += blob.state.len() + key.len();
-                    entries.push(blob);
-                }
-                t.owed.pop_first();
-                t.resume = 0;
-            }
-            if t.owed.is_empty() {
-                t.skip.clear();
-            }
-            let want_leaves: Vec<u32> = std::mem::take(&mut t.want).into_iter().collect();
-            t.next_slice += 1;
-            let slice = t.next_slice;
-            t.inflight.push_back((slice, now_ms));
-            t.slices_sent += 1;
-            self.stats.max_slice_keys = self.stats.max_slice_keys.max(entries.len() as u64);
-            self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
-            self.send_ae(
-                peer,
-                Body::States(States {
-                    entries,
-                    want_leaves,
-                    slice,
-                }),
-            );
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        let t = &mut p.transfer;
+        if !p.up || !t.ready() {
+            return;
         }
+        let mut writer = wire::StatesWriter::default();
+        let mut keys = 0;
+        let mut bytes = 0;
+        // A build with the planted bug ignores the bound: the simulator must notice.
+        let slice_keys = if cfg!(feature = "planted-transfer-bug") {
+            usize::MAX
+        } else {
+            self.slice_keys
+        };
+        'leaves: while let Some(&leaf) = t.owed.first() {
+            // Packed keys have no table slot: the walk lists them from the store.
+            let slots = self.keys.leaf_entries(leaf as usize, db);
+            let mut i = t.resume.min(slots.len());
+            while i < slots.len() {
+                if bytes >= SLICE_BYTES || keys >= slice_keys {
+                    t.resume = i;
+                    break 'leaves;
+                }
+                let (key, entry) = &slots[i];
+                i += 1;
+                if t.skip.contains(key) {
+                    continue;
+                }
+                let owned = self
+                    .ownership
+                    .as_ref()
+                    .is_none_or(|o| o.is_owner(peer.0, lattice_placement::key_slot(key)));
+                if !owned {
+                    continue;
+                }
+                encode_key_state(key, &entry.state, &self.frontier, db, &mut self.scratch);
+                bytes += self.scratch.len() + key.len();
+                keys += 1;
+                writer.push(key, &self.scratch);
+            }
+            t.owed.pop_first();
+            t.resume = 0;
+        }
+        if t.owed.is_empty() {
+            t.skip.clear();
+        }
+        let want_leaves: Vec<u32> = std::mem::take(&mut t.want).into_iter().collect();
+        t.next_slice += 1;
+        let slice = t.next_slice;
+        t.inflight.push_back((slice, now_ms));
+        t.slices_sent += 1;
+        self.stats.max_slice_keys = self.stats.max_slice_keys.max(keys as u64);
+        self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
+        let frontier: Vec<(u32, u64)> = self.frontier.iter().map(|(n, c)| (n.0, c)).collect();
+        let data = writer.finish(&self.envelope_head(), &want_leaves, slice, &frontier);
+        self.send_ae_data(peer, data);
     }
 
     /// Adds `leaves` (found different from the peer's) to what we owe it, and if `want`, to
@@ -1370,10 +1380,56 @@ impl Replicator {
 
     fn send_ae(&mut self, peer: NodeId, body: Body) {
         let data = self.envelope(body);
+        self.send_ae_data(peer, data);
+    }
+
+    fn send_ae_data(&mut self, peer: NodeId, data: Bytes) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.ae_bytes += data.len() as u64;
         }
         self.outbox.push_back((peer, data));
+    }
+
+    /// A `States` message, with the frontier its states were expanded with.
+    fn states_message(&self, entries: Vec<KeyBlob>, want_leaves: Vec<u32>, slice: u64) -> States {
+        let (frontier_nodes, frontier_counters) =
+            self.frontier.iter().map(|(n, c)| (n.0, c)).unzip();
+        States {
+            entries,
+            want_leaves,
+            slice,
+            frontier_nodes,
+            frontier_counters,
+        }
+    }
+
+    /// Takes what of a peer's applied GC frontier this node has merged as its own applied
+    /// frontier. Sound because a peer applies only a frontier every replica had merged (and
+    /// that stayed true a round later, see `gc_round`): the same facts hold here, whoever
+    /// measured them. The part above our own seen-set is left out, so a replica that lost the
+    /// tail of its log (and with it dots it once reported) never counts those as seen. Without
+    /// this, a peer's state expanded with a frontier ahead of ours joins in general form.
+    fn adopt_frontier(&mut self, nodes: &[u32], counters: &[u64]) {
+        if nodes.len() != counters.len() {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let mut theirs: VersionVector = nodes
+            .iter()
+            .zip(counters)
+            .map(|(n, c)| (NodeId(*n), *c))
+            .collect();
+        theirs.meet(self.seen.vv());
+        // A replica still catching up takes no frontier from its peers, for the reason it
+        // applies no GC of its own yet (`Replicator::gc_round`): its seen-set covers dots of
+        // keys it has not received.
+        if self.gc_held() {
+            return;
+        }
+        if !self.frontier.dominates(&theirs) {
+            self.stats.frontiers_adopted += 1;
+            self.apply_gc(&theirs);
+        }
     }
 
     /// An `Ack` of `seq` carrying our seen-set frontier.
@@ -1400,7 +1456,7 @@ impl Replicator {
         // the cluster would lose them. So it applies no GC until its tree has equalled every
         // peer's once: from then on it holds every key those dots belong to. Partitioned
         // replicas hold different slots and never equal, and keep the old rule.
-        if self.catching_up && self.ownership.is_none() && self.cluster_size > 1 {
+        if self.gc_held() {
             self.gc_prev = None;
             return;
         }
@@ -1471,7 +1527,8 @@ impl Replicator {
                     e.digest = d;
                 }
             }
-            if !e.state.is_compact() {
+            if !e.state.is_compact() || e.state.awaits_frontier() {
+                // Metadata the frontier does not cover yet: the next round visits it again.
                 e.gc_queued = true;
                 self.gc_queue.push(id);
                 continue;
@@ -1571,6 +1628,7 @@ impl Replicator {
             Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms, db),
             Some(Body::States(s)) => {
                 self.note_repairing(peer, now_ms);
+                self.adopt_frontier(&s.frontier_nodes, &s.frontier_counters);
                 let (changed, in_sync) = self.merge_blobs(&s.entries, false, db);
                 self.stats.max_states_merged =
                     self.stats.max_states_merged.max(s.entries.len() as u64);
@@ -1732,6 +1790,12 @@ impl Replicator {
             index: vec![0],
             digest: vec![self.merkle.root()],
         })
+    }
+
+    /// No GC yet: this (fully replicated) replica has not equalled every peer's tree since it
+    /// started.
+    fn gc_held(&self) -> bool {
+        self.catching_up && self.ownership.is_none() && self.cluster_size > 1
     }
 
     /// Our tree equalled `peer`'s: once it has equalled every peer's since the start, GC runs.
@@ -1905,6 +1969,15 @@ impl Replicator {
             .filter(|e| e.state.is_empty())
             .count();
         let list_tombstones: usize = self.keys.keyed_values().map(|e| e.state.tombstones()).sum();
+        // Keys outside the packed records, by form: a compact string still in the table waits
+        // for the store to take its value (or shares its hash with a packed key); a general
+        // state waits for GC to pass its dots. Both cost a table slot and a key copy, the
+        // general one its `Full` besides: what keeps a replica above the packed key's bytes.
+        let general_states = self
+            .keys
+            .keyed_values()
+            .filter(|e| !e.state.is_compact_form())
+            .count();
         let cloud: usize = self.seen.cloud().len();
         let _ = write!(
             out,
@@ -1926,13 +1999,26 @@ impl Replicator {
         );
         let _ = write!(
             out,
-            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\npacked_keys:{}\r\n",
+            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\ngc_queued_keys:{}\r\npacked_keys:{}\r\ntable_keys:{}\r\ngeneral_states:{}\r\n",
             self.pending.len(),
             self.gc_sweep.len(),
-            self.keys.packed_len()
+            self.gc_queue.len(),
+            self.keys.packed_len(),
+            self.keys.len() - self.keys.packed_len(),
+            general_states,
         );
         let sent: u64 = self.peers.values().map(|p| p.bytes_sent).sum();
         let received: u64 = self.peers.values().map(|p| p.bytes_received).sum();
+        // The applied GC frontier and the dots merged here beyond it, summed over nodes: a
+        // frontier that stops while writes go on is why general states pile up.
+        let applied: u64 = self.frontier.iter().map(|(_, c)| c).sum();
+        let seen: u64 = self.seen.vv().iter().map(|(_, c)| c).sum();
+        let _ = write!(
+            out,
+            "gc_frontier_dots:{applied}\r\ndots_above_gc_frontier:{}\r\ngc_frontiers_adopted:{}\r\n",
+            seen.saturating_sub(applied),
+            self.stats.frontiers_adopted,
+        );
         let _ = write!(out, "states_loaded:{}\r\n", self.stats.states_loaded);
         let _ = write!(
             out,
@@ -2055,12 +2141,23 @@ fn key_blob(
     db: &Db,
     scratch: &mut Vec<u8>,
 ) -> KeyBlob {
-    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
-    state.encode_into(frontier, stored.as_deref(), scratch);
+    encode_key_state(key, state, frontier, db, scratch);
     KeyBlob {
         key: key.clone(),
         state: Bytes::copy_from_slice(scratch),
     }
+}
+
+/// Leaves in `scratch` the encoding of `key`'s whole state as anti-entropy ships it.
+fn encode_key_state(
+    key: &[u8],
+    state: &KeyState,
+    frontier: &VersionVector,
+    db: &Db,
+    scratch: &mut Vec<u8>,
+) {
+    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
+    state.encode_into(frontier, stored.as_deref(), scratch);
 }
 
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
