@@ -96,6 +96,17 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         },
     ),
     ("hll-sparse-max-bytes", "3000", Kind::Memory),
+    // Accesses per second (as this node's sketch estimates them) at which a key of a
+    // partitioned cluster gets a copy on this node, served locally; 0 turns the tuning off
+    // (ARCHITECTURE, "Hot keys").
+    (
+        "hotkey-threshold",
+        "5000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("hz", "10", Kind::Int { min: 1, max: 500 }),
     (
         "latency-monitor-threshold",
@@ -283,6 +294,8 @@ pub struct Config {
     pub timeout_s: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// `hotkey-threshold`: accesses per second that make a key hot here; 0 never.
+    pub hotkey_threshold: u64,
     /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
     pub slowlog_log_slower_than_us: i64,
     pub slowlog_max_len: u64,
@@ -343,6 +356,7 @@ impl Default for Config {
             timeout_s: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            hotkey_threshold: 0,
             slowlog_log_slower_than_us: 0,
             slowlog_max_len: 0,
             latency_monitor_threshold_ms: 0,
@@ -508,6 +522,7 @@ impl Config {
         self.timeout_s = int(self, "timeout");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.hotkey_threshold = int(self, "hotkey-threshold");
         self.slowlog_log_slower_than_us =
             self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
         self.slowlog_max_len = int(self, "slowlog-max-len");
