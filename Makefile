@@ -164,7 +164,7 @@ compat-quick: deps
 	$(CARGO) build --release -p lattice-server
 	./scripts/compat.sh --server lattice --quick --strict \
 	  --skip-lattice "SETBIT/BITFIELD only increase dirty when the value changed" \
-	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions unit/pubsub unit/slowlog unit/info-command"
+	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions unit/pubsub unit/slowlog unit/info-command unit/tracking"
 
 ## Maelstrom's workloads against lattice-maelstrom processes behind a controlled network, every
 ## history checked (maelstrom/README.md). maelstrom-quick is the short version in `make test`.

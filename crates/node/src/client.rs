@@ -69,6 +69,8 @@ pub struct Client {
     pub via_peer: bool,
     /// Sharded pub/sub subscriptions (SSUBSCRIBE).
     pub shard_channels: BTreeSet<Bytes>,
+    /// CLIENT TRACKING's options while tracking is on (`crate::tracking`).
+    pub tracking: Option<Box<ClientTracking>>,
 }
 
 /// The state of a transaction being queued.
@@ -116,6 +118,7 @@ impl Client {
             relay: VecDeque::new(),
             via_peer: false,
             shard_channels: BTreeSet::new(),
+            tracking: None,
         }
     }
 
@@ -141,6 +144,15 @@ impl Client {
         }
         if self.no_evict {
             flags.push('e');
+        }
+        if let Some(t) = &self.tracking {
+            flags.push('t');
+            if t.broken_redirect {
+                flags.push('R');
+            }
+            if t.bcast {
+                flags.push('B');
+            }
         }
         if flags.is_empty() {
             flags.push('N');
@@ -285,4 +297,28 @@ pub struct RelaySlot {
     /// CLIENT REPLY OFF/SKIP was in force: the reply is dropped when it arrives.
     pub silent: bool,
     pub after: BytesMut,
+}
+
+/// One client's tracking options (`CLIENT TRACKING ON ...`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientTracking {
+    /// The client that receives this client's invalidations (0: this client).
+    pub redirect: u64,
+    pub bcast: bool,
+    pub optin: bool,
+    pub optout: bool,
+    pub noloop: bool,
+    /// `CLIENT CACHING yes|no` was given for the next command (or transaction).
+    pub caching: bool,
+    /// The redirect target is gone (TRACKINGINFO `broken_redirect`).
+    pub broken_redirect: bool,
+    /// BCAST prefixes ("" for every key).
+    pub prefixes: BTreeSet<Bytes>,
+}
+
+impl ClientTracking {
+    /// Whether a read by this client is remembered, by OPTIN/OPTOUT and CLIENT CACHING.
+    pub fn remembers_reads(&self) -> bool {
+        !self.bcast && (!self.optin || self.caching) && (!self.optout || !self.caching)
+    }
 }

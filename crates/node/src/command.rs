@@ -230,6 +230,9 @@ pub struct Call<'a> {
     pub(crate) error_code: Option<String>,
     /// Running inside EXEC: blocking commands must not block.
     pub in_exec: bool,
+    /// Called by a script (`redis.call`): client-side caching remembers the script's declared
+    /// keys, not those of the commands it calls.
+    pub in_script: bool,
 }
 
 impl<'a> Call<'a> {
@@ -242,6 +245,7 @@ impl<'a> Call<'a> {
             out,
             error_code: None,
             in_exec: false,
+            in_script: false,
         }
     }
 

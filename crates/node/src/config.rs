@@ -224,6 +224,15 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    // Keys CLIENT TRACKING remembers at most (0: no limit).
+    (
+        "tracking-table-max-keys",
+        "1000000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     (
         "zset-max-listpack-entries",
         "128",
@@ -292,10 +301,14 @@ pub struct Config {
     pub hll_sparse_max_bytes: u64,
     /// Close clients idle for this long; 0 never.
     pub timeout_s: u64,
+    /// `tracking-table-max-keys`: keys CLIENT TRACKING remembers at most (0: no limit).
+    pub tracking_table_max_keys: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
     /// `hotkey-threshold`: accesses per second that make a key hot here; 0 never.
     pub hotkey_threshold: u64,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    pub maxmemory_samples: u64,
     /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
     pub slowlog_log_slower_than_us: i64,
     pub slowlog_max_len: u64,
@@ -354,9 +367,11 @@ impl Default for Config {
             proto_max_bulk_len: 0,
             hll_sparse_max_bytes: 0,
             timeout_s: 0,
+            tracking_table_max_keys: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
             hotkey_threshold: 0,
+            maxmemory_samples: 5,
             slowlog_log_slower_than_us: 0,
             slowlog_max_len: 0,
             latency_monitor_threshold_ms: 0,
@@ -520,9 +535,11 @@ impl Config {
         self.proto_max_bulk_len = int(self, "proto-max-bulk-len");
         self.hll_sparse_max_bytes = int(self, "hll-sparse-max-bytes");
         self.timeout_s = int(self, "timeout");
+        self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
         self.hotkey_threshold = int(self, "hotkey-threshold");
+        self.maxmemory_samples = int(self, "maxmemory-samples");
         self.slowlog_log_slower_than_us =
             self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);
         self.slowlog_max_len = int(self, "slowlog-max-len");

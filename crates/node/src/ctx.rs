@@ -8,8 +8,10 @@
 
 mod invariants;
 mod keys;
+mod maxmemory;
 mod notify;
 mod output;
+mod tracking;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -104,6 +106,10 @@ pub struct Core {
     /// Key accesses by this node's clients, sampled and decayed: OBJECT FREQ, INFO
     /// `Hotkeys`, and which keys a partitioned node asks copies of (`crate::node::hot`).
     pub(crate) hot_keys: lattice_placement::HotKeys,
+    /// CLIENT TRACKING's tables (`crate::ctx::tracking`).
+    pub(crate) tracking: crate::tracking::Tracking,
+    /// maxmemory's figures (`crate::ctx::maxmemory`).
+    pub(crate) eviction: crate::eviction::Eviction,
 }
 
 impl Core {
@@ -179,6 +185,8 @@ impl Core {
             memory: Default::default(),
             pausing: Default::default(),
             monitors: BTreeSet::new(),
+            tracking: Default::default(),
+            eviction: Default::default(),
         }
     }
 

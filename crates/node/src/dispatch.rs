@@ -100,6 +100,21 @@ impl Core {
             }
             other => other,
         };
+        let admission = match admission {
+            Admission::Run(_) | Admission::Queue if self.config.maxmemory_bytes > 0 => {
+                let Ok(spec) = resolve(self, args) else {
+                    unreachable!("admitted requests resolve")
+                };
+                match self.enforce_maxmemory(spec) {
+                    Some(oom) => Admission::Reject(Rejection {
+                        message: oom.as_bytes().to_vec(),
+                        spec: Some(spec),
+                    }),
+                    None => admission,
+                }
+            }
+            other => other,
+        };
         match admission {
             Admission::Run(spec) => {
                 use crate::cmd::monitor::Source;
@@ -303,6 +318,9 @@ impl Core {
             }
         }
         handler(self, call);
+        if self.tracking.clients > 0 {
+            self.tracking_after_command(spec, call);
+        }
         if self.persist.active {
             self.persist_after_command(spec.has(Flag::LoggedAsCommand), call.args);
         }

@@ -17,6 +17,7 @@ pub mod config;
 pub mod ctx;
 mod dispatch;
 pub mod events;
+pub mod eviction;
 pub mod io;
 pub mod node;
 pub mod ops;
@@ -25,6 +26,7 @@ pub mod persist;
 pub mod repl;
 pub mod stats;
 pub mod time;
+pub mod tracking;
 mod varint;
 
 pub use buggify::Buggify;

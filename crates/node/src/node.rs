@@ -251,6 +251,9 @@ impl Node {
         }
         core.capture_dirty(crate::repl::state::Intent::Assign, false);
         core.stats.sample(now_ms);
+        if core.tracking.clients > 0 {
+            core.tracking_limit();
+        }
         if core.config.timeout_s > 0 {
             let limit_ms = core.config.timeout_s * 1000;
             let idle: Vec<ConnId> = core
@@ -304,6 +307,8 @@ impl Node {
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         let core = &mut self.core;
+        // BCAST invalidations gathered since the last drain, one message per prefix.
+        core.tracking_broadcast();
         if core.persist.active && core.scripts.running.is_none() {
             core.persist_flush();
         }

@@ -49,6 +49,10 @@ pub struct Router<D: Dir> {
     shutdown_requested: bool,
     /// Runs of one command name in the batch being executed, for INFO commandstats.
     runs: Vec<(&'static str, u64)>,
+    /// Reads the process's heap bytes in use, handed to the node before each batch while
+    /// `maxmemory` is set (None: the driver has no such figure; the process figures' periodic
+    /// report is then all the node gets).
+    memory_probe: Option<fn() -> u64>,
 }
 
 impl<D: Dir> Router<D> {
@@ -65,7 +69,13 @@ impl<D: Dir> Router<D> {
             timer_deadline_us: u64::MAX,
             shutdown_requested: false,
             runs: Vec::new(),
+            memory_probe: None,
         }
+    }
+
+    /// Gives the router the driver's reading of heap bytes in use, for `maxmemory`.
+    pub fn set_memory_probe(&mut self, probe: fn() -> u64) {
+        self.memory_probe = probe.into();
     }
 
     pub fn node(&self) -> &Node {
@@ -141,6 +151,9 @@ impl<D: Dir> Router<D> {
             }
         }
         let commands = batch.len() as u64;
+        if let Some(probe) = self.memory_probe.filter(|_| self.node.memory_limited()) {
+            self.node.report_memory(probe());
+        }
         self.begin_batch();
         for args in batch.drain(..) {
             self.request(now, conn, args);

@@ -50,8 +50,10 @@ impl Host {
         link_stats: Arc<LinkStats>,
         loops: Arc<[Arc<LoopHandle>]>,
     ) -> Host {
+        let mut router = Router::new(node, persist, loops.len(), now);
+        router.set_memory_probe(crate::alloc::allocated_bytes);
         Host {
-            router: Router::new(node, persist, loops.len(), now),
+            router,
             loops,
             peers: BTreeMap::new(),
             next_link_generation: 1,

@@ -204,6 +204,46 @@ pub const COMMANDS: &[CommandSpec] = &[
                 client_reply,
             ),
             spec(
+                "client|tracking",
+                -3,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.0.0",
+                "Controls server-assisted client-side caching for the connection.",
+                crate::cmd::tracking::client_tracking,
+            ),
+            spec(
+                "client|caching",
+                3,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.0.0",
+                "Instructs the server whether to track the keys in the next request.",
+                crate::cmd::tracking::client_caching,
+            ),
+            spec(
+                "client|getredir",
+                2,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.0.0",
+                "Returns the client ID to which the connection's tracking notifications are redirected.",
+                crate::cmd::tracking::client_getredir,
+            ),
+            spec(
+                "client|trackinginfo",
+                2,
+                &[],
+                (0, 0, 0),
+                CONN,
+                "6.2.0",
+                "Returns information about server-assisted client-side caching for the connection.",
+                crate::cmd::tracking::client_trackinginfo,
+            ),
+            spec(
                 "client|help",
                 2,
                 &[],
@@ -361,6 +401,7 @@ fn reset(core: &mut Core, call: &mut Call) {
     core.unwatch_all(call.conn);
     crate::cmd::pubsub::unsubscribe_all(core, call.conn);
     core.monitors.remove(&call.conn);
+    core.tracking_disable(call.conn);
     if let Some(c) = core.clients.get_mut(&call.conn) {
         c.multi = None;
     }

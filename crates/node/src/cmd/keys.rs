@@ -327,11 +327,12 @@ fn object_freq(core: &mut Core, call: &mut Call) {
     if !lfu_policy(core) {
         return call.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
-    // Lattice does not evict by frequency, but it counts accesses for hot keys (ARCHITECTURE,
-    // "Hot keys"): a key among the sketch's tracked keys reports Redis's logarithmic counter
-    // for the accesses the sketch holds for it (so `redis-cli --hotkeys` ranks keys by their
-    // recent rate); any other key the counter's initial value, decayed by one per minute
-    // without access, which is what Redis shows for a key touched rarely.
+    // Lattice keeps no per-key LFU counter (its LFU eviction ranks by recency, §49), but it
+    // counts accesses for hot keys (ARCHITECTURE, "Hot keys"): a key among the sketch's
+    // tracked keys reports Redis's logarithmic counter for the accesses the sketch holds for
+    // it (so `redis-cli --hotkeys` ranks keys by their recent rate); any other key the
+    // counter's initial value, decayed by one per minute without access, which is what Redis
+    // shows for a key touched rarely.
     core.hot_keys.roll_to(call.now_ms);
     let key = call.arg(2);
     if core.hot_keys.rate_per_s(key) > 0 {

@@ -78,6 +78,7 @@ impl Core {
             self.memory.startup_bytes = p.used_memory_bytes;
         }
         self.memory.peak_bytes = self.memory.peak_bytes.max(p.used_memory_bytes);
+        self.eviction.report(p.used_memory_bytes);
         self.process = p;
     }
 }

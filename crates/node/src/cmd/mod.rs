@@ -27,6 +27,7 @@ pub mod slowlog;
 pub mod sort;
 pub mod stream;
 pub mod string;
+pub mod tracking;
 pub mod tx;
 pub(crate) mod typed;
 pub mod zset;

@@ -154,6 +154,10 @@ pub(crate) fn launch(core: &mut Core, call: &mut Call, mut run: Running) {
     // Inside EXEC (the only way a script runs with `in_exec`: scripts cannot call EVAL) the
     // transaction's reply is one array, so the script must finish here.
     let suspendable = !call.in_exec;
+    if run.command.is_empty() && core.tracking.clients > 0 {
+        // Client-side caching remembers the declared keys once the script reads.
+        run.command = call.args.to_vec();
+    }
     match run_slice(core, &mut run, suspendable) {
         Some(Ok(frame)) => write_frame(&mut call.out, &frame),
         Some(Err(message)) => call.error_bytes(&message),
@@ -232,7 +236,10 @@ fn run_slice(
     let suspendable = suspendable && core.scripts.can_suspend;
     hook.arm(suspendable.then_some(&run.thread), slice_steps);
     let (conn, now, read_only) = (run.caller, run.started, run.read_only);
-    let wrote = Cell::new(run.wrote);
+    let seen = Seen {
+        wrote: Cell::new(run.wrote),
+        read: Cell::new(false),
+    };
     let core_cell = RefCell::new(core);
     let rng = RefCell::new(run.rng.clone());
     let result = lua.scope(|scope| {
@@ -248,7 +255,7 @@ fn run_slice(
             let mut core = core_cell
                 .try_borrow_mut()
                 .map_err(|_| mlua::Error::runtime("redis.call is not reentrant"))?;
-            match execute(&mut core, conn, now, &argv, read_only, resp, &wrote) {
+            match execute(&mut core, conn, now, &argv, read_only, resp, &seen) {
                 Ok(frame) => frame_to_lua(lua, frame, 0),
                 Err(e) => error_table(lua, e.as_bytes()),
             }
@@ -268,7 +275,14 @@ fn run_slice(
     for name in ["lattice.dispatch", "lattice.random", "lattice.randomseed"] {
         lua.unset_named_registry_value(name).ok();
     }
-    run.wrote = wrote.get();
+    run.wrote = seen.wrote.get();
+    if seen.read.get() && !run.command.is_empty() {
+        // Client-side caching: a script that read anything may have read any declared key.
+        let core = core_cell.into_inner();
+        if let Ok(spec) = crate::dispatch::resolve(core, &run.command) {
+            core.remember_keys(conn, spec, &run.command);
+        }
+    }
     run.rng = rng.into_inner();
     Some(match result {
         Err(e) => Err(internal_error(e)),
@@ -299,6 +313,14 @@ fn lua_args(args: MultiValue) -> Result<Vec<Bytes>, &'static str> {
     Ok(out)
 }
 
+/// What the commands a script slice called did.
+struct Seen {
+    /// A write command ran (SCRIPT KILL then refuses).
+    wrote: Cell<bool>,
+    /// A read-only command ran (client-side caching remembers the declared keys).
+    read: Cell<bool>,
+}
+
 /// Runs one command for a script: resolution, arity and script restrictions with Redis's
 /// errors, then the handler itself.
 fn execute(
@@ -308,7 +330,7 @@ fn execute(
     args: &[Bytes],
     read_only: bool,
     resp: Protocol,
-    wrote: &Cell<bool>,
+    seen: &Seen,
 ) -> Result<Frame, String> {
     const UNKNOWN: &str = "ERR Unknown Redis command called from script";
     const ARITY: &str = "ERR Wrong number of args calling Redis command from script";
@@ -328,12 +350,16 @@ fn execute(
     if spec.is_write() {
         // As Redis: from the first write command on, SCRIPT KILL can no longer stop the
         // script, whether or not the command changed anything.
-        wrote.set(true);
+        seen.wrote.set(true);
     }
     let mut buf = BytesMut::new();
     let mut sub = Call::new(conn, args, now, ReplyWriter::new(&mut buf, resp));
     sub.in_exec = true;
+    sub.in_script = true;
     core.run_handler(spec, &mut sub);
+    if spec.has(Flag::ReadOnly) {
+        seen.read.set(true);
+    }
     if !core.monitors.is_empty() {
         core.feed_monitors(conn, spec, args, crate::cmd::monitor::Source::Script, false);
     }

@@ -344,6 +344,7 @@ fn flush(core: &mut Core, call: &mut Call) {
         _ => return call.syntax_error(),
     }
     core.touch_all_watched();
+    core.tracking_flush_all();
     // Before the capture: a clustered node notes the keys whose tombstones it will log.
     core.persist_flush_all();
     core.capture_flush();
@@ -458,10 +459,11 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
         "clients" => {
             let _ = write!(
                 t,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n",
                 core.clients.len(),
                 core.config.maxclients,
-                core.blocked_clients()
+                core.blocked_clients(),
+                core.tracking.clients
             );
         }
         "memory" => {
@@ -473,7 +475,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             };
             let _ = write!(
                 t,
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:0\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
                 human_bytes(used),
                 p.rss_bytes,
                 human_bytes(p.rss_bytes),
@@ -489,7 +491,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -497,11 +499,15 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 s.net_output_bytes,
                 s.rejected_connections,
                 core.db.stats().expired_keys,
+                core.eviction.evicted_keys,
                 s.keyspace_hits,
                 s.keyspace_misses,
                 core.channels.len(),
                 core.patterns.len(),
                 core.shard_channels.len(),
+                core.tracking.keys.len(),
+                core.tracking.items,
+                core.tracking.prefixes.len(),
                 s.total_error_replies,
             );
         }

@@ -23,6 +23,7 @@ impl Core {
         core.check_shard_invariants();
         core.check_pause_invariants();
         core.check_monitor_invariants();
+        core.check_tracking_invariants();
         for (id, c) in core.clients.iter() {
             assert_eq!(*id, c.id, "client stored under another id");
             if c.pending {

@@ -56,7 +56,10 @@ impl Core {
     }
 
     pub(crate) fn after_expiry(&mut self, key: &[u8]) {
+        // The deletion is no client's change (a NOLOOP BCAST client is told of it).
+        self.tracking.expiring = true;
         self.modified(key);
+        self.tracking.expiring = false;
         self.notify(EVENT_EXPIRED, "expired", key);
     }
 
@@ -74,6 +77,9 @@ impl Core {
     /// A key changed by replication (a merged peer state): WATCH and parked clients see it like
     /// a local write, but it is not captured again.
     pub(crate) fn touched_by_peer(&mut self, key: &[u8]) {
+        if self.tracking.watching() {
+            self.tracking_invalidate(key, true);
+        }
         if !self.watched_keys.is_empty() {
             if let Some(watchers) = self.watched_keys.get(key) {
                 let gone = self.db.get_raw(key).is_none();

@@ -13,6 +13,17 @@ impl Node {
         &self.core.config
     }
 
+    /// Whether `maxmemory` is set: the driver should then report heap bytes in use
+    /// ([`Node::report_memory`]) before each batch.
+    pub fn memory_limited(&self) -> bool {
+        self.core.config.maxmemory_bytes > 0
+    }
+
+    /// The driver's reading of heap bytes in use, compared with `maxmemory` before commands.
+    pub fn report_memory(&mut self, used_bytes: u64) {
+        self.core.eviction.report(used_bytes);
+    }
+
     /// The entry stored under `key`, as it is: no lazy expiry, no statistics (checkers read
     /// recovered state with it).
     pub fn stored_entry(&self, key: &[u8]) -> Option<&lattice_store::Entry> {

@@ -79,7 +79,13 @@ impl Node {
         let start_len = out.len();
 
         core.block_request = None;
+        if core.tracking.clients > 0 {
+            // Before the command, as Redis: evictions from the table are told at once.
+            core.tracking_limit();
+        }
+        core.tracking.current = Some(conn);
         core.dispatch(conn, args, &mut out, proto);
+        core.tracking.current = None;
         // Partitioned cluster: the command runs on an owner; its place in the reply order is
         // kept by a relay slot (node/forward.rs).
         let mut forwarded = None;
@@ -119,6 +125,19 @@ impl Node {
             client.out.extend_from_slice(&pushed);
             client.out.extend_from_slice(&reply);
         }
+        if let Some(t) = client.tracking.as_mut() {
+            // CLIENT CACHING applies to the next command (or transaction) only.
+            if t.caching && client.multi.is_none() && !client.last_command.starts_with("client|") {
+                t.caching = false;
+            }
+        }
+        if !core.tracking.pending_own.is_empty() {
+            // Invalidations this command caused to its own client follow its reply.
+            core.tracking_send_pending(conn);
+        }
+        let Some(client) = core.clients.get_mut(&conn) else {
+            return blocked;
+        };
         if let Some(last) = client.relay.back_mut() {
             // Behind a reply still awaited from an owner.
             let mine = client.out.split_off(start_len);
@@ -223,6 +242,7 @@ impl Node {
     /// held replies) and the connection itself.
     pub(super) fn forget_client(core: &mut Core, conn: ConnId) {
         core.persist_forget(conn);
+        core.tracking_disable(conn);
         core.unpark(conn);
         core.unwatch_all(conn);
         crate::cmd::pubsub::unsubscribe_all(core, conn);

@@ -1,0 +1,119 @@
+//! `maxmemory`: before each command, keys are evicted by `maxmemory-policy` while the memory in
+//! use is over the limit; a command that may grow memory (`denyoom`) is refused with -OOM when
+//! the node is still over it.
+//!
+//! The figure compared with the limit is the driver's (the server's counting allocator, handed
+//! in before each batch and with the process figures), less what eviction has freed since.
+//! Victims are chosen by sampling `maxmemory-samples` random keys from the node's seeded
+//! generator, as Redis approximates LRU, LFU and TTL order by sampling.
+//!
+//! A clustered node never evicts (ARCHITECTURE, "maxmemory"): deleting a key there would either
+//! replicate the delete to every replica or leave this replica unable to serve a key it holds
+//! the only record of; it refuses writes with -OOM instead, whatever the policy.
+
+use lattice_store::Entry;
+use rand_chacha::rand_core::Rng;
+
+use super::Core;
+use crate::command::Flag;
+use crate::ctx::CommandSpec;
+use crate::events::EVENT_EVICTED;
+use crate::eviction::{Policy, Rank};
+
+/// Redis's reply to a denyoom command over the limit.
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// Keys evicted before one command at most: past this the command is refused (if it may grow
+/// memory) rather than stalling the node on one request.
+const MAX_EVICTIONS_PER_COMMAND: usize = 1_024;
+
+/// Draws for a `volatile-*` sample before giving up: random keys are drawn from the whole
+/// keyspace and those without a deadline skipped.
+const VOLATILE_DRAWS_PER_SAMPLE: usize = 32;
+
+impl Core {
+    /// Evicts what the policy allows while over `maxmemory`; returns the -OOM error if `spec`
+    /// may not run.
+    pub(crate) fn enforce_maxmemory(&mut self, spec: &CommandSpec) -> Option<&'static str> {
+        let limit = self.config.maxmemory_bytes;
+        if limit == 0 || self.eviction.used_bytes() <= limit {
+            return None;
+        }
+        let policy = Policy::parse(&self.config.maxmemory_policy);
+        if self.repl.is_none() && policy != Policy::NoEviction {
+            // Evictions are told to tracking clients before the reply, as in Redis.
+            let running = self.tracking.current.take();
+            let mut evicted = 0;
+            while self.eviction.used_bytes() > limit
+                && evicted < MAX_EVICTIONS_PER_COMMAND
+                && self.evict_one(policy)
+            {
+                evicted += 1;
+            }
+            self.tracking.current = running;
+        }
+        (self.eviction.used_bytes() > limit && spec.has(Flag::DenyOom)).then_some(OOM)
+    }
+
+    /// Evicts one key chosen by `policy`; false when there is no candidate.
+    fn evict_one(&mut self, policy: Policy) -> bool {
+        let Policy::Evict {
+            volatile_only,
+            rank,
+        } = policy
+        else {
+            return false;
+        };
+        let samples = self.config.maxmemory_samples.max(1) as usize;
+        let draws = if volatile_only {
+            samples * VOLATILE_DRAWS_PER_SAMPLE
+        } else {
+            samples
+        };
+        let mut best: Option<(u64, Vec<u8>)> = None;
+        let mut found = 0;
+        for _ in 0..draws {
+            if found == samples {
+                break;
+            }
+            let key_and_score = {
+                let rng = &mut self.rng;
+                self.db
+                    .random_entry(|| rng.next_u64())
+                    .filter(|e| !volatile_only || e.expire_at_ms().is_some())
+                    .map(|e| (score(e, rank), e.key().to_vec()))
+            };
+            let Some((score, key)) = key_and_score else {
+                continue;
+            };
+            found += 1;
+            if best.as_ref().is_none_or(|(s, _)| score < *s) {
+                best = Some((score, key));
+            }
+            if rank == Rank::Random {
+                break;
+            }
+        }
+        let Some((_, key)) = best else {
+            return false;
+        };
+        let Some(entry) = self.db.remove(&key) else {
+            return false;
+        };
+        self.eviction.freed_since_report += entry.memory_usage() as u64;
+        self.eviction.evicted_keys += 1;
+        self.modified(&key);
+        self.notify(EVENT_EVICTED, "evicted", &key);
+        true
+    }
+}
+
+/// A candidate's rank under `rank`: the lowest is evicted first.
+fn score(e: &Entry, rank: Rank) -> u64 {
+    match rank {
+        Rank::Random => 0,
+        // No per-key access counter is kept yet: LFU ranks by recency, like LRU.
+        Rank::Lru | Rank::Lfu => e.access_ms(),
+        Rank::Ttl => e.expire_at_ms().unwrap_or(u64::MAX),
+    }
+}
