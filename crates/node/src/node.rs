@@ -12,6 +12,7 @@ pub use lattice_crdt::NodeId;
 
 mod accessors;
 mod forward;
+mod hot;
 mod requests;
 mod scripts;
 
@@ -152,8 +153,11 @@ impl Node {
                         for k in group {
                             self.core.apply_remote(k);
                             // A clustered node logs the merged state (the peer's change is
-                            // part of what a restart must come back with).
-                            self.core.persist.note_modified(k);
+                            // part of what a restart must come back with), except a hot
+                            // key's copy, which a restart does without (its owners keep it).
+                            if self.core.repl.as_ref().is_none_or(|r| r.owns(k)) {
+                                self.core.persist.note_modified(k);
+                            }
                         }
                     }
                 }
@@ -232,6 +236,7 @@ impl Node {
         if now_ms < self.next_cron_ms {
             return;
         }
+        self.hot_tick(now_ms);
         let core = &mut self.core;
         let budget = if core.buggify.fire("expire_tiny_batch") {
             1

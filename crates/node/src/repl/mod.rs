@@ -36,6 +36,7 @@
 pub(crate) mod apply;
 pub mod dirty;
 pub mod hint;
+pub mod hot;
 mod keymap;
 pub mod merkle;
 pub mod state;
@@ -396,6 +397,10 @@ pub struct Replicator {
     messages_merged: u32,
     /// Keys per anti-entropy slice at most (`SLICE_KEYS` or lower, see `with_slice_keys`).
     slice_keys: usize,
+    /// Partitioned: extra replicas of hot keys, as their owner and as their holder.
+    pub hot: hot::HotReplicas,
+    /// The frontier a hot key's copy is merged against: none (see `merge_blobs`).
+    no_frontier: VersionVector,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -473,6 +478,8 @@ impl Replicator {
             patches: BTreeMap::new(),
             messages_merged: 0,
             slice_keys: SLICE_KEYS,
+            hot: hot::HotReplicas::default(),
+            no_frontier: VersionVector::new(),
         }
     }
 
@@ -930,6 +937,7 @@ impl Replicator {
             p.transfer = Transfer::default();
             p.push_leaf = None;
         }
+        self.hot.peer_down(peer.0);
     }
 
     /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
@@ -1006,7 +1014,7 @@ impl Replicator {
                 encode_state_into(&st, &mut self.scratch);
                 let owners = placement.owners(lattice_placement::key_slot(&k));
                 for (i, id) in ups.iter().enumerate() {
-                    if owners.contains(&id.0) {
+                    if owners.contains(&id.0) || self.hot.is_holder(&k, id.0) {
                         writers[i].0.push(&k, &self.scratch);
                     } else {
                         st.contexts().iter().for_each(|c| writers[i].1.merge(c));
@@ -1064,7 +1072,9 @@ impl Replicator {
                 }
                 let (k, e) = &list[i];
                 i += 1;
-                if !self.peer_owns(peer, k) {
+                // Only an owner sends a key: a hot key's copy is this node's to read, not to
+                // spread (ARCHITECTURE, "Hot keys").
+                if !self.peer_owns(peer, k) || !self.owns(k) {
                     continue;
                 }
                 let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
@@ -1101,11 +1111,18 @@ impl Replicator {
             .is_none_or(|p| p.is_owner(self.node.0, lattice_placement::key_slot(key)))
     }
 
-    /// Whether `peer` keeps `key`.
+    /// Whether this replica keeps a received state of `key`: it owns it, or holds a copy of
+    /// it while it is hot here.
+    pub fn keeps(&self, key: &[u8]) -> bool {
+        self.owns(key) || self.hot.holds(key)
+    }
+
+    /// Whether `peer` keeps `key` (it owns it, or holds a hot copy we send it).
     fn peer_owns(&self, peer: NodeId, key: &[u8]) -> bool {
         self.ownership
             .as_ref()
             .is_none_or(|p| p.is_owner(peer.0, lattice_placement::key_slot(key)))
+            || self.hot.is_holder(key, peer.0)
     }
 
     /// Queues a control message (membership, forwarded commands and their replies) for a live
@@ -1164,6 +1181,7 @@ impl Replicator {
         if self.flush_ready(now_ms) || self.flush_due_ms.is_some_and(|d| d <= now_ms) {
             self.flush(now_ms);
         }
+        self.expire_holders(now_ms);
         let ids: Vec<NodeId> = self.peers.keys().copied().collect();
         for id in ids {
             let p = self.peers.get_mut(&id).expect("listed");
@@ -1333,10 +1351,13 @@ impl Replicator {
                 if t.skip.contains(key) {
                     continue;
                 }
-                let owned = self
-                    .ownership
-                    .as_ref()
-                    .is_none_or(|o| o.is_owner(peer.0, lattice_placement::key_slot(key)));
+                // Only an owner sends a key (a hot key's copy is not this node's to spread), to
+                // a peer that keeps it.
+                let slot = lattice_placement::key_slot(key);
+                let owned = self.ownership.as_ref().is_none_or(|o| {
+                    o.is_owner(self.node.0, slot)
+                        && (o.is_owner(peer.0, slot) || self.hot.is_holder(key, peer.0))
+                });
                 if !owned {
                     continue;
                 }
@@ -1510,6 +1531,11 @@ impl Replicator {
                 continue; // listed twice; already visited
             }
             e.gc_queued = false;
+            if !self.hot.is_empty_held() && self.hot.holds(&id.1) {
+                // A hot key's copy keeps its metadata: it is merged against no frontier (see
+                // `merge_blobs`), and it is forgotten when given back.
+                continue;
+            }
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
             e.state.gc(frontier);
@@ -1668,6 +1694,7 @@ impl Replicator {
                 entries: f.entries,
             }),
             Some(Body::Functions(f)) => self.functions_received(peer, f.digest),
+            Some(Body::Hot(h)) => self.on_hot(peer, h, now_ms, db),
             None => self.stats.bad_messages += 1,
         }
         effects
@@ -1692,9 +1719,21 @@ impl Replicator {
             .map(|b| lattice_store::key_hash(&b.key))
             .collect();
         for (i, b) in entries.iter().enumerate() {
-            if !self.owns(&b.key) {
-                // Not ours to keep (a peer that does not know the same placement yet, or a
-                // state offered by anti-entropy): its owners hold it.
+            if !self.keeps(&b.key) {
+                // Not ours to keep (a peer that does not know the same placement yet, a
+                // state offered by anti-entropy, a delta of a hot copy given back while it
+                // was on its way): its owners hold it. A delta's dots still count as seen,
+                // as the contexts of a batch's `skipped` keys do, or GC would wait for them.
+                if deltas {
+                    match Assignment::decode(&b.state) {
+                        Some(a) => self.seen.merge(&a.cc),
+                        None => {
+                            if let Ok(st) = state::codec().deserialize::<Full>(&b.state) {
+                                st.contexts().iter().for_each(|c| self.seen.merge(c));
+                            }
+                        }
+                    }
+                }
                 continue;
             }
             if i % PREFETCH_GROUP == 0 {
@@ -1725,7 +1764,16 @@ impl Replicator {
                 Incoming::Full(st) => st.contexts().iter().for_each(|c| self.seen.merge(c)),
             }
             let h = hashes[i];
-            let frontier = &self.frontier;
+            // A hot key's copy is merged against no frontier: this node's frontier covers
+            // dots of the key that reached it as other keys' skipped contexts before it held
+            // the copy, so against it the copy would count elements it never received as
+            // removed (ARCHITECTURE, "Hot keys"). Every state and delta arrives with its
+            // sender's frontier spelled out in its contexts, so nothing is lost without it.
+            let frontier = if self.hot.holds(&b.key) && !self.owns(&b.key) {
+                &self.no_frontier
+            } else {
+                &self.frontier
+            };
             let entry = self.keys.get_or_insert_with(h, &b.key, db, KeyEntry::fresh);
             let stored = stored_for(db, h, &b.key, &entry.state);
             // A delta into a large collection: the store is patched instead of rebuilt (and a
@@ -2081,6 +2129,7 @@ impl Replicator {
     /// The delta queue, the deferred captures, the peers' buffers and transfers: bounded and
     /// consistent. Costs what they hold, not the keyspace.
     fn check_queues(&self) {
+        self.hot.check_invariants();
         assert!(
             self.pending.len() <= MAX_QUEUED_KEYS,
             "delta queue over its bound"
@@ -2241,6 +2290,117 @@ impl PendingDeltas {
                 queued.is_some_and(|(qh, _, _)| *qh == h),
                 "pending index points at another entry"
             );
+        }
+    }
+}
+
+/// Hot keys (see `hot`): the owners' side of the `Hot` messages and the copies.
+impl Replicator {
+    /// A `Hot` message from `peer`.
+    fn on_hot(&mut self, peer: NodeId, h: wire::Hot, now_ms: u64, db: &Db) {
+        match h.op() {
+            Some(wire::HotOp::Subscribe) => {
+                let mut granted = Vec::new();
+                for key in h.keys {
+                    // Only an owner sends a key's deltas; a node that does not own the key
+                    // (the placement it knows differs) grants nothing.
+                    if self.ownership.is_none() || !self.owns(&key) {
+                        continue;
+                    }
+                    match self
+                        .hot
+                        .add_holder(&key, peer.0, now_ms + hot::HOT_LEASE_MS)
+                    {
+                        None => continue,
+                        Some(true) => {
+                            self.send_hot_state(peer, &key, now_ms, db);
+                            let what = format!(
+                                "{} copied to node {} ({} holders)",
+                                hot::shown(&key),
+                                peer.0,
+                                self.hot.holders_of(&key)
+                            );
+                            self.hot.note(now_ms, what);
+                        }
+                        Some(false) => {}
+                    }
+                    granted.push(key);
+                }
+                if !granted.is_empty() {
+                    self.send_control(
+                        peer,
+                        Body::Hot(wire::Hot {
+                            op: wire::HotOp::Grant as u32,
+                            keys: granted,
+                        }),
+                    );
+                }
+            }
+            Some(wire::HotOp::Unsubscribe) => {
+                for key in h.keys {
+                    if self.hot.remove_holder(&key, peer.0) {
+                        let what = format!("{} given back by node {}", hot::shown(&key), peer.0);
+                        self.hot.note(now_ms, what);
+                    }
+                }
+            }
+            Some(wire::HotOp::Grant) => {
+                for key in h.keys {
+                    self.hot.granted(peer.0, &key);
+                }
+            }
+            None => self.stats.bad_messages += 1,
+        }
+    }
+
+    /// The whole state of `key` to a new holder, as a numbered delta (retransmitted until
+    /// acknowledged, like any delta); nothing for a key that holds nothing here.
+    fn send_hot_state(&mut self, peer: NodeId, key: &Bytes, now_ms: u64, db: &Db) {
+        let h = lattice_store::key_hash(key);
+        let Some(entry) = self.keys.get_any(h, key, db) else {
+            return;
+        };
+        let blob = key_blob(key, &entry.state, &self.frontier, db, &mut self.scratch);
+        let mut writer = wire::BatchWriter::default();
+        writer.push(key, &blob.state);
+        let batch = writer.finish();
+        self.send_deltas(peer, batch, now_ms);
+    }
+
+    /// Asks the owners for copies of (or renews) `keys`, or gives them back.
+    pub fn send_hot(&mut self, owners: &[u32], op: wire::HotOp, keys: Vec<Bytes>) {
+        if keys.is_empty() {
+            return;
+        }
+        for &o in owners {
+            let up = self.peers.get(&NodeId(o)).is_some_and(|p| p.up);
+            if up {
+                let body = Body::Hot(wire::Hot {
+                    op: op as u32,
+                    keys: keys.clone(),
+                });
+                self.send_control(NodeId(o), body);
+            }
+        }
+    }
+
+    /// Drops the copy of hot key `key` without replicating anything (it was never ours):
+    /// forgets its state; the caller removes it from the store.
+    pub fn forget_copy(&mut self, key: &[u8], db: &mut Db) {
+        if !self.hot.unhold(key) || self.owns(key) {
+            return;
+        }
+        let h = lattice_store::key_hash(key);
+        if let Some(e) = self.keys.remove(h, key, db) {
+            self.merkle.update(merkle::leaf_of(h), e.digest, 0);
+        }
+    }
+
+    /// Owner side, from the timer: leases that ran out.
+    fn expire_holders(&mut self, now_ms: u64) {
+        for (key, peer) in self.hot.expire(now_ms) {
+            let what = format!("{} lease of node {} ran out", hot::shown(&key), peer);
+            self.hot.note(now_ms, what);
         }
     }
 }

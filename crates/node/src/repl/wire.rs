@@ -28,7 +28,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14")]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18")]
     pub body: Option<Body>,
 }
 
@@ -63,6 +63,41 @@ pub enum Body {
     /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
     #[prost(message, tag = "14")]
     SliceAck(SliceAck),
+    /// Partitioned cluster, hot keys: a non-owner asks the owners for copies of keys hot on
+    /// it, or gives them back; an owner grants them.
+    #[prost(message, tag = "18")]
+    Hot(Hot),
+}
+
+/// What a [`Hot`] message asks or says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HotOp {
+    /// Keep sending me these keys' states (also renews the lease on keys already sent).
+    Subscribe = 1,
+    /// I dropped my copies of these keys.
+    Unsubscribe = 2,
+    /// The owner sent these keys' states and will keep sending their deltas.
+    Grant = 3,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Hot {
+    /// A [`HotOp`]; unknown values are ignored.
+    #[prost(uint32, tag = "1")]
+    pub op: u32,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub keys: Vec<bytes::Bytes>,
+}
+
+impl Hot {
+    pub fn op(&self) -> Option<HotOp> {
+        match self.op {
+            1 => Some(HotOp::Subscribe),
+            2 => Some(HotOp::Unsubscribe),
+            3 => Some(HotOp::Grant),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]
