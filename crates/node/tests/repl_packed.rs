@@ -15,39 +15,6 @@ fn run(c: &mut Cluster, on: usize, args: &[&str]) {
     c.send(on, &[args]);
 }
 
-/// INFO replication of node `n` as (name, value) lines.
-fn info_fields(n: &mut Node) -> Vec<(String, String)> {
-    n.handle(
-        Micros::from_millis(0),
-        Input::Request {
-            conn: ConnId(1),
-            args: vec![
-                Bytes::from_static(b"INFO"),
-                Bytes::from_static(b"replication"),
-            ],
-        },
-    );
-    let mut text = Vec::new();
-    while let Some(o) = n.poll_output() {
-        if let Output::Write { data, .. } = o {
-            text.extend_from_slice(&data);
-        }
-    }
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn info_number(n: &mut Node, name: &str) -> u64 {
-    info_fields(n)
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| panic!("INFO replication has no number {name}"))
-}
-
 /// Keys that anti-entropy ships back and forth carry the sender's applied frontier in their
 /// contexts. Frontiers are applied by each node on its own schedule, so a state often arrives
 /// from a node whose frontier is ahead: it must still end packed (at once, or at the next GC
@@ -56,47 +23,37 @@ fn info_number(n: &mut Node, name: &str) -> u64 {
 #[test]
 fn keys_repaired_by_anti_entropy_end_packed_on_every_node() {
     const KEYS: usize = 3_000;
-    let mut c = Cluster::new();
+    let mut c = Cluster::new(3);
+    c.step_ms = 5;
+    // A check walks every node's whole keyspace: after every input it would be quadratic.
+    c.check_every = 100;
     // Node 3 misses the first half, so the repair runs while writes go on and frontiers move.
-    c.cut = vec![2];
+    c.silence(2);
     for i in 0..KEYS {
         if i == KEYS / 2 {
-            c.cut.clear();
+            c.connect_all();
         }
-        c.run(i % 2, &[b"SET", &key(i), format!("value-{i}").as_bytes()]);
+        run(&mut c, i % 2, &["SET", &key(i), &format!("value-{i}")]);
         if i % 100 == 0 {
-            c.pump(20);
+            c.advance(20);
         }
     }
-    for _ in 0..200 {
-        c.pump(100);
-        if c.converged() {
-            break;
-        }
-    }
+    c.converge(20_000);
     assert!(c.converged(), "anti-entropy did not repair node 3");
     // Quiet: a few GC rounds (each needs two seen-set reports from every peer).
-    c.pump(10_000);
-    c.check();
+    c.advance(10_000);
     for i in 0..3 {
-        let n = &mut c.nodes[i];
-        assert_eq!(info_number(n, "replicated_keys"), KEYS as u64);
+        assert_eq!(c.info_field(i, "replicated_keys"), KEYS as u64);
+        let general = c.info_field(i, "general_states");
+        let table = c.info_field(i, "table_keys");
+        let packed = c.info_field(i, "packed_keys");
         assert_eq!(
-            (
-                info_number(n, "general_states"),
-                info_number(n, "table_keys")
-            ),
+            (general, table),
             (0, 0),
-            "node {}: keys outside the packed records after GC (packed {})",
-            i + 1,
-            info_number(n, "packed_keys")
-        );
-        assert_eq!(
-            info_number(n, "dots_above_gc_frontier"),
-            0,
-            "node {}",
+            "node {}: keys outside the packed records after GC (packed {packed})",
             i + 1
         );
+        assert_eq!(c.info_field(i, "dots_above_gc_frontier"), 0, "node {}", i + 1);
     }
 }
 
