@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replica catch-up with real processes, on 127.0.0.1 ports 7300-7399.
+# Replica catch-up with real processes, on 127.0.0.1 ports 7301-7333 (BASE=7300 to move them).
 #
 # Part 1, restart (K keys, default 100,000): three replicas; K keys written through node 1;
 #   (a) node 3 stopped, its directory wiped, started again: a full transfer from its peers;
@@ -16,6 +16,7 @@
 #   scripts/catchup.sh                 K=100000 N=1000000
 #   K=20000 N=200000 scripts/catchup.sh
 #   PART=2 N=200000 scripts/catchup.sh part 2 only
+#   BASE=7150 scripts/catchup.sh        ports BASE+1..BASE+33 instead of 7301-7333
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -82,7 +83,7 @@ wait_equal() {
 echo "== load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "${PART:-all}" != 2 ]; then
 echo "== part 1: restart of a replica that missed 100 writes, $K keys"
-B=7300
+B=${BASE:-7300}
 seeds_for $B
 for i in 1 2 3; do start_node $B $i; done
 for i in 1 2 3; do wait_links "$WORK/n$B-$i.log" 2; done
@@ -124,7 +125,7 @@ fi
 
 [ "$N" -gt 0 ] || exit 0
 echo "== part 2: a replica started empty next to two holding $N keys, writer under redis-benchmark"
-B=7320
+B=$((${BASE:-7300} + 20))
 seeds_for $B
 for i in 1 2; do start_node $B $i; done
 for i in 1 2; do wait_links "$WORK/n$B-$i.log" 1; done

@@ -45,8 +45,22 @@ port_open() {
 # range: a port from inside it can be taken, between this check and the server's bind, as the
 # local end of an outgoing connection (a replica link, a benchmark client), which made
 # back-to-back runs fail with "Address already in use".
+# PORT_RANGE=LOW-HIGH (say 7150-7199) takes the ports from that range instead, in order: for
+# machines where each user of the host has been given a range of its own.
 free_port() {
   local p i low
+  if [ -n "${PORT_RANGE:-}" ]; then
+    # Called in $(...), so the ports handed out are kept in a file, not a variable.
+    for ((p = ${PORT_RANGE%-*}; p <= ${PORT_RANGE#*-}; p++)); do
+      if ! port_open "$p" && ! grep -qx "$p" "$WORK/.ports" 2>/dev/null; then
+        echo "$p" >>"$WORK/.ports"
+        echo "$p"
+        return 0
+      fi
+    done
+    echo "no free port in $PORT_RANGE" >&2
+    return 1
+  fi
   low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
   [ "${low:-0}" -gt 12000 ] 2>/dev/null || low=32768
   for i in $(seq 200); do

@@ -5,13 +5,16 @@
 # each loaded through its first node with
 #   redis-benchmark -t set -n $N -r 100000000 -d 64 -P 32 -c 50
 # Prints per system: throughput, p50/p99/max latency, the longest wait for a reply seen by a
-# probe client pinging node 1 during the load (scripts/gap-probe.py), RSS per key on every node,
+# probe client pinging each node during the load (scripts/gap-probe.py), RSS per key on every node,
 # CPU seconds per node (all threads, /proc/<pid>/stat), and the time after the load until every
 # replica holds as many keys as the writer. Only 127.0.0.1 is used; everything started is
 # stopped on exit.
 #
 #   scripts/repl-load.sh             (N=1000000)
 #   N=200000 scripts/repl-load.sh    a shorter run
+#   WATCH=60 ...                      the Lattice nodes' key forms and RSS every 5 s for 60 s
+#   PORT_RANGE=7150-7199 ...          ports from that range (scripts/cluster-common.sh)
+#   ONLY=lattice ...                  the Lattice cluster alone (no Redis, no standalone run)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,12 +38,22 @@ load() {
   local ports=("${LPORTS[@]}") pids=("${PIDS[@]}") p
   local cpu0=()
   for p in "${pids[@]}"; do cpu0+=("$(cpu_s "$p")"); done
-  python3 "$ROOT/scripts/gap-probe.py" "${ports[0]}" 600 >"$WORK/$name.gap" &
-  local probe=$!
+  # A probe per server: a replica that stops answering while it merges is a stall too.
+  local probes=() i=0
+  for p in "${ports[@]}"; do
+    i=$((i + 1))
+    python3 "$ROOT/scripts/gap-probe.py" "$p" 600 >"$WORK/$name.gap$i" &
+    probes+=($!)
+  done
   redis-benchmark -h 127.0.0.1 -p "${ports[0]}" -t set -n "$N" -r 100000000 -d 64 -P 32 -c 50 --csv \
     2>/dev/null | tail -1 >"$WORK/$name.csv"
-  kill -TERM "$probe" 2>/dev/null || true
-  wait "$probe" 2>/dev/null || true
+  for p in "${probes[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${probes[@]}"; do wait "$p" 2>/dev/null || true; done
+  local gaps="" g
+  for i in $(seq "${#ports[@]}"); do
+    g=$(sed -E 's/longest_gap_ms=([0-9.]+) gaps_over_100ms=([0-9]+).*/\1 ms (\2 over 100)/' "$WORK/$name.gap$i")
+    gaps="$gaps${gaps:+, }node $i: $g"
+  done
   local start_ms caught=no sizes=()
   start_ms=$(date +%s%3N)
   while [ $(( $(date +%s%3N) - start_ms )) -lt 120000 ]; do
@@ -63,7 +76,7 @@ load() {
   done
   IFS=, read -r _ rps _ _ p50 _ p99 max <"$WORK/$name.csv"
   printf '%-28s %10s req/s  p50 %6s ms  p99 %7s ms  max %8s ms  %s  keys %s  RSS B/key:%s  CPU s:%s  replicas equal after: %s ms\n' \
-    "$name" "${rps//\"/}" "${p50//\"/}" "${p99//\"/}" "${max//\"/}" "$(cat "$WORK/$name.gap")" "$keys" "$rss" "$cpu" "$conv_ms"
+    "$name" "${rps//\"/}" "${p50//\"/}" "${p99//\"/}" "${max//\"/}" "longest gap $gaps" "$keys" "$rss" "$cpu" "$conv_ms"
 }
 
 echo "== $N SETs of 64-byte values on random keys (-r 100000000), P=32, 50 clients"
@@ -73,8 +86,24 @@ start_cluster "$BIN" 3 lattice
 LPORTS=("${PORTS[@]}")
 load "lattice 3-node cluster"
 redis-cli -p "${PORTS[0]}" info replication | grep -E '^(peer|gc_sweep|queued)' | sed 's/^/  lattice node 1 /' || true
+# Every node's keys by form (packed records, table entries, general states among them), the
+# applied GC frontier's lag and RSS, now and then every 5 s for WATCH seconds (default 0).
+forms() {
+  local i p f
+  for i in "${!PORTS[@]}"; do
+    p=${PORTS[$i]}
+    f=$(timeout 5 redis-cli -p "$p" info replication 2>/dev/null | tr -d '\r' |
+      grep -E '^(replicated_keys|packed_keys|table_keys|general_states|dots_above_gc_frontier|gc_frontiers_adopted|gc_queued_keys|gc_sweep_pending_keys):' |
+      tr '\n' ' ')
+    f="$f $(timeout 5 redis-cli -p "$p" info memory 2>/dev/null | tr -d '\r' | grep -E '^used_memory:')"
+    echo "  +$1 s node $((i + 1)): $f RSS_kB:$(rss_kb "${PIDS[$i]}")"
+  done
+}
+forms 0
+for t in $(seq 5 5 "${WATCH:-0}"); do sleep 5; forms "$t"; done
 for p in "${PIDS[@]}"; do stop_pid "$p"; done
 PIDS=()
+[ "${ONLY:-}" != lattice ] || exit 0
 
 # Redis, primary + 2 replicas, no persistence (as the Lattice nodes).
 RP=(); for i in 1 2 3; do RP+=("$(free_port)"); done

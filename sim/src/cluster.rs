@@ -209,7 +209,20 @@ pub struct History {
     /// no stamp is read right after it and the register checker (highest stamp wins) is left
     /// out; convergence and the other checkers stand.
     pub partitioned: bool,
+    /// Percent of reads that go to the few hot keys (`HOT_KEYS`): a partitioned run with
+    /// hot-key tuning on makes non-owners take copies of them, serve reads from the copies
+    /// and give them back as the load moves (0: reads spread over every key).
+    pub hot_read_pct: u32,
 }
+
+/// The keys hot reads go to: written by counters, set adds, hashes and lists, so the copies
+/// that serve them must follow writes, and the end's checkers judge what they show.
+const HOT_KEYS: &[(&str, KeyClass)] = &[
+    ("cnt:0", KeyClass::String),
+    ("sa:0", KeyClass::Set),
+    ("h:0", KeyClass::Hash),
+    ("l:0", KeyClass::List),
+];
 
 fn bytes(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
@@ -221,6 +234,12 @@ impl History {
             partitioned,
             ..History::default()
         }
+    }
+
+    /// Aims `pct` percent of reads at `HOT_KEYS`.
+    pub fn with_hot_reads(mut self, pct: u32) -> History {
+        self.hot_read_pct = pct;
+        self
     }
 
     /// Draws the next request(s) a client sends: one command, or the four of an atomic expiry
@@ -390,7 +409,11 @@ impl History {
                 );
             }
             _ => {
-                let (key, class) = *rng.pick(&keys());
+                let (key, class) = if self.hot_read_pct > 0 && rng.pct(self.hot_read_pct) {
+                    *rng.pick(HOT_KEYS)
+                } else {
+                    *rng.pick(&keys())
+                };
                 let read = match (class, rng.below(3)) {
                     (_, 0) => vec![bytes("TYPE"), bytes(key)],
                     (_, 1) => vec![bytes("PTTL"), bytes(key)],

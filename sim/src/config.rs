@@ -69,17 +69,25 @@ pub struct RunConfig {
     /// Owners per slot; below `nodes` the cluster is partitioned (`--partitioned`): clients
     /// talk to nodes that do not own their keys, which forward to an owner.
     pub replication_factor: usize,
+    /// Partitioned runs: the nodes' `hotkey-threshold` (None: the node's default) and the
+    /// percent of reads aimed at a few hot keys (`cluster::History::hot_read_pct`).
+    pub hotkey_threshold: Option<u64>,
+    pub hot_read_pct: u32,
     /// A node's full invariant check runs after one in this many of its steps (1: after
-    /// every step), and always on a node's first step after it starts and at every phase
-    /// change. The check walks the whole keyspace and, on a replica, materializes every key's
-    /// replicated state, so its cost grows with the data while a step's does not; not part of
-    /// the trace, so a seed replays the same events whatever the stride.
+    /// every step), and always on a node's first step after it starts and at the end; after
+    /// every other step the node checks the keys that step changed
+    /// (`Node::check_changed_invariants`). The full check walks the whole keyspace and, on a
+    /// replica, materializes every key's replicated state, so its cost grows with the data
+    /// while a step's does not; not part of the trace, so a seed replays the same events
+    /// whatever the stride.
     pub check_every: u64,
 }
 
-/// `check_every` of replicated runs: the full check of a replica costs tens of times a step
-/// (see docs/ARCHITECTURE.md, "Replicated simulation: invariant checks by stride").
-pub const REPLICATED_CHECK_EVERY: u64 = 32;
+/// `check_every` of replicated runs: every step's changes are checked after it, so the full
+/// walk only adds what no single key shows (counts, marks against packed records); with
+/// thousands of preloaded keys one walk costs hundreds of steps (docs/ARCHITECTURE.md,
+/// "Replicated simulation: invariant checks by stride" and "... of what a step changed").
+pub const REPLICATED_CHECK_EVERY: u64 = 4096;
 
 impl RunConfig {
     pub fn from_seed(seed: u64) -> RunConfig {
@@ -170,6 +178,8 @@ impl RunConfig {
             loops: r.range(1, 3) as usize,
             replicated: false,
             replication_factor: usize::MAX,
+            hotkey_threshold: None,
+            hot_read_pct: 0,
             repl_weights: Vec::new(),
             preload_keys: 0,
             slice_keys: 0,
@@ -258,6 +268,15 @@ impl RunConfig {
                 *w = 0;
             }
         }
+        // Hot keys (ARCHITECTURE, "Hot keys"): off in a quarter of the seeds; otherwise a
+        // threshold the workload's few hundred requests a second cross on the hot keys (the
+        // sketch counts one access in 8, so its rates move in steps of 4 per second), and
+        // reads leaning on those keys.
+        let threshold = [0, 4, 8, 16][r.below(4) as usize];
+        cfg.hotkey_threshold = Some(threshold);
+        if threshold > 0 {
+            cfg.hot_read_pct = r.range(30, 80) as u32;
+        }
         cfg
     }
 
@@ -269,6 +288,9 @@ impl RunConfig {
         let mut s = String::new();
         if self.partitioned() {
             let _ = write!(s, "partitioned rf={} ", self.replication_factor);
+            if let Some(t) = self.hotkey_threshold {
+                let _ = write!(s, "hotkey-threshold={t} hot-reads={}% ", self.hot_read_pct);
+            }
         } else if self.replicated {
             s.push_str("replicated ");
         }

@@ -235,8 +235,16 @@ fn result_line(r: &RunResult) -> String {
         format!(" known-divergences=[{}]", k.join(","))
     };
     let repl = if r.cfg.replicated {
+        let hot = if r.cfg.partitioned() {
+            format!(
+                " hot-copies={} hot-local-reads={}",
+                r.stats.hot_copies, r.stats.hot_local_reads
+            )
+        } else {
+            String::new()
+        };
         format!(
-            " replicated peer-msgs={}/{} acked={} indeterminate={}",
+            " replicated peer-msgs={}/{} acked={} indeterminate={}{hot}",
             r.stats.peer_delivered, r.stats.peer_sent, r.stats.acked, r.stats.indeterminate
         )
     } else {
@@ -558,6 +566,18 @@ fn summary(
             sum(|s| s.acked),
             sum(|s| s.indeterminate)
         );
+        if PARTITIONED.load(std::sync::atomic::Ordering::Relaxed) {
+            let with = results
+                .iter()
+                .filter(|(r, _)| r.stats.hot_copies > 0)
+                .count();
+            println!(
+                "hot keys: {} copies taken in {with} seeds, {} holders registered, {} reads served from copies",
+                sum(|s| s.hot_copies),
+                sum(|s| s.hot_holders),
+                sum(|s| s.hot_local_reads)
+            );
+        }
     }
     println!(
         "seeds={} failed={} ops={} wall={:.1}s jobs={} ops/s={} (per core {}) trace={:016x}",

@@ -332,6 +332,21 @@ impl PeerNetwork {
         }
     }
 
+    /// When every message sent so far has arrived (or been dropped): the latest arrival time
+    /// queued, and the latest a link's FIFO order holds its next message behind. Messages sent
+    /// during a latency spike or held by a clog keep their late arrival after the faults end,
+    /// and a link delivers nothing sent later before them.
+    pub fn drained_at(&self) -> u64 {
+        let queued = self
+            .queue
+            .iter()
+            .map(|Reverse((t, _))| *t)
+            .max()
+            .unwrap_or(0);
+        let fifo = self.links.values().map(|l| l.1).max().unwrap_or(0);
+        queued.max(fifo)
+    }
+
     /// When the next message is due, if any is in flight.
     pub fn next_due(&self) -> Option<u64> {
         self.queue.peek().map(|Reverse((t, _))| *t)

@@ -63,6 +63,8 @@ pub struct Host {
     pub disk: Option<SimDisk>,
     /// Owners per slot (`Config::replication_factor`).
     pub replication_factor: usize,
+    /// `hotkey-threshold`, when set (partitioned runs).
+    pub hotkey_threshold: Option<u64>,
     /// Steps of this incarnation since its last full invariant check (`None`: never checked,
     /// so its next step checks).
     pub steps_unchecked: Option<u64>,
@@ -91,6 +93,7 @@ impl Host {
             fsync: None,
             disk: None,
             replication_factor: usize::MAX,
+            hotkey_threshold: None,
             steps_unchecked: None,
         }
     }
@@ -169,6 +172,11 @@ impl Host {
             config.repl_slice_keys = self.slice_keys;
         }
         config.replication_factor = self.replication_factor;
+        if let Some(t) = self.hotkey_threshold {
+            config
+                .set("hotkey-threshold", &t.to_string())
+                .expect("a valid threshold");
+        }
         config.announce_host = format!("10.0.0.{}", self.id + 1);
         config.announce_port = 6379;
         config

@@ -111,6 +111,17 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         },
     ),
     ("hll-sparse-max-bytes", "3000", Kind::Memory),
+    // Accesses per second (as this node's sketch estimates them) at which a key of a
+    // partitioned cluster gets a copy on this node, served locally; 0 turns the tuning off
+    // (ARCHITECTURE, "Hot keys").
+    (
+        "hotkey-threshold",
+        "5000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("hz", "10", Kind::Int { min: 1, max: 500 }),
     (
         "latency-monitor-threshold",
@@ -309,6 +320,8 @@ pub struct Config {
     pub tracking_table_max_keys: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// `hotkey-threshold`: accesses per second that make a key hot here; 0 never.
+    pub hotkey_threshold: u64,
     /// Keys sampled per eviction (`maxmemory-samples`).
     pub maxmemory_samples: u64,
     /// `slowlog-log-slower-than` (µs; negative: the slow log is off).
@@ -377,6 +390,7 @@ impl Default for Config {
             tracking_table_max_keys: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            hotkey_threshold: 0,
             maxmemory_samples: 5,
             slowlog_log_slower_than_us: 0,
             slowlog_max_len: 0,
@@ -411,7 +425,7 @@ pub const DEFAULT_REPLICATION_FACTOR: usize = 3;
 /// Keys in one anti-entropy slice at most (`crate::repl::SLICE_KEYS`, defined here so the
 /// configuration's default does not import the replicator): with small states the per-key
 /// merge cost is what bounds a step.
-pub const REPL_SLICE_KEYS: usize = 2_048;
+pub const REPL_SLICE_KEYS: usize = 512;
 
 /// Node ids below this fit beside an incarnation in a dot's 32-bit node field.
 pub const MAX_NODE_ID_WITH_INCARNATION: u32 = 1 << INCARNATION_SHIFT;
@@ -547,6 +561,7 @@ impl Config {
         self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.hotkey_threshold = int(self, "hotkey-threshold");
         self.maxmemory_samples = int(self, "maxmemory-samples");
         self.slowlog_log_slower_than_us =
             self.values["slowlog-log-slower-than"].parse().unwrap_or(-1);

@@ -103,6 +103,9 @@ pub struct Core {
     pub(crate) monitors: BTreeSet<ConnId>,
     /// LATENCY's events (`crate::cmd::latency`).
     pub(crate) latency: crate::ops::LatencyMonitor,
+    /// Key accesses by this node's clients, sampled and decayed: OBJECT FREQ, INFO
+    /// `Hotkeys`, and which keys a partitioned node asks copies of (`crate::node::hot`).
+    pub(crate) hot_keys: lattice_placement::HotKeys,
     /// CLIENT TRACKING's tables (`crate::ctx::tracking`).
     pub(crate) tracking: crate::tracking::Tracking,
     /// maxmemory's figures (`crate::ctx::maxmemory`).
@@ -204,6 +207,10 @@ impl Core {
             repl,
             cluster,
             forward_request: None,
+            hot_keys: lattice_placement::HotKeys::new(
+                lattice_placement::hotkeys::HotKeyConfig::default(),
+                now_ms,
+            ),
             scripts: Scripts::new(),
             persist: Persist::default(),
             slowlog: Default::default(),

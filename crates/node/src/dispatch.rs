@@ -29,6 +29,8 @@ pub const CLUSTER_DOWN: &str = "CLUSTERDOWN The cluster is down";
 /// Where a request runs in a partitioned cluster.
 enum Route {
     Local,
+    /// A read of a hot key's copy held here (ARCHITECTURE, "Hot keys").
+    LocalCopy,
     /// On an owner of this slot.
     Forward(u16),
     Refuse(Vec<u8>),
@@ -64,7 +66,12 @@ impl Core {
     ) {
         let mut call = Call::new(conn, args, self.now, ReplyWriter::new(out, proto));
         let admission = match resolve(self, args) {
-            Ok(spec) => self.admission(conn, spec, args),
+            Ok(spec) => {
+                if self.hot_keys.sample() {
+                    self.count_access(conn, spec, args);
+                }
+                self.admission(conn, spec, args)
+            }
             Err(unresolved) => Admission::Reject(Rejection {
                 message: unresolved.message(args),
                 spec: None,
@@ -79,6 +86,12 @@ impl Core {
                 let queueing = matches!(admission, Admission::Queue);
                 match self.route(conn, spec, args, queueing) {
                     Route::Local => admission,
+                    Route::LocalCopy => {
+                        if let Some(r) = self.repl.as_mut() {
+                            r.hot.stats.local_reads += 1;
+                        }
+                        admission
+                    }
                     Route::Forward(slot) => {
                         self.forward_request = Some(slot);
                         return;
@@ -178,6 +191,15 @@ impl Core {
                 spec.name,
                 "watch" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
             );
+        let reads_only = !spec.is_write() && spec.subcommands.is_empty() && !queueing;
+        if reads_only
+            && self
+                .repl
+                .as_ref()
+                .is_some_and(|r| keys.iter().all(|k| r.hot.serves(k)))
+        {
+            return Route::LocalCopy;
+        }
         if stays_here {
             let moved = cluster
                 .moved(slot)
@@ -185,6 +207,22 @@ impl Core {
             return Route::Refuse(moved.into_bytes());
         }
         Route::Forward(slot)
+    }
+
+    /// Counts a sampled access to the command's first key in the hot-key sketch: accesses
+    /// by this node's clients only (a peer's forwarded command was counted where its client
+    /// is), so each node's rates are its own clients' and a copy it holds keeps the rate that
+    /// made it take the copy.
+    fn count_access(&mut self, conn: ConnId, spec: &'static CommandSpec, args: &[Bytes]) {
+        // OBJECT reads a key's metadata without touching it (Redis's LOOKUP_NOTOUCH):
+        // `redis-cli --hotkeys` asking every key's frequency must not count as accesses.
+        if spec.name.starts_with("object") || self.clients.get(&conn).is_none_or(|c| c.via_peer) {
+            return;
+        }
+        let keys = crate::command::routing_keys(spec, args);
+        if let Some(first) = keys.first() {
+            self.hot_keys.count(first, self.now.as_millis());
+        }
     }
 
     /// The policy for a resolved command, in Redis's order of checks.

@@ -34,3 +34,4 @@ pub use buggify::Buggify;
 pub use client::ConnId;
 pub use config::{Config, MAX_INCARNATION, MAX_NODE_ID_WITH_INCARNATION};
 pub use node::{Input, Micros, Node, NodeId, Output, ProcessStats};
+pub use repl::hot::HotStats as HotCounts;

@@ -5,12 +5,14 @@
 //! parked clients, scripts and timers run, and the invariants; what a command may do is the
 //! dispatch policy's (`crate::dispatch`) and the handlers' (`crate::cmd`).
 
+use lattice_store::Changed;
 use std::collections::VecDeque;
 
 pub use lattice_crdt::NodeId;
 
 mod accessors;
 mod forward;
+mod hot;
 mod requests;
 mod scripts;
 
@@ -151,8 +153,11 @@ impl Node {
                         for k in group {
                             self.core.apply_remote(k);
                             // A clustered node logs the merged state (the peer's change is
-                            // part of what a restart must come back with).
-                            self.core.persist.note_modified(k);
+                            // part of what a restart must come back with), except a hot
+                            // key's copy, which a restart does without (its owners keep it).
+                            if self.core.repl.as_ref().is_none_or(|r| r.owns(k)) {
+                                self.core.persist.note_modified(k);
+                            }
                         }
                     }
                 }
@@ -231,6 +236,7 @@ impl Node {
         if now_ms < self.next_cron_ms {
             return;
         }
+        self.hot_tick(now_ms);
         let core = &mut self.core;
         let budget = if core.buggify.fire("expire_tiny_batch") {
             1
@@ -373,11 +379,46 @@ impl Node {
         None
     }
 
-    /// Panics if any internal invariant is broken. Cheap enough to run after every simulated
-    /// step for the keyspace sizes the simulator uses.
+    /// Panics if any internal invariant is broken. Walks every key (and, on a replica,
+    /// materializes every key's replicated state): see [`Node::check_changed_invariants`] for
+    /// the check whose cost follows what changed.
     pub fn check_invariants(&self) {
         self.core.check_invariants();
         self.core.check_replica_invariants();
+        self.check_rest();
+    }
+
+    /// [`Node::check_invariants`] limited to the keys that may have changed since the last
+    /// call of this one (every key the store or the replicated states handed out for change,
+    /// read by lazy expiry included), plus everything that is not per key. The first call,
+    /// and any after more than `lattice_store::changes::MAX_NOTED` keys changed or the whole
+    /// keyspace did, runs the full check. Returns whether it did.
+    ///
+    /// What it cannot see: a key changed behind both journals' backs (impossible without an
+    /// exclusive borrow of the store or the state map, which is what they note), and the
+    /// totals over all keys (counts, marks against packed records), which only the full
+    /// check adds up: run it too, at a stride.
+    pub fn check_changed_invariants(&mut self) -> bool {
+        let core = &mut self.core;
+        let store = core.db.take_changes();
+        let states = core.repl.as_mut().map(|r| r.take_changes());
+        let (Changed::Keys(mut hashes), None | Some(Changed::Keys(_))) = (store, &states) else {
+            self.check_invariants();
+            return true;
+        };
+        if let Some(Changed::Keys(more)) = states {
+            hashes.extend(more);
+            hashes.sort_unstable();
+            hashes.dedup();
+        }
+        self.core.check_changed_invariants(&hashes);
+        self.core.check_replica_changed(&hashes);
+        self.check_rest();
+        false
+    }
+
+    /// The checks of neither the keyspace nor the replicated states.
+    fn check_rest(&self) {
         if let Some(c) = self.core.cluster.as_deref() {
             c.check_invariants();
         }
@@ -385,5 +426,82 @@ impl Node {
             self.core.scripts.running.is_some() || self.held.is_empty(),
             "inputs held back with no script running"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    use bytes::Bytes;
+    use lattice_store::{Str, Value};
+
+    use super::Node;
+    use crate::{Buggify, Config, ConnId, Input, Micros, NodeId};
+
+    fn replica(now: Micros) -> Node {
+        let mut config = Config::default();
+        config.node_id = 1;
+        config.cluster_size = 2;
+        let mut node = Node::new(config, 1, Buggify::disabled(), now);
+        node.handle(now, Input::PeerUp { peer: NodeId(2) });
+        node.handle(
+            now,
+            Input::Connected {
+                conn: ConnId(1),
+                peer_addr: "127.0.0.1:1".into(),
+                local_addr: "127.0.0.1:2".into(),
+            },
+        );
+        node
+    }
+
+    fn run(node: &mut Node, now: Micros, args: &[&str]) {
+        let args = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes()));
+        node.handle(
+            now,
+            Input::Request {
+                conn: ConnId(1),
+                args: args.collect(),
+            },
+        );
+        while node.poll_output().is_some() {}
+    }
+
+    /// A key whose store value left its replicated state (a command that changed the store
+    /// without its capture) fails the check of what changed, as it fails the full walk.
+    #[test]
+    fn the_check_of_what_changed_catches_a_store_that_left_its_state() {
+        let now = Micros::from_millis(1_700_000_000_000);
+        let mut node = replica(now);
+        for i in 0..50 {
+            run(&mut node, now, &["SADD", &format!("s{i}"), "a", "b"]);
+        }
+        assert!(
+            node.check_changed_invariants(),
+            "the first check walks everything"
+        );
+        run(&mut node, now, &["SADD", "s7", "c"]);
+        assert!(!node.check_changed_invariants(), "then only what changed");
+        let later = Micros::from_millis(1_700_000_000_100);
+        run(&mut node, later, &["SET", "r", "1"]);
+        // The string's capture is deferred to the next flush; the check waits for it.
+        let later = Micros::from_millis(1_700_000_001_000);
+        node.handle_timeout(later);
+        while node.poll_output().is_some() {}
+        assert!(!node.check_changed_invariants());
+        for key in ["s3", "r"] {
+            let e = node
+                .core
+                .db
+                .get_live(key.as_bytes(), later.as_millis(), |_| {})
+                .expect("stored");
+            e.value = Value::Str(Str::from_bytes(b"changed behind replication"));
+            let caught = catch_unwind(AssertUnwindSafe(|| node.check_changed_invariants()));
+            assert!(caught.is_err(), "{key}: divergence not caught");
+            let full = catch_unwind(AssertUnwindSafe(|| node.check_invariants()));
+            assert!(full.is_err(), "{key}: the full walk catches it too");
+            node.core.db.remove(key.as_bytes());
+        }
     }
 }

@@ -106,6 +106,7 @@ impl Core {
         }
         if self.persist.logging {
             self.persist.dirty.clear();
+            self.persist.waiting.clear();
             self.persist.commands.clear();
             self.persist.clear = true;
         }
@@ -183,7 +184,12 @@ impl Core {
     /// Turns the changes captured since the last record into the next record.
     pub(crate) fn persist_flush(&mut self) {
         let p = &mut self.persist;
-        if p.dirty.is_empty() && !p.clear && p.commands.is_empty() && !p.functions {
+        let waiting_due = !p.waiting.is_empty()
+            && self
+                .repl
+                .as_ref()
+                .is_some_and(|r| r.deferrals_ended() != p.waiting_epoch);
+        if p.dirty.is_empty() && !waiting_due && !p.clear && p.commands.is_empty() && !p.functions {
             return;
         }
         if self.repl.is_some() {
@@ -231,7 +237,14 @@ impl Core {
             self.settle_captures();
         }
         let now_ms = self.now.as_millis();
-        let mut keys = std::mem::take(&mut self.persist.dirty);
+        let p = &mut self.persist;
+        let mut keys = std::mem::take(&mut p.dirty);
+        let ended = self.repl.as_ref().expect("clustered").deferrals_ended();
+        if ended != p.waiting_epoch {
+            // Some deferral ended: any waiting key may be captured now.
+            keys.extend(std::mem::take(&mut p.waiting));
+            p.waiting_epoch = ended;
+        }
         if keys.len() > 1 {
             keys.sort_unstable();
             keys.dedup();
@@ -243,12 +256,11 @@ impl Core {
         if std::mem::take(&mut self.persist.functions) {
             self.put_functions(&mut data);
         }
-        let mut waiting = Vec::new();
         let mut state = Vec::new();
         let repl = self.repl.as_mut().expect("clustered");
         for k in keys {
             if repl.is_deferred(&k) {
-                waiting.push(k);
+                self.persist.waiting.insert(k);
             } else if repl.encode_state(&k, &self.db, &mut state) {
                 put_repl(&mut data, &k, &state);
             } else {
@@ -263,7 +275,6 @@ impl Core {
                 }
             }
         }
-        self.persist.dirty = waiting;
         if !data.is_empty() {
             self.emit_record(data, false, now_ms);
         }
@@ -515,6 +526,7 @@ impl Core {
         self.persist.logging = self.logging_wanted();
         if !self.persist.logging {
             self.persist.dirty.clear();
+            self.persist.waiting.clear();
             self.persist.clear = false;
         }
         for conn in s.waiters {
@@ -589,6 +601,7 @@ impl Core {
         self.persist.logging = self.logging_wanted();
         if !self.persist.logging {
             self.persist.dirty.clear();
+            self.persist.waiting.clear();
             self.persist.clear = false;
         }
         if self.config.appendfsync == Fsync::Always {

@@ -241,3 +241,104 @@ fn a_standalone_node_has_cluster_support_disabled() {
     assert!(reply.starts_with("-ERR This instance has cluster support disabled\r\n"));
     assert!(reply.contains("cluster_enabled:0"));
 }
+
+/// A field of an INFO section as a number.
+fn info_field(net: &mut Net, i: usize, section: &str, field: &str) -> u64 {
+    let info = net.cmd(i, &["INFO", section]);
+    let prefix = format!("{field}:");
+    info.split("\r\n")
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {field} in {info}"))
+        .parse()
+        .expect("a number")
+}
+
+#[test]
+fn a_key_read_hard_through_a_non_owner_gets_a_copy_there_until_it_cools() {
+    let mut net = Net::new();
+    for i in 0..N {
+        assert_eq!(
+            net.cmd(i, &["CONFIG", "SET", "hotkey-threshold", "200"]),
+            "+OK\r\n"
+        );
+    }
+    let key = net.foreign_key(0, "hot");
+    let owners = net.owners(&key);
+    assert_eq!(net.cmd(owners[0], &["SET", &key, "v1"]), "+OK\r\n");
+    net.settle();
+    // 600 reads a second through node 0 for two seconds: three times the threshold.
+    for _ in 0..100 {
+        for _ in 0..12 {
+            assert_eq!(net.cmd(0, &["GET", &key]), "$2\r\nv1\r\n");
+        }
+        net.advance(20);
+    }
+    assert!(net.nodes[0].holds_hot_copy(key.as_bytes()), "no copy taken");
+    // Now served from the copy: no more forwards.
+    let forwarded = info_field(&mut net, 0, "cluster", "cluster_forwarded");
+    let local = info_field(&mut net, 0, "hotkeys", "hotkey_local_reads");
+    for _ in 0..50 {
+        assert_eq!(net.cmd(0, &["GET", &key]), "$2\r\nv1\r\n");
+    }
+    assert_eq!(
+        info_field(&mut net, 0, "cluster", "cluster_forwarded"),
+        forwarded,
+        "reads of a held copy were forwarded"
+    );
+    assert_eq!(
+        info_field(&mut net, 0, "hotkeys", "hotkey_local_reads"),
+        local + 50
+    );
+    // Every owner registered the holder; INFO shows the extra replica and the decision.
+    for &o in &owners {
+        assert_eq!(
+            info_field(&mut net, o, "hotkeys", "hotkey_holders_added"),
+            1
+        );
+    }
+    let info = net.cmd(0, &["INFO", "hotkeys"]);
+    assert!(info.contains(",served=copy,"), "{info}");
+    assert!(info.contains("copy asked for"), "{info}");
+    // A write goes to an owner and reaches the copy.
+    assert_eq!(net.cmd(0, &["SET", &key, "v2"]), "+OK\r\n");
+    net.settle();
+    assert_eq!(net.cmd(0, &["GET", &key]), "$2\r\nv2\r\n");
+    // OBJECT FREQ under an LFU policy ranks the hot key above a key of node 0's read once.
+    let counter = (0..)
+        .map(|n| format!("own:{n}"))
+        .find(|k| net.owners(k).contains(&0))
+        .expect("some key is node 0's");
+    assert_eq!(
+        net.cmd(0, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]),
+        "+OK\r\n"
+    );
+    assert_eq!(net.cmd(0, &["SET", &counter, "1"]), "+OK\r\n");
+    let freq = |net: &mut Net, k: &str| -> i64 {
+        let r = net.cmd(0, &["OBJECT", "FREQ", k]);
+        r.trim_start_matches(':')
+            .trim_end()
+            .parse()
+            .expect("integer")
+    };
+    let hot = freq(&mut net, &key);
+    assert!(
+        hot > freq(&mut net, &counter) && hot > 5,
+        "OBJECT FREQ {hot}"
+    );
+    // The reads stop: the copy is given back within a few seconds, the store forgets it and
+    // the owners release the holder.
+    net.advance(5_000);
+    assert!(!net.nodes[0].holds_hot_copy(key.as_bytes()), "copy kept");
+    assert!(net.nodes[0].stored_entry(key.as_bytes()).is_none());
+    for &o in &owners {
+        assert_eq!(
+            info_field(&mut net, o, "hotkeys", "hotkey_holders_released"),
+            1
+        );
+    }
+    assert_eq!(
+        net.cmd(0, &["GET", &key]),
+        "$2\r\nv2\r\n",
+        "forwarded again"
+    );
+}

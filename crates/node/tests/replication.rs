@@ -365,11 +365,8 @@ fn catch_up_after_missed_writes(keys: usize, writes: usize) {
         // No step of either transfer sent or merged more than a slice.
         let sent = c.info_field(i, "transfer_slice_max_keys");
         let merged = c.info_field(i, "transfer_max_states_merged");
-        assert!(
-            sent <= 2_048 && merged <= 2_048,
-            "node {i}: {sent} {merged}"
-        );
-        assert!(c.info_field(i, "transfer_slice_max_bytes") <= (256 << 10) + 1_024);
+        assert!(sent <= 512 && merged <= 512, "node {i}: {sent} {merged}");
+        assert!(c.info_field(i, "transfer_slice_max_bytes") <= (64 << 10) + 1_024);
     }
     eprintln!(
         "keys={keys}: full transfer to an empty replica {full} bytes in {full_ms} ms; catch-up \

@@ -74,12 +74,29 @@ impl HotKeys {
     /// Counts one access to `key` at `now_ms` (times must not go backwards by more than a
     /// window; a step back is treated as no time passing).
     pub fn record(&mut self, key: &[u8], now_ms: u64) {
-        self.roll(now_ms);
+        if self.sample() {
+            self.count(key, now_ms);
+        }
+    }
+
+    /// Steps the sampling counter for one access; true when this access is to be counted
+    /// with [`HotKeys::count`]. Lets a caller skip finding the key of an access that is not
+    /// sampled (the per-command cost is then one increment).
+    pub fn sample(&mut self) -> bool {
         self.skipped += 1;
-        if self.skipped < self.config.sample_every || key.len() > self.config.max_key_bytes {
-            return;
+        if self.skipped < self.config.sample_every {
+            return false;
         }
         self.skipped = 0;
+        true
+    }
+
+    /// Counts a sampled access to `key` at `now_ms`.
+    pub fn count(&mut self, key: &[u8], now_ms: u64) {
+        self.roll(now_ms);
+        if key.len() > self.config.max_key_bytes {
+            return;
+        }
         if let Some(&i) = self.index.get(key) {
             self.entries[i].count += 1;
             return;
@@ -111,6 +128,13 @@ impl HotKeys {
         );
         self.index.remove(&old.key);
         self.index.insert(key.to_vec(), i);
+    }
+
+    /// Brings the decay up to `now_ms` (counts only decay when accesses are counted or this
+    /// is called: a reader of rates calls it first, or a key nobody touches any more would
+    /// keep its last rate).
+    pub fn roll_to(&mut self, now_ms: u64) {
+        self.roll(now_ms);
     }
 
     /// Halves every count once per elapsed window; entries that reach zero are forgotten.
@@ -158,17 +182,29 @@ impl HotKeys {
         out
     }
 
-    /// A logarithmic 0-255 access counter in the spirit of Redis's LFU counter (what
-    /// `OBJECT FREQ` reports under an LFU policy): new keys start at 5 as in Redis, and the
-    /// counter grows with the logarithm of the access rate, so tools that rank keys by it
-    /// (`redis-cli --hotkeys`) rank them by rate.
-    pub fn freq(&self, key: &[u8]) -> u8 {
-        let rate = self.rate_per_s(key);
-        if rate == 0 {
+    /// Redis's logarithmic LFU counter (what `OBJECT FREQ` reports under an LFU policy) for
+    /// the accesses the sketch holds for `key` (about the last two windows' worth, decayed):
+    /// Redis raises a key's counter from `5 + b` with probability `1 / (b * log_factor + 1)`,
+    /// so `n` accesses take it to the largest `5 + k` with `log_factor * k(k-1)/2 + k <= n`,
+    /// saturating at 255. A key not tracked reports 5, a new key's counter in Redis.
+    pub fn lfu_counter(&self, key: &[u8], log_factor: u64) -> u8 {
+        let Some(&i) = self.index.get(key) else {
             return 5;
+        };
+        let e = &self.entries[i];
+        let n = e.count.saturating_sub(e.error) * u64::from(self.config.sample_every);
+        let cost = |k: u64| log_factor.saturating_mul(k * k.saturating_sub(1) / 2) + k;
+        // The largest k in 0..=250 with cost(k) <= n; cost grows with k.
+        let (mut lo, mut hi) = (0u64, 250u64);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if cost(mid) <= n {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
         }
-        let log2 = u64::from(64 - rate.leading_zeros());
-        (5 + log2 * 10).min(255) as u8
+        (5 + lo) as u8
     }
 
     /// Keys tracked now (at most the capacity).
@@ -240,7 +276,7 @@ mod tests {
         // key:0 takes about 1/12 of 100,000 accesses per second.
         let rate = h.rate_per_s(b"key:0");
         assert!((5_000..=12_000).contains(&rate), "key:0 rate {rate}");
-        assert!(h.freq(b"key:0") > h.freq(b"key:50"));
+        assert!(h.lfu_counter(b"key:0", 10) > h.lfu_counter(b"key:50", 10));
     }
 
     #[test]
@@ -262,6 +298,31 @@ mod tests {
         assert_eq!(h.rate_per_s(b"hot"), 0, "a cold key still counted");
         assert!(h.hot(100).iter().all(|(k, _)| k.starts_with(b"other:")));
         h.check_invariants();
+    }
+
+    #[test]
+    fn the_lfu_counter_follows_redis_curve() {
+        let config = HotKeyConfig {
+            sample_every: 1,
+            ..HotKeyConfig::default()
+        };
+        // Redis's documented figures for lfu-log-factor 10: 100 accesses give about 10,
+        // 1,000 about 18, 100,000 about 142, a million saturates at 255.
+        for (n, lo, hi) in [(100u64, 8, 12), (1_000, 16, 21), (100_000, 138, 150)] {
+            let mut h = HotKeys::new(config, 0);
+            for _ in 0..n {
+                h.record(b"k", 0);
+            }
+            let c = h.lfu_counter(b"k", 10);
+            assert!((lo..=hi).contains(&c), "{n} accesses: counter {c}");
+        }
+        let mut h = HotKeys::new(config, 0);
+        for _ in 0..1_000_000 {
+            h.record(b"k", 0);
+        }
+        assert_eq!(h.lfu_counter(b"k", 10), 255);
+        assert_eq!(h.lfu_counter(b"k", 0), 255);
+        assert_eq!(h.lfu_counter(b"other", 10), 5);
     }
 
     #[test]

@@ -402,6 +402,19 @@ impl<D: Dir> Router<D> {
     /// The node's invariants and the router's own: every loop with mail is known.
     pub fn check_invariants(&self) {
         self.node.check_invariants();
+        self.check_routes();
+    }
+
+    /// [`Router::check_invariants`] with the node's check limited to what changed since the
+    /// last call ([`Node::check_changed_invariants`]); returns whether the node's check was
+    /// the full one after all.
+    pub fn check_changed_invariants(&mut self) -> bool {
+        let full = self.node.check_changed_invariants();
+        self.check_routes();
+        full
+    }
+
+    fn check_routes(&self) {
         self.mail.check_invariants();
         for route in self.routes.values() {
             assert!(

@@ -17,6 +17,7 @@ use std::ptr::NonNull;
 
 use hashbrown::HashTable;
 
+use crate::changes::{Changed, Changes};
 use crate::keyhash::key_hash;
 use crate::value::{Str, Value};
 
@@ -337,6 +338,8 @@ pub struct Db {
     /// elsewhere belongs to, and that must stay known until the record is updated after the
     /// command that removed the key. Empty on a node that marks nothing.
     marked_gone: Vec<Box<[u8]>>,
+    /// The keys changed since the last [`Db::take_changes`] (off unless asked for).
+    changes: Changes,
 }
 
 impl Default for Db {
@@ -356,6 +359,7 @@ impl Db {
             volatile: 0,
             stats: DbStats::default(),
             marked_gone: Vec::new(),
+            changes: Changes::default(),
         }
     }
 
@@ -421,6 +425,8 @@ impl Db {
         // One probe: the bucket's index stays valid until the table changes.
         let table = &mut self.slots[slot];
         let index = table.find_bucket_index(table_hash(h), |e| e.has_key(key))?;
+        // The caller gets the entry to change as it likes.
+        self.changes.note(h);
         let entry = table.get_bucket_entry(index).expect("index just found");
         if entry.get().is_expired(now_ms) {
             let (entry, _) = entry.remove();
@@ -446,6 +452,7 @@ impl Db {
         let expire_at_ms = normalize(expire_at_ms);
         let h = key_hash(key);
         let slot = slot_of(h);
+        self.changes.note(h);
         match self.slots[slot].find_mut(table_hash(h), |e| e.has_key(key)) {
             Some(entry) => {
                 let old_deadline = entry.expire_at_ms();
@@ -473,6 +480,7 @@ impl Db {
         let Some(entry) = self.slots[slot].find_mut(table_hash(h), |e| e.has_key(key)) else {
             return false;
         };
+        self.changes.note(h);
         let old = entry.expire_at_ms();
         entry.deadline_ms = pack(expire_at_ms);
         self.move_deadline(h, old, expire_at_ms);
@@ -491,6 +499,7 @@ impl Db {
             .ok()?;
         let (entry, _) = found.remove();
         self.len -= 1;
+        self.changes.note(h);
         self.move_deadline(h, entry.expire_at_ms(), None);
         self.note_gone(&entry);
         Some(entry)
@@ -512,6 +521,7 @@ impl Db {
         let Some(e) = self.slots[slot_of(h)].find_mut(table_hash(h), |e| e.has_key(key)) else {
             return false;
         };
+        self.changes.note(h);
         let head = e.0.as_ptr();
         // SAFETY: the block is live and exclusively borrowed through the table.
         unsafe {
@@ -602,6 +612,7 @@ impl Db {
             }) {
                 let (entry, _) = found.remove();
                 self.len -= 1;
+                self.changes.note(h);
                 self.move_deadline(h, entry.expire_at_ms(), None);
                 self.stats.expired_keys += 1;
                 removed += 1;
@@ -668,6 +679,7 @@ impl Db {
         self.len = 0;
         self.deadlines.clear();
         self.volatile = 0;
+        self.changes.note_all();
     }
 
     /// How the slot tables use memory.
@@ -688,6 +700,25 @@ impl Db {
         t
     }
 
+    /// Starts noting which keys change, for [`Db::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.changes.start();
+    }
+
+    /// The keys that may have changed since the last call (every key handed out for change
+    /// counts); [`Changed::Everything`] on the first call, which starts the noting.
+    pub fn take_changes(&mut self) -> Changed {
+        self.changes.take()
+    }
+
+    /// Every stored entry whose key hashes to `h` (usually one at most).
+    pub fn entries_with_hash(&self, h: u64) -> impl Iterator<Item = &Entry> {
+        self.slots[slot_of(h)]
+            .iter_hash(table_hash(h))
+            .filter(move |e| key_hash(e.key()) == h)
+            .map(|e| &**e)
+    }
+
     /// Checks the structure's invariants; panics with a description on violation.
     pub fn check_invariants(&self) {
         let mut total = 0;
@@ -696,13 +727,8 @@ impl Db {
             for e in t.iter() {
                 let h = key_hash(e.key());
                 assert_eq!(slot_of(h), i, "key stored in the wrong slot");
-                if let Some(d) = e.expire_at_ms() {
-                    volatile += 1;
-                    assert!(
-                        self.deadlines.contains_key(&(d, h)),
-                        "deadline of a key missing from the index"
-                    );
-                }
+                volatile += usize::from(e.expire_at_ms().is_some());
+                self.check_entry(h, e);
             }
             total += t.len();
         }
@@ -710,6 +736,33 @@ impl Db {
         assert_eq!(volatile, self.volatile, "volatile count out of step");
         let indexed: u64 = self.deadlines.values().map(|&n| n as u64).sum();
         assert_eq!(indexed, volatile as u64, "deadline index out of step");
+        self.changes.check_invariants();
+    }
+
+    /// The part of [`Db::check_invariants`] that concerns the keys hashed `hashes` (the ones
+    /// [`Db::take_changes`] reported), at a cost that follows them rather than the keyspace.
+    /// The totals (key and deadline counts) need the whole walk and are left to it.
+    pub fn check_changed(&self, hashes: &[u64]) {
+        for &h in hashes {
+            for e in self.entries_with_hash(h) {
+                self.check_entry(h, e);
+            }
+        }
+        assert!(
+            self.deadlines.len() <= self.volatile,
+            "more deadlines indexed than keys that have one"
+        );
+        self.changes.check_invariants();
+    }
+
+    /// One stored entry (`h` its key's hash): its deadline is indexed.
+    fn check_entry(&self, h: u64, e: &Entry) {
+        if let Some(d) = e.expire_at_ms() {
+            assert!(
+                self.deadlines.contains_key(&(d, h)),
+                "deadline of a key missing from the index"
+            );
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! Pure by construction: no IO, no clocks (callers pass `now_ms`), no randomness (callers pass
 //! random numbers they drew from their own seeded generator).
 
+pub mod changes;
 pub mod db;
 pub mod dump;
 pub mod glob;
@@ -15,6 +16,7 @@ pub mod stream;
 pub mod value;
 pub mod zset;
 
+pub use changes::{Changed, Changes};
 pub use db::{Db, DbStats, Entry, EntryBox, TableStats, SLOT_COUNT};
 pub use glob::glob_match;
 pub use hash::Hash;

@@ -52,7 +52,7 @@ impl World {
         };
         if let Some(since) = stuck_since {
             if now >= since + timeout {
-                if since >= self.heal_at {
+                if since >= self.settled_at {
                     let what = match c.pending.front() {
                         Some(p) => format!("a request ({:?})", p.tag),
                         None => "the close it was waiting for".to_string(),

@@ -163,7 +163,9 @@ pub struct RunStats {
     pub events: u64,
     pub connects: u64,
     pub timeouts: u64,
+    /// Full invariant checks of a node, and checks of what a step changed.
     pub invariant_checks: u64,
+    pub changed_checks: u64,
     pub virtual_us: u64,
     /// Replicated mode: peer messages the replicas sent and the ones delivered to them.
     pub peer_sent: u64,
@@ -171,6 +173,11 @@ pub struct RunStats {
     /// Replicated mode: requests acknowledged, and sent without a reply (indeterminate).
     pub acked: u64,
     pub indeterminate: u64,
+    /// Partitioned mode, summed over the nodes at the end: hot-key copies taken, reads served
+    /// from copies, holders an owner registered (`lattice_node::HotCounts`).
+    pub hot_copies: u64,
+    pub hot_local_reads: u64,
+    pub hot_holders: u64,
     /// Frames that answered no request (pub/sub messages and extra confirmations).
     pub pushes: u64,
     /// Commands generated per workload family (index into `workload::FAMILIES`).
@@ -210,6 +217,8 @@ pub struct World {
     link_epoch: Vec<u64>,
     pub phase: Phase,
     heal_at: u64,
+    /// From when a request must be answered within the client timeout (see `on_phase`).
+    settled_at: u64,
     pub faults: FaultCounts,
     active: Vec<(u64, Active)>,
     next_fault_id: u64,
@@ -235,6 +244,7 @@ impl World {
                 );
                 host.loops = cfg.loops;
                 host.replication_factor = cfg.replication_factor;
+                host.hotkey_threshold = cfg.hotkey_threshold;
                 host.slice_keys = cfg.slice_keys;
                 host.fsync = if cfg.replicated { cfg.repl_disk } else { None };
                 host
@@ -260,13 +270,14 @@ impl World {
             conns: vec![None],
             tracer,
             verifier: Verifier::new(strict),
-            history: History::new(cfg.partitioned()),
+            history: History::new(cfg.partitioned()).with_hot_reads(cfg.hot_read_pct),
             replicated: cfg.replicated,
             link_peer: vec![None; n * n],
             pair_state: vec![None; n * n],
             link_epoch: vec![0; n * n],
             phase: Phase::Safety,
             heal_at: u64::MAX,
+            settled_at: u64::MAX,
             faults: FaultCounts::default(),
             active: Vec::new(),
             next_fault_id: 0,

@@ -112,7 +112,8 @@ impl World {
     }
 
     /// Runs the invariant checker of the node a step touched (nodes a step did not touch have
-    /// not changed) if its stride (`RunConfig::check_every`) is due, and re-arms its timer.
+    /// not changed): the full check if its stride (`RunConfig::check_every`) is due, else the
+    /// check of what the step changed. Then re-arms its timer.
     pub(super) fn after_node_step(&mut self, node: usize) {
         let every = self.cfg.check_every.max(1);
         let host = &mut self.hosts[node];
@@ -120,8 +121,24 @@ impl World {
         host.steps_unchecked = Some(host.steps_unchecked.map_or(0, |n| n + 1));
         if due {
             self.check_node(node);
+        } else {
+            self.check_node_changed(node);
         }
         self.schedule_timer(node);
+    }
+
+    /// The invariant check of a running node limited to the keys changed since its last one
+    /// (`Node::check_changed_invariants`; the full one when too much changed).
+    fn check_node_changed(&mut self, node: usize) {
+        let host = &mut self.hosts[node];
+        if let Some(r) = host.router.as_mut() {
+            if r.check_changed_invariants() {
+                host.steps_unchecked = Some(0);
+                self.stats.invariant_checks += 1;
+            } else {
+                self.stats.changed_checks += 1;
+            }
+        }
     }
 
     /// The full invariant check of a running node (router, node, keyspace, replicated state).

@@ -431,3 +431,59 @@ pub fn info_section(core: &Core, t: &mut String) {
         );
     }
 }
+
+/// INFO `hotkeys` (ARCHITECTURE, "Hot keys"): the threshold, the hottest keys this node's
+/// clients touch with their estimated rate, Redis LFU counter and where they are served from,
+/// the copies held and served, and the last decisions.
+pub fn hotkeys_info_section(core: &Core, t: &mut String) {
+    let threshold = core.config.hotkey_threshold;
+    t.push_str("# Hotkeys\r\n");
+    let _ = write!(
+        t,
+        "hotkey_threshold:{threshold}\r\nhotkeys_tracked:{}\r\n",
+        core.hot_keys.len()
+    );
+    let factor = core
+        .config
+        .get("lfu-log-factor")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(10);
+    let cluster = core.cluster.as_deref();
+    let repl = core.repl.as_deref();
+    if let Some(r) = repl {
+        let s = r.hot.stats;
+        let _ = write!(
+            t,
+            "hotkey_copies_held:{}\r\nhotkey_copies_taken:{}\r\nhotkey_copies_dropped:{}\r\nhotkey_local_reads:{}\r\nhotkey_holders_added:{}\r\nhotkey_holders_released:{}\r\nhotkey_holds_refused:{}\r\n",
+            r.hot.held_len(),
+            s.copies_taken,
+            s.copies_dropped,
+            s.local_reads,
+            s.holders_added,
+            s.holders_released,
+            s.holds_refused,
+        );
+    }
+    // The ten hottest keys at any rate: what the sketch sees, hot or not yet.
+    for (i, (key, rate)) in core.hot_keys.hot(1).into_iter().take(10).enumerate() {
+        let shown = crate::repl::hot::shown(key);
+        let (place, replicas) = match (cluster, repl) {
+            (Some(c), Some(r)) if c.owns(lattice_placement::key_slot(key)) => {
+                ("owner", c.rf + r.hot.holders_of(key))
+            }
+            (Some(c), Some(r)) if r.hot.serves(key) => ("copy", c.rf + 1),
+            (Some(c), _) => ("forwarded", c.rf),
+            (None, _) => ("local", core.config.cluster_size),
+        };
+        let _ = write!(
+            t,
+            "hotkey{i}:key={shown},rate={rate},freq={},served={place},replicas={replicas}\r\n",
+            core.hot_keys.lfu_counter(key, factor)
+        );
+    }
+    if let Some(r) = repl {
+        for (i, (at, what)) in r.hot.log().enumerate() {
+            let _ = write!(t, "hotkey_event{i}:ms={at},{what}\r\n");
+        }
+    }
+}

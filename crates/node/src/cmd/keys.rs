@@ -327,9 +327,24 @@ fn object_freq(core: &mut Core, call: &mut Call) {
     if !lfu_policy(core) {
         return call.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
-    // Lattice does not evict by frequency; report the logarithmic counter's initial value,
-    // decayed by one per minute without access, which is what Redis shows for a key touched
-    // rarely.
+    // Lattice keeps no per-key LFU counter (its LFU eviction ranks by recency, §49), but it
+    // counts accesses for hot keys (ARCHITECTURE, "Hot keys"): a key among the sketch's
+    // tracked keys reports Redis's logarithmic counter for the accesses the sketch holds for
+    // it (so `redis-cli --hotkeys` ranks keys by their recent rate); any other key the
+    // counter's initial value, decayed by one per minute without access, which is what Redis
+    // shows for a key touched rarely.
+    core.hot_keys.roll_to(call.now_ms);
+    let key = call.arg(2);
+    if core.hot_keys.rate_per_s(key) > 0 {
+        let factor = core
+            .config
+            .get("lfu-log-factor")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(10);
+        return call
+            .out
+            .integer(i64::from(core.hot_keys.lfu_counter(key, factor)));
+    }
     let idle_min = call.now_ms.saturating_sub(access_ms) / 60_000;
     call.out
         .integer(5i64.saturating_sub(idle_min as i64).max(0));

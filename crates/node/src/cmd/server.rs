@@ -411,6 +411,7 @@ const ALL_SECTIONS: &[&str] = &[
     "commandstats",
     "errorstats",
     "cluster",
+    "hotkeys",
     "keyspace",
 ];
 
@@ -431,6 +432,8 @@ fn info(core: &mut Core, call: &mut Call) {
             }
         }
     }
+    // Rates decay with time, not only with accesses.
+    core.hot_keys.roll_to(call.now_ms);
     let mut text = String::new();
     for section in ALL_SECTIONS {
         if !wanted.contains(section) {
@@ -549,6 +552,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             }
         }
         "cluster" => super::cluster::info_section(core, t),
+        "hotkeys" => super::cluster::hotkeys_info_section(core, t),
         "cpu" => {
             let _ = write!(
                 t,

@@ -7,8 +7,21 @@ use super::Core;
 impl Core {
     /// Panics if any invariant of the context is broken.
     pub(crate) fn check_invariants(&self) {
+        self.db.check_invariants();
+        self.check_context_invariants();
+    }
+
+    /// [`Core::check_invariants`] with the keyspace's part limited to the keys hashed `hashes`
+    /// (what changed since the last check; see `lattice_store::Db::take_changes`).
+    pub(crate) fn check_changed_invariants(&self, hashes: &[u64]) {
+        self.db.check_changed(hashes);
+        self.check_context_invariants();
+    }
+
+    /// Everything but the keyspace: clients, parking, subscriptions, watches, scripts. Costs
+    /// what those hold, not the data.
+    fn check_context_invariants(&self) {
         let core = self;
-        core.db.check_invariants();
         core.scripts.libraries.check_invariants();
         for conn in &core.pending {
             if let Some(c) = core.clients.get(conn) {

@@ -2,7 +2,7 @@
 //! data with its own bookkeeping, so the command context can own it without depending on the
 //! persistence logic (`crate::persist`), which works on the whole context.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -38,6 +38,12 @@ pub struct Persist {
     /// Changes are being captured (appendonly, or a snapshot in progress).
     pub(crate) logging: bool,
     pub(crate) dirty: Vec<Bytes>,
+    /// Changed keys of a clustered node whose capture was deferred at the last record: logged
+    /// once the capture is made. Looked at again only when some deferral has ended since
+    /// (`waiting_epoch`, the replicator's `deferrals_ended` then): re-sorting and probing
+    /// them on every record made a burst of N deferred writes cost N² log N.
+    pub(crate) waiting: BTreeSet<Bytes>,
+    pub(crate) waiting_epoch: u64,
     /// Commands logged as such (OP_CMD), in order; they go before the key states of the same
     /// record, whose states already include their effect.
     pub(crate) commands: Vec<u8>,

@@ -2,10 +2,11 @@
 //! merged states back to the store.
 
 use bytes::Bytes;
-use lattice_store::Value;
+use lattice_store::{Entry, Value};
 
 use super::hint::ChangeHint;
 use super::state::{Intent, Patch};
+use super::Replicator;
 use crate::ctx::Core;
 
 impl Core {
@@ -267,51 +268,72 @@ impl Core {
             return;
         };
         repl.check_invariants(&self.db);
-        let now_ms = self.now.as_millis();
-        let limits = self.config.encoding;
+        let mut scratch = Vec::new();
         for e in self.db.iter() {
-            if e.is_expired(now_ms) || matches!(e.value, Value::Stream(_)) {
-                continue;
+            self.check_replica_entry(repl, e, &mut scratch);
+        }
+    }
+
+    /// [`Core::check_replica_invariants`] for the keys hashed `hashes` alone (sorted, each
+    /// once: what the store and the replicated states report changed since the last check).
+    pub(crate) fn check_replica_changed(&self, hashes: &[u64]) {
+        let Some(repl) = self.repl.as_ref() else {
+            return;
+        };
+        repl.check_changed(hashes, &self.db);
+        let mut scratch = Vec::new();
+        for &h in hashes {
+            for e in self.db.entries_with_hash(h) {
+                self.check_replica_entry(repl, e, &mut scratch);
             }
-            if repl.is_deferred(e.key()) {
-                // Its capture is owed (at the latest at the planned flush).
-                assert!(
-                    matches!(e.value, Value::Str(_)),
-                    "a deferred capture for a key that holds no string"
-                );
-                continue;
-            }
-            let st = repl.state(e.key(), &self.db).unwrap_or_else(|| {
-                panic!(
-                    "key {:?} is in the store but has no replicated state",
-                    String::from_utf8_lossy(e.key())
-                )
-            });
-            let m = if st.value_in_store() {
-                // Checked through the digest the state keeps, which covers the value.
-                let stored = match &e.value {
-                    Value::Str(s) => Some(s.as_bytes().into_owned()),
-                    _ => None,
-                };
-                assert!(
-                    repl.digest_matches(e.key(), stored.as_deref(), &self.db),
-                    "store and packed state differ for {:?}: store {:?}",
-                    String::from_utf8_lossy(e.key()),
-                    e.value
-                );
-                stored.map(|s| Value::Str(lattice_store::Str::from_bytes(&s)))
-            } else {
-                st.materialize(&limits, None)
+        }
+    }
+
+    /// One store entry against its replicated state: the state exists and shows the same
+    /// content and deadline (or the key's capture is deferred and it holds a string).
+    fn check_replica_entry(&self, repl: &Replicator, e: &Entry, scratch: &mut Vec<u8>) {
+        let now_ms = self.now.as_millis();
+        if e.is_expired(now_ms) || matches!(e.value, Value::Stream(_)) {
+            return;
+        }
+        if repl.is_deferred(e.key()) {
+            // Its capture is owed (at the latest at the planned flush).
+            assert!(
+                matches!(e.value, Value::Str(_)),
+                "a deferred capture for a key that holds no string"
+            );
+            return;
+        }
+        let st = repl.state(e.key(), &self.db).unwrap_or_else(|| {
+            panic!(
+                "key {:?} is in the store but has no replicated state",
+                String::from_utf8_lossy(e.key())
+            )
+        });
+        let m = if st.value_in_store() {
+            // Checked through the digest the state keeps, which covers the value.
+            let stored = match &e.value {
+                Value::Str(s) => Some(s.as_bytes().into_owned()),
+                _ => None,
             };
             assert!(
-                m.as_ref().is_some_and(|m| same_content(m, &e.value)),
-                "store and replicated state differ for {:?}: store {:?}, state {:?}",
+                repl.digest_matches(e.key(), stored.as_deref(), &self.db, scratch),
+                "store and packed state differ for {:?}: store {:?}",
                 String::from_utf8_lossy(e.key()),
-                e.value,
-                m
+                e.value
             );
-            assert_eq!(e.expire_at_ms(), st.deadline_ms(), "deadline differs");
-        }
+            stored.map(|s| Value::Str(lattice_store::Str::from_bytes(&s)))
+        } else {
+            st.materialize(&self.config.encoding, None)
+        };
+        assert!(
+            m.as_ref().is_some_and(|m| same_content(m, &e.value)),
+            "store and replicated state differ for {:?}: store {:?}, state {:?}",
+            String::from_utf8_lossy(e.key()),
+            e.value,
+            m
+        );
+        assert_eq!(e.expire_at_ms(), st.deadline_ms(), "deadline differs");
     }
 }
 

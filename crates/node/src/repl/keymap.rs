@@ -24,7 +24,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use hashbrown::HashTable;
-use lattice_store::Db;
+use lattice_store::{Changed, Changes, Db};
 
 use super::merkle::{leaf_of, LEAVES};
 
@@ -76,6 +76,9 @@ pub struct KeyMap<E: Pack> {
     /// Calls of [`KeyMap::check_invariants`] so far: its checks run on every
     /// [`DEEP_CHECK_EVERY`]th call only.
     checks: std::cell::Cell<u64>,
+    /// The keys whose entries changed since the last [`KeyMap::take_changes`] (off unless
+    /// asked for).
+    changes: Changes,
 }
 
 /// The checks walk all 4,096 leaves and every key (the store's marks against the packed
@@ -94,6 +97,7 @@ impl<E: Pack> Default for KeyMap<E> {
             packed: Vec::new(),
             packed_len: 0,
             checks: std::cell::Cell::new(0),
+            changes: Changes::default(),
         }
     }
 }
@@ -213,6 +217,7 @@ impl<E: Pack> KeyMap<E> {
 
     /// The entry of `key` if it is in the table (not packed).
     pub fn get_keyed_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut E> {
+        self.changes.note(hash);
         self.tables
             .get_mut(shard_of(hash))?
             .find_mut(table_hash(hash), |s| s.hash == hash && s.key[..] == *key)
@@ -266,6 +271,7 @@ impl<E: Pack> KeyMap<E> {
         key: &[u8],
         fresh: impl FnOnce() -> E,
     ) -> (&Bytes, &mut E) {
+        self.changes.note(hash);
         if self.tables.is_empty() {
             // Allocated on first use: a node that never replicates pays nothing.
             self.tables = (0..SHARDS).map(|_| HashTable::new()).collect();
@@ -305,6 +311,7 @@ impl<E: Pack> KeyMap<E> {
     }
 
     fn remove_slot(&mut self, hash: u64, key: &[u8]) -> Option<E> {
+        self.changes.note(hash);
         let slot = self
             .tables
             .get_mut(shard_of(hash))?
@@ -324,6 +331,13 @@ impl<E: Pack> KeyMap<E> {
     /// entries are plain strings, which such counts skip).
     pub fn keyed_values(&self) -> impl Iterator<Item = &E> {
         self.tables.iter().flat_map(|t| t.iter().map(|s| &s.entry))
+    }
+
+    /// Whether `leaf` holds no key, packed or not (a walk over all 65,536 leaves skips most
+    /// of them this way without building their empty lists).
+    pub fn leaf_is_empty(&self, leaf: usize) -> bool {
+        self.leaves.get(leaf).is_none_or(Vec::is_empty)
+            && self.packed.get(leaf).is_none_or(Vec::is_empty)
     }
 
     /// The keys of `leaf` with their entries in (hash, key) order, packed ones included (their
@@ -388,6 +402,17 @@ impl<E: Pack> KeyMap<E> {
         (0..self.leaves.len()).flat_map(move |l| self.leaf_entries(l, db))
     }
 
+    /// Starts noting which keys' entries change, for [`KeyMap::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.changes.start();
+    }
+
+    /// The hashes of the keys whose entries may have changed since the last call (any
+    /// exclusive use counts); [`Changed::Everything`] on the first call.
+    pub fn take_changes(&mut self) -> Changed {
+        self.changes.take()
+    }
+
     /// Asserts that the leaf index lists exactly the table's keys, and that every packed
     /// record's key is marked in `db` (and only those). A walk over every key, so for tests
     /// and simulations rather than every step.
@@ -409,30 +434,50 @@ impl<E: Pack> KeyMap<E> {
             records,
             "marks and packed records differ"
         );
-        for (l, records) in self.packed.iter().enumerate() {
-            assert!(
-                records.windows(2).all(|w| w[0].0 < w[1].0),
-                "packed records unsorted or a hash twice"
-            );
-            for &(h, _) in records {
-                assert_eq!(leaf_of(h), l, "packed record in the wrong leaf");
-                let key = db.marked_key(h).expect("a packed record's key is marked");
-                assert!(
-                    self.get(h, key).is_none(),
-                    "a key both packed and in the table"
-                );
-            }
+        for l in 0..self.leaves.len() {
+            self.check_leaf(l, db);
         }
-        for (l, hashes) in self.leaves.iter().enumerate() {
+        self.changes.check_invariants();
+    }
+
+    /// The part of [`KeyMap::check_invariants`] that concerns the leaves of `hashes` (sorted,
+    /// as [`KeyMap::take_changes`] gives them), at a cost that follows the keys changed: the
+    /// counts over all leaves and the store's marks are left to the whole walk.
+    pub fn check_changed(&self, hashes: &[u64], db: &Db) {
+        let mut leaves: Vec<usize> = hashes.iter().map(|&h| leaf_of(h)).collect();
+        leaves.sort_unstable();
+        leaves.dedup();
+        for l in leaves.into_iter().filter(|&l| l < self.leaves.len()) {
+            self.check_leaf(l, db);
+        }
+        self.changes.check_invariants();
+    }
+
+    /// One Merkle leaf: its index and packed records are sorted and hold only its hashes;
+    /// every packed record's key is marked in `db` and not also in the table.
+    fn check_leaf(&self, l: usize, db: &Db) {
+        let records = &self.packed[l];
+        assert!(
+            records.windows(2).all(|w| w[0].0 < w[1].0),
+            "packed records unsorted or a hash twice"
+        );
+        for &(h, _) in records {
+            assert_eq!(leaf_of(h), l, "packed record in the wrong leaf");
+            let key = db.marked_key(h).expect("a packed record's key is marked");
             assert!(
-                hashes.windows(2).all(|w| w[0] <= w[1]),
-                "leaf index unsorted"
-            );
-            assert!(
-                hashes.iter().all(|&h| leaf_of(h) == l),
-                "hash in the wrong leaf"
+                self.get(h, key).is_none(),
+                "a key both packed and in the table"
             );
         }
+        let hashes = &self.leaves[l];
+        assert!(
+            hashes.windows(2).all(|w| w[0] <= w[1]),
+            "leaf index unsorted"
+        );
+        assert!(
+            hashes.iter().all(|&h| leaf_of(h) == l),
+            "hash in the wrong leaf"
+        );
     }
 }
 

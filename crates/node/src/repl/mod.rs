@@ -36,6 +36,7 @@
 pub(crate) mod apply;
 pub mod dirty;
 pub mod hint;
+pub mod hot;
 mod keymap;
 pub mod merkle;
 pub mod state;
@@ -100,13 +101,13 @@ const MAX_AE_NODES: usize = 4_096;
 /// message but owed to the peer and sent a slice at a time: one slice is what one node call
 /// builds on the sender and merges on the receiver (a few milliseconds), and what the server
 /// hands the node per lock hold, so a transfer of a million keys runs between client batches.
-pub const SLICE_BYTES: usize = 256 << 10;
+pub const SLICE_BYTES: usize = 64 << 10;
 /// Keys in one slice at most: with small states the per-key merge cost is what bounds a step.
 pub const SLICE_KEYS: usize = crate::config::REPL_SLICE_KEYS;
 /// Slices sent to one peer and not yet acknowledged, at most: the back-pressure of a transfer.
 /// The next slice goes when the peer says it merged one, so a slow or busy receiver slows the
 /// sender down instead of filling the link's queue (and, past its bound, losing the link).
-const SLICE_WINDOW: usize = 2;
+const SLICE_WINDOW: usize = 4;
 /// An unacknowledged slice is taken as lost after this long (its leaves still differ, and the
 /// next round finds them): a lost acknowledgement must not stop the transfer for good.
 const SLICE_TIMEOUT_MS: u64 = 2_000;
@@ -220,6 +221,11 @@ impl Transfer {
     fn busy(&self) -> bool {
         !self.owed.is_empty() || !self.want.is_empty() || !self.inflight.is_empty()
     }
+
+    /// Another slice may go now: something is owed or asked for and the window has room.
+    fn ready(&self) -> bool {
+        self.inflight.len() < SLICE_WINDOW && (!self.owed.is_empty() || !self.want.is_empty())
+    }
 }
 
 #[derive(Clone)]
@@ -310,6 +316,8 @@ pub struct ReplStats {
     /// Anti-entropy rounds declined or put off because another peer was repairing the same
     /// difference (see `Replicator::defer_round`).
     pub ae_rounds_deferred: u64,
+    /// Times a peer's applied GC frontier raised ours (`Replicator::adopt_frontier`).
+    pub frontiers_adopted: u64,
 }
 
 pub struct Replicator {
@@ -370,6 +378,9 @@ pub struct Replicator {
     /// such a key is stamped anew even when its value ends up equal to the captured one.
     deferred: HashTable<(Bytes, bool)>,
     deferred_intent: Intent,
+    /// Deferrals ended so far (a key captured or settled), so that a reader of `deferred` can
+    /// tell when a key it found deferred may no longer be (see [`Replicator::deferrals_ended`]).
+    deferrals_ended: u64,
     outbox: VecDeque<(NodeId, Bytes)>,
     pub stats: ReplStats,
     /// Reused serialization buffer for key digests (no allocation per digest).
@@ -386,6 +397,10 @@ pub struct Replicator {
     messages_merged: u32,
     /// Keys per anti-entropy slice at most (`SLICE_KEYS` or lower, see `with_slice_keys`).
     slice_keys: usize,
+    /// Partitioned: extra replicas of hot keys, as their owner and as their holder.
+    pub hot: hot::HotReplicas,
+    /// The frontier a hot key's copy is merged against: none (see `merge_blobs`).
+    no_frontier: VersionVector,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -455,6 +470,7 @@ impl Replicator {
             dirty: dirty::DirtyKeys::default(),
             deferred: HashTable::new(),
             deferred_intent: Intent::Assign,
+            deferrals_ended: 0,
             outbox: VecDeque::new(),
             stats: ReplStats::default(),
             scratch: Vec::new(),
@@ -462,6 +478,8 @@ impl Replicator {
             patches: BTreeMap::new(),
             messages_merged: 0,
             slice_keys: SLICE_KEYS,
+            hot: hot::HotReplicas::default(),
+            no_frontier: VersionVector::new(),
         }
     }
 
@@ -527,15 +545,25 @@ impl Replicator {
             .deferred
             .find_entry(lattice_store::key_hash(key), |k| k.0[..] == *key)
         {
-            Ok(e) => Some(e.remove().0 .1),
+            Ok(e) => {
+                self.deferrals_ended += 1;
+                Some(e.remove().0 .1)
+            }
             Err(_) => None,
         }
+    }
+
+    /// Grows whenever a key leaves the deferred captures: a key found deferred stays deferred
+    /// while this is unchanged.
+    pub fn deferrals_ended(&self) -> u64 {
+        self.deferrals_ended
     }
 
     /// Every deferred key with its overwrite flag, in the table's order (fixed hasher: the
     /// same on every run), and the intent they were written with.
     pub fn take_deferred(&mut self) -> (Vec<(Bytes, bool)>, Intent) {
-        let keys = self.deferred.drain().collect();
+        let keys: Vec<(Bytes, bool)> = self.deferred.drain().collect();
+        self.deferrals_ended += keys.len() as u64;
         (keys, self.deferred_intent)
     }
 
@@ -591,13 +619,19 @@ impl Replicator {
     /// Whether the digest kept for `key` is the digest of its state with `stored` as the
     /// store's string (for the node's invariant check: it covers a value the state leaves to
     /// the store).
-    pub fn digest_matches(&self, key: &[u8], stored: Option<&[u8]>, db: &Db) -> bool {
+    /// `scratch`: a buffer for the digest's input (reused across calls, no allocation each).
+    pub fn digest_matches(
+        &self,
+        key: &[u8],
+        stored: Option<&[u8]>,
+        db: &Db,
+        scratch: &mut Vec<u8>,
+    ) -> bool {
         let h = lattice_store::key_hash(key);
         let Some(e) = self.keys.get_any(h, key, db) else {
             return false;
         };
-        let mut scratch = Vec::new();
-        e.digest_stale || key_digest(key, &e.state, stored, &mut scratch) == e.digest
+        e.digest_stale || key_digest(key, &e.state, stored, scratch) == e.digest
     }
 
     /// Before a command increments `key`: a compact string takes a copy of its value back
@@ -735,6 +769,9 @@ impl Replicator {
         db: &Db,
         f: &mut dyn FnMut(&[u8], &[u8]),
     ) {
+        if self.keys.leaf_is_empty(leaf) {
+            return;
+        }
         for (key, e) in self.keys.leaf_entries(leaf, db) {
             let h = lattice_store::key_hash(&key);
             let stored = stored_for(db, h, &key, &e.state);
@@ -774,14 +811,22 @@ impl Replicator {
     }
 
     fn envelope(&self, body: Body) -> Bytes {
-        let last = self.hlc.last();
         wire::encode(&Envelope {
+            body: Some(body),
+            ..self.envelope_head()
+        })
+    }
+
+    /// The envelope of our next message, without its body.
+    fn envelope_head(&self) -> Envelope {
+        let last = self.hlc.last();
+        Envelope {
             version: wire::PROTOCOL_VERSION,
             from: self.node.0,
             hlc_wall_ms: last.wall_ms,
             hlc_logical: last.logical,
-            body: Some(body),
-        })
+            body: None,
+        }
     }
 
     /// Sends a PUBLISH (or, `shard`, an SPUBLISH) to every live peer (best effort, like
@@ -892,6 +937,7 @@ impl Replicator {
             p.transfer = Transfer::default();
             p.push_leaf = None;
         }
+        self.hot.peer_down(peer.0);
     }
 
     /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
@@ -968,7 +1014,7 @@ impl Replicator {
                 encode_state_into(&st, &mut self.scratch);
                 let owners = placement.owners(lattice_placement::key_slot(&k));
                 for (i, id) in ups.iter().enumerate() {
-                    if owners.contains(&id.0) {
+                    if owners.contains(&id.0) || self.hot.is_holder(&k, id.0) {
                         writers[i].0.push(&k, &self.scratch);
                     } else {
                         st.contexts().iter().for_each(|c| writers[i].1.merge(c));
@@ -1026,7 +1072,9 @@ impl Replicator {
                 }
                 let (k, e) = &list[i];
                 i += 1;
-                if !self.peer_owns(peer, k) {
+                // Only an owner sends a key: a hot key's copy is this node's to read, not to
+                // spread (ARCHITECTURE, "Hot keys").
+                if !self.peer_owns(peer, k) || !self.owns(k) {
                     continue;
                 }
                 let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
@@ -1045,11 +1093,7 @@ impl Replicator {
         if !entries.is_empty() {
             self.send_ae(
                 peer,
-                Body::States(States {
-                    entries,
-                    want_leaves: Vec::new(),
-                    slice: 0,
-                }),
+                Body::States(self.states_message(entries, Vec::new(), 0)),
             );
         }
     }
@@ -1067,11 +1111,18 @@ impl Replicator {
             .is_none_or(|p| p.is_owner(self.node.0, lattice_placement::key_slot(key)))
     }
 
-    /// Whether `peer` keeps `key`.
+    /// Whether this replica keeps a received state of `key`: it owns it, or holds a copy of
+    /// it while it is hot here.
+    pub fn keeps(&self, key: &[u8]) -> bool {
+        self.owns(key) || self.hot.holds(key)
+    }
+
+    /// Whether `peer` keeps `key` (it owns it, or holds a hot copy we send it).
     fn peer_owns(&self, peer: NodeId, key: &[u8]) -> bool {
         self.ownership
             .as_ref()
             .is_none_or(|p| p.is_owner(peer.0, lattice_placement::key_slot(key)))
+            || self.hot.is_holder(key, peer.0)
     }
 
     /// Queues a control message (membership, forwarded commands and their replies) for a live
@@ -1107,7 +1158,8 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
-            if p.push_leaf.is_some() {
+            if p.push_leaf.is_some() || p.transfer.ready() {
+                // The next slice, after the client batches waiting now.
                 next = next.min(now_ms + 1);
             }
             next = next.min(p.next_ae_ms);
@@ -1129,6 +1181,7 @@ impl Replicator {
         if self.flush_ready(now_ms) || self.flush_due_ms.is_some_and(|d| d <= now_ms) {
             self.flush(now_ms);
         }
+        self.expire_holders(now_ms);
         let ids: Vec<NodeId> = self.peers.keys().copied().collect();
         for id in ids {
             let p = self.peers.get_mut(&id).expect("listed");
@@ -1174,8 +1227,8 @@ impl Replicator {
             {
                 t.inflight.clear();
                 t.timeouts += 1;
-                self.pump_transfer(id, now_ms, db);
             }
+            self.pump_transfer(id, now_ms, db);
             let p = self.peers.get_mut(&id).expect("listed");
             if p.next_ae_ms <= now_ms && p.transfer.busy() {
                 // A transfer to this peer is under way: a new round now would compare trees
@@ -1257,77 +1310,78 @@ impl Replicator {
         }
     }
 
-    /// Sends the peer the next slices of what anti-entropy owes it, while fewer than
-    /// `SLICE_WINDOW` are unacknowledged. Each slice holds at most `SLICE_KEYS` keys and
-    /// about `SLICE_BYTES` bytes of states (one key more than that if it alone is larger),
-    /// so no call builds, and no receiver merges, more than that at once.
+    /// Sends the peer the next slice of what anti-entropy owes it, if fewer than
+    /// `SLICE_WINDOW` are unacknowledged. A slice holds at most `SLICE_KEYS` keys and about
+    /// `SLICE_BYTES` bytes of states (one key more than that if it alone is larger), and one
+    /// call sends one slice at most, so no call builds, and no receiver merges, more than
+    /// that at once: the rest of the window fills from the next timer (`next_deadline_ms`
+    /// asks for one a millisecond on while a slice may go), after the client batches that
+    /// arrived meanwhile. Filling the window in one call made the step that started a
+    /// transfer, or merged a peer's slice asking for leaves, build two slices at once.
     /// Keys `peer` does not own (a partitioned cluster) are left out, as in any push to it.
     /// `db`: the node's store, which holds the values of packed and compact string keys.
     fn pump_transfer(&mut self, peer: NodeId, now_ms: u64, db: &Db) {
-        loop {
-            let Some(p) = self.peers.get_mut(&peer) else {
-                return;
-            };
-            let t = &mut p.transfer;
-            if !p.up || t.inflight.len() >= SLICE_WINDOW || (t.owed.is_empty() && t.want.is_empty())
-            {
-                return;
-            }
-            let mut entries = Vec::new();
-            let mut bytes = 0;
-            // A build with the planted bug ignores the bound: the simulator must notice.
-            let slice_keys = if cfg!(feature = "planted-transfer-bug") {
-                usize::MAX
-            } else {
-                self.slice_keys
-            };
-            'leaves: while let Some(&leaf) = t.owed.first() {
-                // Packed keys have no table slot: the walk lists them from the store.
-                let slots = self.keys.leaf_entries(leaf as usize, db);
-                let mut i = t.resume.min(slots.len());
-                while i < slots.len() {
-                    if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
-                        t.resume = i;
-                        break 'leaves;
-                    }
-                    let (key, entry) = &slots[i];
-                    i += 1;
-                    if t.skip.contains(key) {
-                        continue;
-                    }
-                    let owned = self
-                        .ownership
-                        .as_ref()
-                        .is_none_or(|o| o.is_owner(peer.0, lattice_placement::key_slot(key)));
-                    if !owned {
-                        continue;
-                    }
-                    let blob = key_blob(key, &entry.state, &self.frontier, db, &mut self.scratch);
-                    bytes += blob.state.len() + key.len();
-                    entries.push(blob);
-                }
-                t.owed.pop_first();
-                t.resume = 0;
-            }
-            if t.owed.is_empty() {
-                t.skip.clear();
-            }
-            let want_leaves: Vec<u32> = std::mem::take(&mut t.want).into_iter().collect();
-            t.next_slice += 1;
-            let slice = t.next_slice;
-            t.inflight.push_back((slice, now_ms));
-            t.slices_sent += 1;
-            self.stats.max_slice_keys = self.stats.max_slice_keys.max(entries.len() as u64);
-            self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
-            self.send_ae(
-                peer,
-                Body::States(States {
-                    entries,
-                    want_leaves,
-                    slice,
-                }),
-            );
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        let t = &mut p.transfer;
+        if !p.up || !t.ready() {
+            return;
         }
+        let mut writer = wire::StatesWriter::default();
+        let mut keys = 0;
+        let mut bytes = 0;
+        // A build with the planted bug ignores the bound: the simulator must notice.
+        let slice_keys = if cfg!(feature = "planted-transfer-bug") {
+            usize::MAX
+        } else {
+            self.slice_keys
+        };
+        'leaves: while let Some(&leaf) = t.owed.first() {
+            // Packed keys have no table slot: the walk lists them from the store.
+            let slots = self.keys.leaf_entries(leaf as usize, db);
+            let mut i = t.resume.min(slots.len());
+            while i < slots.len() {
+                if bytes >= SLICE_BYTES || keys >= slice_keys {
+                    t.resume = i;
+                    break 'leaves;
+                }
+                let (key, entry) = &slots[i];
+                i += 1;
+                if t.skip.contains(key) {
+                    continue;
+                }
+                // Only an owner sends a key (a hot key's copy is not this node's to spread), to
+                // a peer that keeps it.
+                let slot = lattice_placement::key_slot(key);
+                let owned = self.ownership.as_ref().is_none_or(|o| {
+                    o.is_owner(self.node.0, slot)
+                        && (o.is_owner(peer.0, slot) || self.hot.is_holder(key, peer.0))
+                });
+                if !owned {
+                    continue;
+                }
+                encode_key_state(key, &entry.state, &self.frontier, db, &mut self.scratch);
+                bytes += self.scratch.len() + key.len();
+                keys += 1;
+                writer.push(key, &self.scratch);
+            }
+            t.owed.pop_first();
+            t.resume = 0;
+        }
+        if t.owed.is_empty() {
+            t.skip.clear();
+        }
+        let want_leaves: Vec<u32> = std::mem::take(&mut t.want).into_iter().collect();
+        t.next_slice += 1;
+        let slice = t.next_slice;
+        t.inflight.push_back((slice, now_ms));
+        t.slices_sent += 1;
+        self.stats.max_slice_keys = self.stats.max_slice_keys.max(keys as u64);
+        self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
+        let frontier: Vec<(u32, u64)> = self.frontier.iter().map(|(n, c)| (n.0, c)).collect();
+        let data = writer.finish(&self.envelope_head(), &want_leaves, slice, &frontier);
+        self.send_ae_data(peer, data);
     }
 
     /// Adds `leaves` (found different from the peer's) to what we owe it, and if `want`, to
@@ -1347,10 +1401,56 @@ impl Replicator {
 
     fn send_ae(&mut self, peer: NodeId, body: Body) {
         let data = self.envelope(body);
+        self.send_ae_data(peer, data);
+    }
+
+    fn send_ae_data(&mut self, peer: NodeId, data: Bytes) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.ae_bytes += data.len() as u64;
         }
         self.outbox.push_back((peer, data));
+    }
+
+    /// A `States` message, with the frontier its states were expanded with.
+    fn states_message(&self, entries: Vec<KeyBlob>, want_leaves: Vec<u32>, slice: u64) -> States {
+        let (frontier_nodes, frontier_counters) =
+            self.frontier.iter().map(|(n, c)| (n.0, c)).unzip();
+        States {
+            entries,
+            want_leaves,
+            slice,
+            frontier_nodes,
+            frontier_counters,
+        }
+    }
+
+    /// Takes what of a peer's applied GC frontier this node has merged as its own applied
+    /// frontier. Sound because a peer applies only a frontier every replica had merged (and
+    /// that stayed true a round later, see `gc_round`): the same facts hold here, whoever
+    /// measured them. The part above our own seen-set is left out, so a replica that lost the
+    /// tail of its log (and with it dots it once reported) never counts those as seen. Without
+    /// this, a peer's state expanded with a frontier ahead of ours joins in general form.
+    fn adopt_frontier(&mut self, nodes: &[u32], counters: &[u64]) {
+        if nodes.len() != counters.len() {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let mut theirs: VersionVector = nodes
+            .iter()
+            .zip(counters)
+            .map(|(n, c)| (NodeId(*n), *c))
+            .collect();
+        theirs.meet(self.seen.vv());
+        // A replica still catching up takes no frontier from its peers, for the reason it
+        // applies no GC of its own yet (`Replicator::gc_round`): its seen-set covers dots of
+        // keys it has not received.
+        if self.gc_held() {
+            return;
+        }
+        if !self.frontier.dominates(&theirs) {
+            self.stats.frontiers_adopted += 1;
+            self.apply_gc(&theirs);
+        }
     }
 
     /// An `Ack` of `seq` carrying our seen-set frontier.
@@ -1377,7 +1477,7 @@ impl Replicator {
         // the cluster would lose them. So it applies no GC until its tree has equalled every
         // peer's once: from then on it holds every key those dots belong to. Partitioned
         // replicas hold different slots and never equal, and keep the old rule.
-        if self.catching_up && self.ownership.is_none() && self.cluster_size > 1 {
+        if self.gc_held() {
             self.gc_prev = None;
             return;
         }
@@ -1431,6 +1531,11 @@ impl Replicator {
                 continue; // listed twice; already visited
             }
             e.gc_queued = false;
+            if !self.hot.is_empty_held() && self.hot.holds(&id.1) {
+                // A hot key's copy keeps its metadata: it is merged against no frontier (see
+                // `merge_blobs`), and it is forgotten when given back.
+                continue;
+            }
             // Digests leave contexts out, so only purged list tombstones can change one.
             let had_tombstones = e.state.tombstones() > 0;
             e.state.gc(frontier);
@@ -1448,7 +1553,8 @@ impl Replicator {
                     e.digest = d;
                 }
             }
-            if !e.state.is_compact() {
+            if !e.state.is_compact() || e.state.awaits_frontier() {
+                // Metadata the frontier does not cover yet: the next round visits it again.
                 e.gc_queued = true;
                 self.gc_queue.push(id);
                 continue;
@@ -1548,6 +1654,7 @@ impl Replicator {
             Some(Body::Digests(d)) => self.on_digests(peer, d, now_ms, db),
             Some(Body::States(s)) => {
                 self.note_repairing(peer, now_ms);
+                self.adopt_frontier(&s.frontier_nodes, &s.frontier_counters);
                 let (changed, in_sync) = self.merge_blobs(&s.entries, false, db);
                 self.stats.max_states_merged =
                     self.stats.max_states_merged.max(s.entries.len() as u64);
@@ -1587,6 +1694,7 @@ impl Replicator {
                 entries: f.entries,
             }),
             Some(Body::Functions(f)) => self.functions_received(peer, f.digest),
+            Some(Body::Hot(h)) => self.on_hot(peer, h, now_ms, db),
             None => self.stats.bad_messages += 1,
         }
         effects
@@ -1611,9 +1719,21 @@ impl Replicator {
             .map(|b| lattice_store::key_hash(&b.key))
             .collect();
         for (i, b) in entries.iter().enumerate() {
-            if !self.owns(&b.key) {
-                // Not ours to keep (a peer that does not know the same placement yet, or a
-                // state offered by anti-entropy): its owners hold it.
+            if !self.keeps(&b.key) {
+                // Not ours to keep (a peer that does not know the same placement yet, a
+                // state offered by anti-entropy, a delta of a hot copy given back while it
+                // was on its way): its owners hold it. A delta's dots still count as seen,
+                // as the contexts of a batch's `skipped` keys do, or GC would wait for them.
+                if deltas {
+                    match Assignment::decode(&b.state) {
+                        Some(a) => self.seen.merge(&a.cc),
+                        None => {
+                            if let Ok(st) = state::codec().deserialize::<Full>(&b.state) {
+                                st.contexts().iter().for_each(|c| self.seen.merge(c));
+                            }
+                        }
+                    }
+                }
                 continue;
             }
             if i % PREFETCH_GROUP == 0 {
@@ -1644,7 +1764,16 @@ impl Replicator {
                 Incoming::Full(st) => st.contexts().iter().for_each(|c| self.seen.merge(c)),
             }
             let h = hashes[i];
-            let frontier = &self.frontier;
+            // A hot key's copy is merged against no frontier: this node's frontier covers
+            // dots of the key that reached it as other keys' skipped contexts before it held
+            // the copy, so against it the copy would count elements it never received as
+            // removed (ARCHITECTURE, "Hot keys"). Every state and delta arrives with its
+            // sender's frontier spelled out in its contexts, so nothing is lost without it.
+            let frontier = if self.hot.holds(&b.key) && !self.owns(&b.key) {
+                &self.no_frontier
+            } else {
+                &self.frontier
+            };
             let entry = self.keys.get_or_insert_with(h, &b.key, db, KeyEntry::fresh);
             let stored = stored_for(db, h, &b.key, &entry.state);
             // A delta into a large collection: the store is patched instead of rebuilt (and a
@@ -1709,6 +1838,12 @@ impl Replicator {
             index: vec![0],
             digest: vec![self.merkle.root()],
         })
+    }
+
+    /// No GC yet: this (fully replicated) replica has not equalled every peer's tree since it
+    /// started.
+    fn gc_held(&self) -> bool {
+        self.catching_up && self.ownership.is_none() && self.cluster_size > 1
     }
 
     /// Our tree equalled `peer`'s: once it has equalled every peer's since the start, GC runs.
@@ -1882,6 +2017,15 @@ impl Replicator {
             .filter(|e| e.state.is_empty())
             .count();
         let list_tombstones: usize = self.keys.keyed_values().map(|e| e.state.tombstones()).sum();
+        // Keys outside the packed records, by form: a compact string still in the table waits
+        // for the store to take its value (or shares its hash with a packed key); a general
+        // state waits for GC to pass its dots. Both cost a table slot and a key copy, the
+        // general one its `Full` besides: what keeps a replica above the packed key's bytes.
+        let general_states = self
+            .keys
+            .keyed_values()
+            .filter(|e| !e.state.is_compact_form())
+            .count();
         let cloud: usize = self.seen.cloud().len();
         let _ = write!(
             out,
@@ -1903,13 +2047,26 @@ impl Replicator {
         );
         let _ = write!(
             out,
-            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\npacked_keys:{}\r\n",
+            "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\ngc_queued_keys:{}\r\npacked_keys:{}\r\ntable_keys:{}\r\ngeneral_states:{}\r\n",
             self.pending.len(),
             self.gc_sweep.len(),
-            self.keys.packed_len()
+            self.gc_queue.len(),
+            self.keys.packed_len(),
+            self.keys.len() - self.keys.packed_len(),
+            general_states,
         );
         let sent: u64 = self.peers.values().map(|p| p.bytes_sent).sum();
         let received: u64 = self.peers.values().map(|p| p.bytes_received).sum();
+        // The applied GC frontier and the dots merged here beyond it, summed over nodes: a
+        // frontier that stops while writes go on is why general states pile up.
+        let applied: u64 = self.frontier.iter().map(|(_, c)| c).sum();
+        let seen: u64 = self.seen.vv().iter().map(|(_, c)| c).sum();
+        let _ = write!(
+            out,
+            "gc_frontier_dots:{applied}\r\ndots_above_gc_frontier:{}\r\ngc_frontiers_adopted:{}\r\n",
+            seen.saturating_sub(applied),
+            self.stats.frontiers_adopted,
+        );
         let _ = write!(out, "states_loaded:{}\r\n", self.stats.states_loaded);
         let _ = write!(
             out,
@@ -1948,6 +2105,31 @@ impl Replicator {
     /// `db`: the node's store, whose marks must name exactly the packed keys.
     pub fn check_invariants(&self, db: &Db) {
         self.keys.check_invariants(db);
+        self.check_queues();
+    }
+
+    /// Starts noting which keys' states change, for [`Replicator::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.keys.track_changes();
+    }
+
+    /// The hashes of the keys whose replicated states may have changed since the last call;
+    /// [`lattice_store::Changed::Everything`] on the first.
+    pub fn take_changes(&mut self) -> lattice_store::Changed {
+        self.keys.take_changes()
+    }
+
+    /// [`Replicator::check_invariants`] for the keys hashed `hashes` (sorted, deduplicated):
+    /// the key map's leaves they fall in, and every queue and bound.
+    pub fn check_changed(&self, hashes: &[u64], db: &Db) {
+        self.keys.check_changed(hashes, db);
+        self.check_queues();
+    }
+
+    /// The delta queue, the deferred captures, the peers' buffers and transfers: bounded and
+    /// consistent. Costs what they hold, not the keyspace.
+    fn check_queues(&self) {
+        self.hot.check_invariants();
         assert!(
             self.pending.len() <= MAX_QUEUED_KEYS,
             "delta queue over its bound"
@@ -2008,12 +2190,23 @@ fn key_blob(
     db: &Db,
     scratch: &mut Vec<u8>,
 ) -> KeyBlob {
-    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
-    state.encode_into(frontier, stored.as_deref(), scratch);
+    encode_key_state(key, state, frontier, db, scratch);
     KeyBlob {
         key: key.clone(),
         state: Bytes::copy_from_slice(scratch),
     }
+}
+
+/// Leaves in `scratch` the encoding of `key`'s whole state as anti-entropy ships it.
+fn encode_key_state(
+    key: &[u8],
+    state: &KeyState,
+    frontier: &VersionVector,
+    db: &Db,
+    scratch: &mut Vec<u8>,
+) {
+    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
+    state.encode_into(frontier, stored.as_deref(), scratch);
 }
 
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
@@ -2097,6 +2290,117 @@ impl PendingDeltas {
                 queued.is_some_and(|(qh, _, _)| *qh == h),
                 "pending index points at another entry"
             );
+        }
+    }
+}
+
+/// Hot keys (see `hot`): the owners' side of the `Hot` messages and the copies.
+impl Replicator {
+    /// A `Hot` message from `peer`.
+    fn on_hot(&mut self, peer: NodeId, h: wire::Hot, now_ms: u64, db: &Db) {
+        match h.op() {
+            Some(wire::HotOp::Subscribe) => {
+                let mut granted = Vec::new();
+                for key in h.keys {
+                    // Only an owner sends a key's deltas; a node that does not own the key
+                    // (the placement it knows differs) grants nothing.
+                    if self.ownership.is_none() || !self.owns(&key) {
+                        continue;
+                    }
+                    match self
+                        .hot
+                        .add_holder(&key, peer.0, now_ms + hot::HOT_LEASE_MS)
+                    {
+                        None => continue,
+                        Some(true) => {
+                            self.send_hot_state(peer, &key, now_ms, db);
+                            let what = format!(
+                                "{} copied to node {} ({} holders)",
+                                hot::shown(&key),
+                                peer.0,
+                                self.hot.holders_of(&key)
+                            );
+                            self.hot.note(now_ms, what);
+                        }
+                        Some(false) => {}
+                    }
+                    granted.push(key);
+                }
+                if !granted.is_empty() {
+                    self.send_control(
+                        peer,
+                        Body::Hot(wire::Hot {
+                            op: wire::HotOp::Grant as u32,
+                            keys: granted,
+                        }),
+                    );
+                }
+            }
+            Some(wire::HotOp::Unsubscribe) => {
+                for key in h.keys {
+                    if self.hot.remove_holder(&key, peer.0) {
+                        let what = format!("{} given back by node {}", hot::shown(&key), peer.0);
+                        self.hot.note(now_ms, what);
+                    }
+                }
+            }
+            Some(wire::HotOp::Grant) => {
+                for key in h.keys {
+                    self.hot.granted(peer.0, &key);
+                }
+            }
+            None => self.stats.bad_messages += 1,
+        }
+    }
+
+    /// The whole state of `key` to a new holder, as a numbered delta (retransmitted until
+    /// acknowledged, like any delta); nothing for a key that holds nothing here.
+    fn send_hot_state(&mut self, peer: NodeId, key: &Bytes, now_ms: u64, db: &Db) {
+        let h = lattice_store::key_hash(key);
+        let Some(entry) = self.keys.get_any(h, key, db) else {
+            return;
+        };
+        let blob = key_blob(key, &entry.state, &self.frontier, db, &mut self.scratch);
+        let mut writer = wire::BatchWriter::default();
+        writer.push(key, &blob.state);
+        let batch = writer.finish();
+        self.send_deltas(peer, batch, now_ms);
+    }
+
+    /// Asks the owners for copies of (or renews) `keys`, or gives them back.
+    pub fn send_hot(&mut self, owners: &[u32], op: wire::HotOp, keys: Vec<Bytes>) {
+        if keys.is_empty() {
+            return;
+        }
+        for &o in owners {
+            let up = self.peers.get(&NodeId(o)).is_some_and(|p| p.up);
+            if up {
+                let body = Body::Hot(wire::Hot {
+                    op: op as u32,
+                    keys: keys.clone(),
+                });
+                self.send_control(NodeId(o), body);
+            }
+        }
+    }
+
+    /// Drops the copy of hot key `key` without replicating anything (it was never ours):
+    /// forgets its state; the caller removes it from the store.
+    pub fn forget_copy(&mut self, key: &[u8], db: &mut Db) {
+        if !self.hot.unhold(key) || self.owns(key) {
+            return;
+        }
+        let h = lattice_store::key_hash(key);
+        if let Some(e) = self.keys.remove(h, key, db) {
+            self.merkle.update(merkle::leaf_of(h), e.digest, 0);
+        }
+    }
+
+    /// Owner side, from the timer: leases that ran out.
+    fn expire_holders(&mut self, now_ms: u64) {
+        for (key, peer) in self.hot.expire(now_ms) {
+            let what = format!("{} lease of node {} ran out", hot::shown(&key), peer);
+            self.hot.note(now_ms, what);
         }
     }
 }

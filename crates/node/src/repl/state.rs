@@ -426,6 +426,28 @@ impl Full {
     /// The compact form this state is exactly (given `frontier`, see [`KeyState`]): `Some(None)`
     /// for nothing, `Some(Some(..))` for a plain string, `None` when it fits neither.
     fn compact_shape(&self, frontier: &VersionVector) -> Option<Option<CompactStr>> {
+        self.plain_shape(Some(frontier)).map(|s| {
+            s.map(|(dot, reg)| CompactStr {
+                dot,
+                ts: reg.base_ts,
+                value: Some(reg.base.to_vec().into_boxed_slice()),
+            })
+        })
+    }
+
+    /// Whether this state has a compact form's shape and only a frontier short of its
+    /// contexts keeps it general: a GC pass past them compacts it (see
+    /// [`KeyState::may_hold_garbage`]).
+    fn awaits_frontier(&self) -> bool {
+        self.plain_shape(None).is_some()
+    }
+
+    /// [`Full::compact_shape`] without the value's copy: `Some(None)` for nothing, `Some(Some(
+    /// (dot, register)))` for a plain string. With `frontier` None the contexts are not
+    /// checked (what the shape would be once a frontier covers them).
+    fn plain_shape(&self, frontier: Option<&VersionVector>) -> Option<Option<(Dot, &Reg)>> {
+        let covered =
+            |c: &CausalContext, dot: Option<Dot>| frontier.is_none_or(|f| c.covered_by(f, dot));
         let others_bare = self.hash.is_empty()
             && self.set.is_empty()
             && self.zset.is_empty()
@@ -433,18 +455,17 @@ impl Full {
             && self.list.elements_held() == 0
             && self.expiry == LwwRegister::default()
             && self.stamps[1..].iter().all(|h| *h == Hlc::ZERO)
-            && self.removals.covered_by(frontier, None)
-            && self.hash.context().covered_by(frontier, None)
-            && self.set.context().covered_by(frontier, None)
-            && self.zset.context().covered_by(frontier, None)
-            && self.list.context().covered_by(frontier, None);
+            && covered(&self.removals, None)
+            && covered(self.hash.context(), None)
+            && covered(self.set.context(), None)
+            && covered(self.zset.context(), None)
+            && covered(self.list.context(), None);
         if !others_bare {
             return None;
         }
         let entries = self.string.entries();
         if entries.is_empty() {
-            let bare =
-                self.stamps[0] == Hlc::ZERO && self.string.context().covered_by(frontier, None);
+            let bare = self.stamps[0] == Hlc::ZERO && covered(self.string.context(), None);
             return bare.then_some(None);
         }
         let mut dots = entries.values().next()?.iter();
@@ -452,14 +473,8 @@ impl Full {
         let single = dots.next().is_none()
             && reg.parts.is_empty()
             && reg.base_ts == self.stamps[0]
-            && self.string.context().covered_by(frontier, Some(*dot));
-        single.then(|| {
-            Some(CompactStr {
-                dot: *dot,
-                ts: reg.base_ts,
-                value: Some(reg.base.to_vec().into_boxed_slice()),
-            })
-        })
+            && covered(self.string.context(), Some(*dot));
+        single.then_some(Some((*dot, reg)))
     }
 
     /// When this delta is a plain string assignment and nothing else (one dot, no counter
@@ -1420,13 +1435,21 @@ impl KeyState {
         }
     }
 
-    /// See [`Full::may_hold_garbage`].
+    /// See [`Full::may_hold_garbage`]; also true of a general state that a frontier covering
+    /// its contexts would compact (merged from a peer whose frontier was ahead of ours, or a
+    /// string overwritten before the frontier passed its old dot): with no dots outside its
+    /// contexts' vectors such a state is otherwise never visited again, and stays general.
     pub fn may_hold_garbage(&self) -> bool {
         match &self.repr {
             Repr::Empty => true,
             Repr::Str(_) => false,
-            Repr::Full(f) => f.may_hold_garbage(),
+            Repr::Full(f) => f.may_hold_garbage() || f.awaits_frontier(),
         }
+    }
+
+    /// A general state that only a frontier short of its contexts keeps from a compact form.
+    pub fn awaits_frontier(&self) -> bool {
+        matches!(&self.repr, Repr::Full(f) if f.awaits_frontier())
     }
 
     /// Whether digesting this state costs the size of a large collection, so the replicator

@@ -28,7 +28,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14")]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18")]
     pub body: Option<Body>,
 }
 
@@ -63,6 +63,41 @@ pub enum Body {
     /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
     #[prost(message, tag = "14")]
     SliceAck(SliceAck),
+    /// Partitioned cluster, hot keys: a non-owner asks the owners for copies of keys hot on
+    /// it, or gives them back; an owner grants them.
+    #[prost(message, tag = "18")]
+    Hot(Hot),
+}
+
+/// What a [`Hot`] message asks or says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HotOp {
+    /// Keep sending me these keys' states (also renews the lease on keys already sent).
+    Subscribe = 1,
+    /// I dropped my copies of these keys.
+    Unsubscribe = 2,
+    /// The owner sent these keys' states and will keep sending their deltas.
+    Grant = 3,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Hot {
+    /// A [`HotOp`]; unknown values are ignored.
+    #[prost(uint32, tag = "1")]
+    pub op: u32,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub keys: Vec<bytes::Bytes>,
+}
+
+impl Hot {
+    pub fn op(&self) -> Option<HotOp> {
+        match self.op {
+            1 => Some(HotOp::Subscribe),
+            2 => Some(HotOp::Unsubscribe),
+            3 => Some(HotOp::Grant),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -169,6 +204,14 @@ pub struct States {
     /// merged (the sender keeps a bounded number of slices unacknowledged per peer).
     #[prost(uint64, tag = "3")]
     pub slice: u64,
+    /// The sender's applied GC frontier (node ids and counters, pairwise), the context every
+    /// state here was expanded with: a receiver whose own frontier is behind adopts what of it
+    /// it has merged, so the states join in compact form (ARCHITECTURE, "A merged state is
+    /// compacted with the sender's frontier"). Empty from senders that predate it.
+    #[prost(uint32, repeated, tag = "4")]
+    pub frontier_nodes: Vec<u32>,
+    #[prost(uint64, repeated, tag = "5")]
+    pub frontier_counters: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -252,6 +295,70 @@ impl BatchWriter {
     }
 }
 
+/// Writes an encoded `Envelope` holding a [`States`] slice, its entries pushed one by one
+/// ([`BatchWriter::push`]: a `States` entry is laid out as a `DeltaBatch` entry, field 1 of
+/// either), byte for byte what prost writes for the same message. A slice of hundreds of keys
+/// built as `KeyBlob`s cost two or three small allocations a key and a second copy of every
+/// state, and freeing them made the slice's one large buffer the allocator's most expensive
+/// request: about half of a transfer step on the sender.
+#[derive(Default)]
+pub struct StatesWriter {
+    entries: BatchWriter,
+}
+
+impl StatesWriter {
+    /// Appends the entry (`key`, `state`), `state` being the `bincode` of a key state.
+    pub fn push(&mut self, key: &[u8], state: &[u8]) {
+        self.entries.push(key, state);
+    }
+
+    /// The message: `head` is the envelope without a body (version, sender, clock), which
+    /// prost encodes; the `States` body (field 8) follows it, then its remaining fields.
+    pub fn finish(
+        self,
+        head: &Envelope,
+        want_leaves: &[u32],
+        slice: u64,
+        frontier: &[(u32, u64)],
+    ) -> bytes::Bytes {
+        use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+        debug_assert!(head.body.is_none());
+        let mut tail = Vec::new();
+        // Proto3 packs repeated scalars and leaves empty ones and zeros out, as prost does.
+        let packed = |tail: &mut Vec<u8>, tag: u32, values: &mut dyn Iterator<Item = u64>| {
+            let values: Vec<u64> = values.collect();
+            if values.is_empty() {
+                return;
+            }
+            encode_key(tag, WireType::LengthDelimited, tail);
+            let len: usize = values.iter().map(|&v| encoded_len_varint(v)).sum();
+            encode_varint(len as u64, tail);
+            for v in values {
+                encode_varint(v, tail);
+            }
+        };
+        packed(&mut tail, 2, &mut want_leaves.iter().map(|&l| u64::from(l)));
+        if slice != 0 {
+            encode_key(3, WireType::Varint, &mut tail);
+            encode_varint(slice, &mut tail);
+        }
+        packed(
+            &mut tail,
+            4,
+            &mut frontier.iter().map(|&(n, _)| u64::from(n)),
+        );
+        packed(&mut tail, 5, &mut frontier.iter().map(|&(_, c)| c));
+        let body_len = self.entries.len() + tail.len();
+        let mut out = Vec::with_capacity(head.encoded_len() + 1 + 5 + body_len);
+        head.encode(&mut out).expect("a Vec grows as needed");
+        encode_key(8, WireType::LengthDelimited, &mut out);
+        encode_varint(body_len as u64, &mut out);
+        out.extend_from_slice(&self.entries.buf);
+        out.extend_from_slice(&tail);
+        bytes::Bytes::from(out)
+    }
+}
+
 /// Encoded length of a non-empty bytes field with a one-byte key (0 if empty: left out).
 fn field_len(bytes: &[u8]) -> usize {
     if bytes.is_empty() {
@@ -275,6 +382,50 @@ pub fn decode(data: &[u8]) -> Result<Envelope, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn states_writer_matches_prost() {
+        let entries: Vec<KeyBlob> = [(&b"k"[..], vec![1u8, 2, 3]), (b"key 2", vec![7; 200])]
+            .into_iter()
+            .map(|(k, s)| KeyBlob {
+                key: bytes::Bytes::copy_from_slice(k),
+                state: bytes::Bytes::from(s),
+            })
+            .collect();
+        type Case<'a> = (&'a [u32], u64, &'a [(u32, u64)]);
+        let cases: [Case; 3] = [
+            (&[], 0, &[]),
+            (&[3, 70_000], 7, &[(1, 5)]),
+            (&[0], 1 << 40, &[(1, 300), (2, 0), (0x8000_0001, u64::MAX)]),
+        ];
+        for (want, slice, frontier) in cases {
+            for entries in [&entries[..], &[]] {
+                let head = Envelope {
+                    version: PROTOCOL_VERSION,
+                    from: 3,
+                    hlc_wall_ms: 1_700_000_000_000,
+                    hlc_logical: 9,
+                    body: None,
+                };
+                let mut w = StatesWriter::default();
+                for e in entries {
+                    w.push(&e.key, &e.state);
+                }
+                let ours = w.finish(&head, want, slice, frontier);
+                let expected = encode(&Envelope {
+                    body: Some(Body::States(States {
+                        entries: entries.to_vec(),
+                        want_leaves: want.to_vec(),
+                        slice,
+                        frontier_nodes: frontier.iter().map(|f| f.0).collect(),
+                        frontier_counters: frontier.iter().map(|f| f.1).collect(),
+                    })),
+                    ..head
+                });
+                assert_eq!(&ours[..], &expected[..], "{want:?} {slice} {frontier:?}");
+            }
+        }
+    }
 
     #[test]
     fn batch_writer_matches_prost() {
