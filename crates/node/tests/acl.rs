@@ -1,9 +1,8 @@
 //! ACL: users, passwords, command, key and channel permissions, the ACL log, the ACL file
 //! through the driver, as Redis 7.0 documents them.
 
-
-use lattice_testkit::Harness;
 use lattice_node::Config;
+use lattice_testkit::Harness;
 
 fn ok(h: &mut Harness, id: u64, args: &[&str]) {
     assert_eq!(h.cmd(id, args), "+OK\r\n", "{args:?}");

@@ -91,7 +91,7 @@ fn a_pipeline_mixing_forwarded_and_local_commands_keeps_its_order() {
     let far = foreign_key(0, "far");
     let near = (0..)
         .map(|n| format!("near:{n}"))
-        .find(|k| owners(k).contains(&0))
+        .find(|k| self::owners(k).contains(&0))
         .unwrap();
     net.send(
         0,
@@ -218,7 +218,7 @@ fn cluster_commands_describe_the_placement() {
     // COUNTKEYSINSLOT counts what this node holds.
     let k = (0..)
         .map(|n| format!("c:{n}"))
-        .find(|k| owners(k).contains(&0))
+        .find(|k| self::owners(k).contains(&0))
         .unwrap();
     net.cmd(0, &["SET", &k, "1"]);
     let slot = key_slot(k.as_bytes()).to_string();
@@ -243,7 +243,7 @@ fn a_standalone_node_has_cluster_support_disabled() {
 }
 
 /// A field of an INFO section as a number.
-fn info_field(net: &mut Net, i: usize, section: &str, field: &str) -> u64 {
+fn info_field(net: &mut Cluster, i: usize, section: &str, field: &str) -> u64 {
     let info = net.cmd(i, &["INFO", section]);
     let prefix = format!("{field}:");
     info.split("\r\n")
@@ -255,15 +255,15 @@ fn info_field(net: &mut Net, i: usize, section: &str, field: &str) -> u64 {
 
 #[test]
 fn a_key_read_hard_through_a_non_owner_gets_a_copy_there_until_it_cools() {
-    let mut net = Net::new();
+    let mut net = net();
     for i in 0..N {
         assert_eq!(
             net.cmd(i, &["CONFIG", "SET", "hotkey-threshold", "200"]),
             "+OK\r\n"
         );
     }
-    let key = net.foreign_key(0, "hot");
-    let owners = net.owners(&key);
+    let key = foreign_key(0, "hot");
+    let owners = owners(&key);
     assert_eq!(net.cmd(owners[0], &["SET", &key, "v1"]), "+OK\r\n");
     net.settle();
     // 600 reads a second through node 0 for two seconds: three times the threshold.
@@ -273,7 +273,10 @@ fn a_key_read_hard_through_a_non_owner_gets_a_copy_there_until_it_cools() {
         }
         net.advance(20);
     }
-    assert!(net.nodes[0].holds_hot_copy(key.as_bytes()), "no copy taken");
+    assert!(
+        net.on(0, |h, _| h.node.holds_hot_copy(key.as_bytes())),
+        "no copy taken"
+    );
     // Now served from the copy: no more forwards.
     let forwarded = info_field(&mut net, 0, "cluster", "cluster_forwarded");
     let local = info_field(&mut net, 0, "hotkeys", "hotkey_local_reads");
@@ -306,14 +309,14 @@ fn a_key_read_hard_through_a_non_owner_gets_a_copy_there_until_it_cools() {
     // OBJECT FREQ under an LFU policy ranks the hot key above a key of node 0's read once.
     let counter = (0..)
         .map(|n| format!("own:{n}"))
-        .find(|k| net.owners(k).contains(&0))
+        .find(|k| self::owners(k).contains(&0))
         .expect("some key is node 0's");
     assert_eq!(
         net.cmd(0, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]),
         "+OK\r\n"
     );
     assert_eq!(net.cmd(0, &["SET", &counter, "1"]), "+OK\r\n");
-    let freq = |net: &mut Net, k: &str| -> i64 {
+    let freq = |net: &mut Cluster, k: &str| -> i64 {
         let r = net.cmd(0, &["OBJECT", "FREQ", k]);
         r.trim_start_matches(':')
             .trim_end()
@@ -328,8 +331,11 @@ fn a_key_read_hard_through_a_non_owner_gets_a_copy_there_until_it_cools() {
     // The reads stop: the copy is given back within a few seconds, the store forgets it and
     // the owners release the holder.
     net.advance(5_000);
-    assert!(!net.nodes[0].holds_hot_copy(key.as_bytes()), "copy kept");
-    assert!(net.nodes[0].stored_entry(key.as_bytes()).is_none());
+    assert!(
+        !net.on(0, |h, _| h.node.holds_hot_copy(key.as_bytes())),
+        "copy kept"
+    );
+    assert!(net.on(0, |h, _| h.node.stored_entry(key.as_bytes()).is_none()));
     for &o in &owners {
         assert_eq!(
             info_field(&mut net, o, "hotkeys", "hotkey_holders_released"),

@@ -53,7 +53,12 @@ fn keys_repaired_by_anti_entropy_end_packed_on_every_node() {
             "node {}: keys outside the packed records after GC (packed {packed})",
             i + 1
         );
-        assert_eq!(c.info_field(i, "dots_above_gc_frontier"), 0, "node {}", i + 1);
+        assert_eq!(
+            c.info_field(i, "dots_above_gc_frontier"),
+            0,
+            "node {}",
+            i + 1
+        );
     }
 }
 
