@@ -163,6 +163,16 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The full names of the commands in the category `bit` (ACL CAT, COMMAND LIST FILTERBY
+    /// ACLCAT), in catalog order.
+    pub fn names_in(&self, bit: u32) -> Vec<&'static str> {
+        self.entries
+            .iter()
+            .filter(|e| e.categories & bit != 0)
+            .map(|e| e.name)
+            .collect()
+    }
+
     /// Builds the catalog from top-level commands with their subcommands.
     pub fn new(commands: Vec<(CommandFacts, Vec<CommandFacts>)>) -> Catalog {
         let mut entries = Vec::new();

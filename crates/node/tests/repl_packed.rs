@@ -15,6 +15,30 @@ fn run(c: &mut Cluster, on: usize, args: &[&str]) {
     c.send(on, &[args]);
 }
 
+/// Three nodes loaded with `KEYS` strings written alternately on nodes 1 and 2 while node 3
+/// hears nothing (until `heal_at` keys, if given); `pause_every` keys the cluster runs for
+/// `pause_ms`.
+fn load_missing_node_3(heal_at: Option<usize>, pause_every: usize, pause_ms: u64) -> Cluster {
+    let mut c = Cluster::new(3);
+    c.step_ms = 5;
+    // A check walks every node's whole keyspace and packed keys: after every input it would
+    // be quadratic in the load.
+    c.check_every = 100;
+    c.silence(2);
+    for i in 0..KEYS {
+        if Some(i) == heal_at {
+            c.connect_all();
+        }
+        run(&mut c, i % 2, &["SET", &key(i), &format!("value-{i}")]);
+        if i % pause_every == 0 {
+            c.advance(pause_ms);
+        }
+    }
+    c
+}
+
+const KEYS: usize = 3_000;
+
 /// Keys that anti-entropy ships back and forth carry the sender's applied frontier in their
 /// contexts. Frontiers are applied by each node on its own schedule, so a state often arrives
 /// from a node whose frontier is ahead: it must still end packed (at once, or at the next GC
@@ -22,22 +46,8 @@ fn run(c: &mut Cluster, on: usize, args: &[&str]) {
 /// keys stayed general for good on a quiet cluster after a repair.
 #[test]
 fn keys_repaired_by_anti_entropy_end_packed_on_every_node() {
-    const KEYS: usize = 3_000;
-    let mut c = Cluster::new(3);
-    c.step_ms = 5;
-    // A check walks every node's whole keyspace: after every input it would be quadratic.
-    c.check_every = 100;
     // Node 3 misses the first half, so the repair runs while writes go on and frontiers move.
-    c.silence(2);
-    for i in 0..KEYS {
-        if i == KEYS / 2 {
-            c.connect_all();
-        }
-        run(&mut c, i % 2, &["SET", &key(i), &format!("value-{i}")]);
-        if i % 100 == 0 {
-            c.advance(20);
-        }
-    }
+    let mut c = load_missing_node_3(Some(KEYS / 2), 100, 20);
     c.converge(20_000);
     assert!(c.converged(), "anti-entropy did not repair node 3");
     // Quiet: a few GC rounds (each needs two seen-set reports from every peer).
@@ -64,20 +74,7 @@ fn keys_repaired_by_anti_entropy_end_packed_on_every_node() {
 
 #[test]
 fn packed_keys_are_repaired_whole_by_anti_entropy_and_stay_consistent() {
-    const KEYS: usize = 3_000;
-    let mut c = Cluster::new(3);
-    c.step_ms = 5;
-    // A check walks every node's whole keyspace and packed keys: after every input it would
-    // be quadratic in the load.
-    c.check_every = 100;
-    c.silence(2);
-    for i in 0..KEYS {
-        let on = i % 2;
-        run(&mut c, on, &["SET", &key(i), &format!("value-{i}")]);
-        if i % 500 == 0 {
-            c.advance(5);
-        }
-    }
+    let mut c = load_missing_node_3(None, 500, 5);
     c.advance(50);
     assert!(!c.converged(), "node 3 missed the load");
     c.heal(2);

@@ -560,14 +560,7 @@ fn acl_cat(core: &mut Core, call: &mut Call) {
                     .into_owned();
                 return call.error(&format!("ERR Unknown category '{name}'"));
             };
-            let names: Vec<&'static str> = core
-                .acl
-                .catalog
-                .entries
-                .iter()
-                .filter(|e| e.categories & bit != 0)
-                .map(|e| e.name)
-                .collect();
+            let names = core.acl.catalog.names_in(bit);
             call.out.array_len(names.len());
             for n in names {
                 call.out.bulk(n.as_bytes());

@@ -739,14 +739,7 @@ fn command_list(core: &mut Core, call: &mut Call) {
             let Some(bit) = crate::acl::category_bit(call.arg(4)) else {
                 return call.out.array_len(0);
             };
-            let names: Vec<&'static str> = core
-                .acl
-                .catalog
-                .entries
-                .iter()
-                .filter(|e| e.categories & bit != 0)
-                .map(|e| e.name)
-                .collect();
+            let names = core.acl.catalog.names_in(bit);
             call.out.array_len(names.len());
             for n in names {
                 call.out.bulk(n.as_bytes());
