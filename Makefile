@@ -90,7 +90,7 @@ difftest:
 	  ./target/release/lattice-difftest --seed $$seed --commands 20000 \
 	    --lattice-bin ./target/release/lattice-server || exit 1; \
 	done
-	for fam in bits hll geo functions; do \
+	for fam in bits hll geo functions ops; do \
 	  ./target/release/lattice-difftest --seed 1 --commands 20000 --families $$fam \
 	    --lattice-bin ./target/release/lattice-server || exit 1; \
 	done

@@ -158,6 +158,10 @@ pub fn start_redis(bin: &Path) -> Result<ServerGuard, String> {
         "".into(),
         "--appendonly".into(),
         "no".into(),
+        // Lattice has one database (ARCHITECTURE §4): Redis with one answers SELECT, MOVE and
+        // SWAPDB the same way, which the `ops` family compares.
+        "--databases".into(),
+        "1".into(),
         "--daemonize".into(),
         "no".into(),
         "--dir".into(),

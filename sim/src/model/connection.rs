@@ -142,7 +142,10 @@ fn reset(m: &mut Model, cx: &mut Cx) -> Check {
 
 fn select(_m: &mut Model, cx: &mut Cx) -> Check {
     match parse_i64(cx.arg(1)) {
-        Some(n) if i32::try_from(n).is_err() => Check::err(NOT_INTEGER),
+        // Redis reads the index as a C int, with this message for a wider number.
+        Some(n) if i32::try_from(n).is_err() => {
+            Check::err("ERR value is out of range, value must between -2147483648 and 2147483647")
+        }
         None => Check::err(NOT_INTEGER),
         Some(0) => ok(),
         // One database per node (docs/ARCHITECTURE.md).

@@ -3,6 +3,8 @@
 //! errors, empty logs, replies with no subscribers, and nil for missing keys. (What a slow
 //! command leaves in the logs, pauses that hold requests and subscriptions are covered by the
 //! node's own tests: a second connection or a clock would be needed to compare them.)
+//! Also the one-database commands (SELECT, MOVE, SWAPDB, against a redis-server started with
+//! `--databases 1`), and REPLICAOF/FAILOVER in the forms that leave a server a primary.
 
 use super::{Cmd, Cmp, Ctx, Family};
 
@@ -24,7 +26,7 @@ fn channel(c: &mut Ctx) -> Vec<u8> {
 }
 
 fn gen(c: &mut Ctx) -> Cmd {
-    match c.below(20) {
+    match c.below(26) {
         // Fixed: without its count SLOWLOG GET lists what each server logged.
         0 => Cmd::new("SLOWLOG").a("GET").a("0").fixed(),
         1 => Cmd::new("SLOWLOG")
@@ -82,6 +84,40 @@ fn gen(c: &mut Ctx) -> Cmd {
         18 => Cmd::new("MEMORY")
             .a(*c.pick(&["STATS", "DOCTOR"]))
             .a("extra")
+            .fixed(),
+        19 => Cmd::new("SELECT").a(*c.pick(&["0", "1", "-1", "x", "99999999999", ""])),
+        20 => Cmd::new("MOVE")
+            .a(c.key())
+            .a(*c.pick(&["0", "1", "-1", "x", "99999999999"])),
+        21 => Cmd::new("SWAPDB")
+            .a(*c.pick(&["0", "1", "x", "-1", "99999999999"]))
+            .a(*c.pick(&["0", "2", "y"])),
+        // Never a valid host and port (and never damaged into one): that would turn
+        // redis-server into a replica.
+        22 => Cmd::new("REPLICAOF")
+            .a(*c.pick(&["no", "NO", "127.0.0.1"]))
+            .a(*c.pick(&["one", "ONE", "x", "70000", "-1"]))
+            .fixed(),
+        23 => Cmd::new("FAILOVER")
+            .all(
+                c.pick(&[
+                    &[][..],
+                    &["ABORT"],
+                    &["TIMEOUT", "0"],
+                    &["TIMEOUT", "x"],
+                    &["TO", "h", "1", "FORCE"],
+                    &["FORCE", "FORCE"],
+                    &["bogus"],
+                ])
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+            )
+            .fixed(),
+        // Fixed: a valid LOLWUT draws each server's own picture.
+        24 => Cmd::new("LOLWUT")
+            .a("VERSION")
+            .a(*c.pick(&["x", "1.5", ""]))
             .fixed(),
         _ => Cmd::new("PUBSUB").a("SHARDCHANNELS").a("a").a("b"),
     }

@@ -119,6 +119,16 @@ pub static COMMANDS: &[CommandSpec] = &[
         read_mode,
     ),
     spec(
+        "asking",
+        1,
+        &["fast"],
+        (0, 0, 0),
+        CLUSTER,
+        "3.0.0",
+        "Signals that a cluster client is following an -ASK redirect.",
+        read_mode,
+    ),
+    spec(
         "readwrite",
         1,
         &["fast", "loading", "stale"],
@@ -132,7 +142,9 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// READONLY and READWRITE: in Redis Cluster they let a connection read from a replica. Every
 /// owner of a Lattice slot serves reads and writes alike, so in a cluster there is nothing
-/// to switch: both answer OK. A standalone node answers as Redis without cluster support.
+/// to switch: both answer OK. ASKING too: a Lattice node never answers -ASK (a key that is
+/// moving is served by its old owners until the move is done), so following one is a no-op.
+/// A standalone node answers as Redis without cluster support.
 fn read_mode(core: &mut Core, call: &mut Call) {
     if core.repl.is_none() {
         return call.error(DISABLED);

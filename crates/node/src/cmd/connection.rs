@@ -1,4 +1,5 @@
-//! Connection commands: PING, ECHO, HELLO, AUTH, QUIT, RESET, SELECT, CLIENT.
+//! Connection commands: PING, ECHO, HELLO, AUTH, QUIT, RESET, CLIENT (SELECT is in
+//! `databases`).
 
 use bytes::Bytes;
 use lattice_resp::Protocol;
@@ -76,16 +77,6 @@ pub const COMMANDS: &[CommandSpec] = &[
     )
     .with(Flag::RunsInsideMulti)
     .with(Flag::AllowedWhileSubscribed),
-    spec(
-        "select",
-        2,
-        &["fast", "loading"],
-        (0, 0, 0),
-        CONN,
-        "1.0.0",
-        "Changes the selected database.",
-        select,
-    ),
     container(
         "client",
         -2,
@@ -403,15 +394,6 @@ fn reset(core: &mut Core, call: &mut Call) {
     }
     call.out.set_protocol(Protocol::Resp2);
     call.out.simple(b"RESET");
-}
-
-fn select(_core: &mut Core, call: &mut Call) {
-    match parse_i64(call.arg(1)) {
-        None => call.error(NOT_INTEGER),
-        Some(0) => call.ok(),
-        // One keyspace per node: replication semantics are defined for one database.
-        Some(_) => call.error("ERR DB index is out of range"),
-    }
 }
 
 fn client_id(_core: &mut Core, call: &mut Call) {

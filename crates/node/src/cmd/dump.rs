@@ -36,6 +36,18 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Creates a key from the serialized representation of a value.",
         restore,
     ),
+    // What a Redis Cluster node accepts during a slot migration; Lattice never answers -ASK,
+    // but a tool that sends it gets RESTORE's behaviour.
+    spec(
+        "restore-asking",
+        -4,
+        &["write", "denyoom", "asking"],
+        (1, 1, 1),
+        "server",
+        "3.0.0",
+        "An internal command for migrating keys in a cluster.",
+        restore,
+    ),
 ];
 
 const BUSYKEY: &str = "BUSYKEY Target key name already exists.";

@@ -6,6 +6,7 @@ use crate::ctx::CommandSpec;
 pub mod acl;
 pub mod cluster;
 pub mod connection;
+pub mod databases;
 pub mod dump;
 pub mod expire;
 pub mod function;
@@ -15,6 +16,7 @@ pub mod hll;
 pub mod keys;
 pub mod latency;
 pub mod list;
+pub mod lolwut;
 pub mod memory;
 pub mod monitor;
 pub mod pause;
@@ -35,6 +37,7 @@ pub mod zset;
 
 pub const FAMILIES: &[&[CommandSpec]] = &[
     connection::COMMANDS,
+    databases::COMMANDS,
     server::COMMANDS,
     cluster::COMMANDS,
     keys::COMMANDS,
@@ -56,6 +59,7 @@ pub const FAMILIES: &[&[CommandSpec]] = &[
     slowlog::COMMANDS,
     latency::COMMANDS,
     role::COMMANDS,
+    lolwut::COMMANDS,
     shard_pubsub::COMMANDS,
     memory::COMMANDS,
     monitor::COMMANDS,

@@ -11,8 +11,14 @@
 //! all a coordination-free store can promise: the writes reached `n` other replicas' memory.
 //! It does not make them durable there, nor make them win over a concurrent write elsewhere.
 //! A standalone node has no peer and never will, so it answers 0 at once.
+//!
+//! REPLICAOF (and its old name SLAVEOF) and FAILOVER belong to Redis's primary/replica
+//! replication, which Lattice does not have: a node cannot become a read-only copy of
+//! another server, and has no replicas to hand its role to. `REPLICAOF NO ONE` is true
+//! already and answers OK as Redis does on a primary; the other forms answer an error that
+//! says so. On a clustered node they answer Redis Cluster's refusals.
 
-use crate::args::parse_i64;
+use crate::args::{is, parse_i64};
 use crate::blocking::TimeoutReply;
 use crate::client::ConnId;
 use crate::command::{spec, Call};
@@ -20,6 +26,26 @@ use crate::ctx::{CommandSpec, Core};
 pub use crate::ops::Wait;
 
 pub const COMMANDS: &[CommandSpec] = &[
+    replicaof_spec(
+        "replicaof",
+        "5.0.0",
+        "Configures a server as replica of another, or promotes it to a master.",
+    ),
+    replicaof_spec(
+        "slaveof",
+        "1.0.0",
+        "Sets a Redis server as a replica of another, or promotes it to being a master.",
+    ),
+    spec(
+        "failover",
+        -1,
+        &["admin", "noscript", "stale"],
+        (0, 0, 0),
+        "server",
+        "6.2.0",
+        "Starts a coordinated failover from a server to one of its replicas.",
+        failover,
+    ),
     spec(
         "role",
         1,
@@ -121,4 +147,82 @@ impl Core {
             );
         }
     }
+}
+
+/// REPLICAOF and its old name share everything but their name, version and summary.
+const fn replicaof_spec(
+    name: &'static str,
+    since: &'static str,
+    summary: &'static str,
+) -> CommandSpec {
+    spec(
+        name,
+        3,
+        &["admin", "noscript", "stale", "no-async-loading"],
+        (0, 0, 0),
+        "server",
+        since,
+        summary,
+        replicaof,
+    )
+}
+
+/// REPLICAOF host port | NO ONE, with Redis's argument checks and replies.
+fn replicaof(core: &mut Core, call: &mut Call) {
+    let name = if is(call.arg(0), "slaveof") {
+        "SLAVEOF"
+    } else {
+        "REPLICAOF"
+    };
+    if core.repl.is_some() {
+        return call.error(&format!("ERR {name} not allowed in cluster mode."));
+    }
+    if is(call.arg(1), "no") && is(call.arg(2), "one") {
+        // Already a primary: nothing to stop, as on a Redis primary.
+        return call.ok();
+    }
+    if !matches!(parse_i64(call.arg(2)), Some(0..=65535)) {
+        return call.error("ERR Invalid master port");
+    }
+    call.error(&format!(
+        "ERR {name} is not supported: a Lattice node replicates as a peer of other Lattice nodes (--seeds, --join), never as a read-only copy"
+    ));
+}
+
+/// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: Redis's parsing, then Redis's answer
+/// for a primary without replicas, which is what every Lattice node is.
+fn failover(core: &mut Core, call: &mut Call) {
+    if core.repl.is_some() {
+        return call.error("ERR FAILOVER not allowed in cluster mode.");
+    }
+    if call.argc() == 2 && is(call.arg(1), "abort") {
+        return call.error("ERR No failover in progress.");
+    }
+    let (mut timeout_ms, mut to, mut force) = (0i64, false, false);
+    let mut j = 1;
+    while j < call.argc() {
+        let arg = call.arg(j);
+        if is(arg, "timeout") && j + 1 < call.argc() && timeout_ms <= 0 {
+            let Some(t) = parse_i64(call.arg(j + 1)) else {
+                return call.error(crate::args::NOT_INTEGER);
+            };
+            if t <= 0 {
+                return call.error("ERR FAILOVER timeout must be greater than 0");
+            }
+            timeout_ms = t;
+            j += 2;
+        } else if is(arg, "to") && j + 2 < call.argc() && !to {
+            if parse_i64(call.arg(j + 2)).is_none() {
+                return call.error(crate::args::NOT_INTEGER);
+            }
+            to = true;
+            j += 3;
+        } else if is(arg, "force") && !force {
+            force = true;
+            j += 1;
+        } else {
+            return call.syntax_error();
+        }
+    }
+    call.error("ERR FAILOVER requires connected replicas.");
 }
