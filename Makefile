@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 
 .PHONY: crash-test save-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster sim-partition soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
-        cluster-test cluster-bench cluster-pause partition-deps partition-test \
+        cluster-test cluster-bench cluster-pause hotkey-bench partition-deps partition-test \
         jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
         fuzz fuzz-quick s3-deps s3-test s3-outage s3-restore-1m
 
@@ -225,6 +225,14 @@ partition-test: partition-deps
 ## SET throughput: a standalone node vs one node of a 3-node cluster, and their ratio.
 cluster-bench: deps
 	CARGO=$(CARGO) ./scripts/cluster-bench.sh
+
+## Hot keys (issue 18): 5 nodes at RF 3, 1M keys, Zipf 0.99 reads with 10% writes through every
+## node, hot-key tuning off then on, two phases (the hot keys move); prints throughput and read
+## latency, writes bench/results/hotkeys.{json,png} (the hottest keys' replication factor over
+## time). A benchmark, not a test.
+hotkey-bench: jepsen-deps
+	$(CARGO) build --release -p lattice-server -p lattice-loadgen
+	$(JEPSEN_PY) scripts/hotkey-bench.py
 
 ## Time for a 3-node cluster to agree again after one node was paused 3 s under writes.
 cluster-pause:

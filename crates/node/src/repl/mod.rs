@@ -56,7 +56,7 @@ use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
 use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
 use self::wire::{
-    Ack, Body, DeltaBatch, Deltas, Digests, Envelope, Functions, KeyBlob, Publish, SliceAck, States,
+    Ack, Body, DeltaBatch, Deltas, Digests, Envelope, Functions, KeyBlob, Publish, SliceAck,
 };
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
@@ -184,11 +184,6 @@ struct Peer {
     bytes_received: u64,
     /// The anti-entropy transfer to this peer (see [`Replicator::pump_transfer`]).
     transfer: Transfer,
-    /// Partitioned: the next Merkle leaf whose shared keys a catch-up push sends this peer
-    /// (`None`: no push under way). See `Replicator::push_shared`.
-    push_leaf: Option<usize>,
-    /// Keys of `push_leaf` already pushed (a leaf larger than one step of the push).
-    push_resume: usize,
     /// Partitioned: anti-entropy periods since the last push to this peer.
     rounds_since_push: u32,
     /// Until when this peer counts as repairing a difference with us: it sent digests that
@@ -935,7 +930,6 @@ impl Replicator {
             p.needs_ae = true;
             // The next link starts a new round, which finds whatever is still different.
             p.transfer = Transfer::default();
-            p.push_leaf = None;
         }
         self.hot.peer_down(peer.0);
     }
@@ -1040,64 +1034,6 @@ impl Replicator {
         self.ownership = Some(placement);
     }
 
-    /// One slice of a partitioned catch-up: the states of the keys `peer` also owns, from the
-    /// push's next key on, up to a transfer slice's bound (`SLICE_BYTES`, the slice's keys),
-    /// resuming inside a leaf larger than that. A full push of the shared
-    /// keys costs their size, so it runs only when a link comes up, a queue overflowed or a
-    /// retransmission gave up, never periodically (ARCHITECTURE, "A partitioned cluster").
-    fn push_shared(&mut self, peer: NodeId, db: &Db) {
-        let Some((start, mut resume)) = self
-            .peers
-            .get(&peer)
-            .and_then(|p| Some((p.push_leaf?, p.push_resume)))
-        else {
-            return;
-        };
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        let mut leaf = start;
-        // Bounded like a transfer's slice (the receiver merges it in one step).
-        let slice_keys = if cfg!(feature = "planted-transfer-bug") {
-            usize::MAX
-        } else {
-            self.slice_keys
-        };
-        'leaves: while leaf < merkle::LEAVES {
-            let list = self.keys.leaf_entries(leaf, db);
-            let mut i = resume.min(list.len());
-            while i < list.len() {
-                if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
-                    resume = i;
-                    break 'leaves;
-                }
-                let (k, e) = &list[i];
-                i += 1;
-                // Only an owner sends a key: a hot key's copy is this node's to read, not to
-                // spread (ARCHITECTURE, "Hot keys").
-                if !self.peer_owns(peer, k) || !self.owns(k) {
-                    continue;
-                }
-                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
-                bytes += blob.state.len() + k.len();
-                entries.push(blob);
-            }
-            leaf += 1;
-            resume = 0;
-        }
-        if let Some(p) = self.peers.get_mut(&peer) {
-            p.push_leaf = (leaf < merkle::LEAVES).then_some(leaf);
-            p.push_resume = resume;
-        }
-        self.stats.max_slice_keys = self.stats.max_slice_keys.max(entries.len() as u64);
-        self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
-        if !entries.is_empty() {
-            self.send_ae(
-                peer,
-                Body::States(self.states_message(entries, Vec::new(), 0)),
-            );
-        }
-    }
-
     /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
     /// node when the membership it knows changes the placement.
     pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {
@@ -1115,14 +1051,6 @@ impl Replicator {
     /// it while it is hot here.
     pub fn keeps(&self, key: &[u8]) -> bool {
         self.owns(key) || self.hot.holds(key)
-    }
-
-    /// Whether `peer` keeps `key` (it owns it, or holds a hot copy we send it).
-    fn peer_owns(&self, peer: NodeId, key: &[u8]) -> bool {
-        self.ownership
-            .as_ref()
-            .is_none_or(|p| p.is_owner(peer.0, lattice_placement::key_slot(key)))
-            || self.hot.is_holder(key, peer.0)
     }
 
     /// Queues a control message (membership, forwarded commands and their replies) for a live
@@ -1158,7 +1086,7 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
-            if p.push_leaf.is_some() || p.transfer.ready() {
+            if p.transfer.ready() {
                 // The next slice, after the client batches waiting now.
                 next = next.min(now_ms + 1);
             }
@@ -1259,10 +1187,12 @@ impl Replicator {
                 }
                 if self.ownership.is_some() {
                     // Partitioned: the trees cover different slots, so instead of comparing
-                    // them, every key both own is pushed, a batch per tick (never deferred:
-                    // each peer owns different slots, so no two pushes carry the same keys).
-                    p.push_leaf = Some(0);
-                    p.push_resume = 0;
+                    // them, every key both own is sent as a transfer (never deferred: each
+                    // peer owns different slots, so no two pushes carry the same keys). The
+                    // transfer's acknowledged window paces it: a push sent one slice per
+                    // tick with no window filled the links faster than peers could merge,
+                    // and forwards and heartbeats queued behind it for seconds.
+                    p.transfer.owed.extend(0..merkle::LEAVES as u32);
                     p.rounds_since_push = 0;
                     self.stats.ae_rounds += 1;
                     continue;
@@ -1281,15 +1211,6 @@ impl Replicator {
                 let root = self.root_digest();
                 self.send_ae(id, root);
             }
-        }
-        let pushing: Vec<NodeId> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| p.up && p.push_leaf.is_some())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in pushing {
-            self.push_shared(id, db);
         }
         if !self.gc_sweep.is_empty() {
             self.gc_step(db);
@@ -1409,19 +1330,6 @@ impl Replicator {
             p.ae_bytes += data.len() as u64;
         }
         self.outbox.push_back((peer, data));
-    }
-
-    /// A `States` message, with the frontier its states were expanded with.
-    fn states_message(&self, entries: Vec<KeyBlob>, want_leaves: Vec<u32>, slice: u64) -> States {
-        let (frontier_nodes, frontier_counters) =
-            self.frontier.iter().map(|(n, c)| (n.0, c)).unzip();
-        States {
-            entries,
-            want_leaves,
-            slice,
-            frontier_nodes,
-            frontier_counters,
-        }
     }
 
     /// Takes what of a peer's applied GC frontier this node has merged as its own applied
