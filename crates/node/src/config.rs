@@ -239,6 +239,18 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    // TLS (Redis's names and defaults). The server reads them at start-up and builds its
+    // listeners and links from them; here they are what CONFIG GET shows. Immutable: new
+    // certificates take a restart (ARCHITECTURE, "TLS").
+    ("tls-auth-clients", "yes", Kind::Immutable),
+    ("tls-ca-cert-file", "", Kind::Immutable),
+    ("tls-cert-file", "", Kind::Immutable),
+    ("tls-cluster", "no", Kind::Immutable),
+    ("tls-key-file", "", Kind::Immutable),
+    // The client port served over TLS; 0: none. A client whose connection's local port is
+    // this one counts as a TLS client in INFO.
+    ("tls-port", "0", Kind::Immutable),
+    ("tls-replication", "no", Kind::Immutable),
     // Keys CLIENT TRACKING remembers at most (0: no limit).
     (
         "tracking-table-max-keys",
