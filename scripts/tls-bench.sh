@@ -8,8 +8,8 @@
 # CPU is the server process's user+system time (all threads) from /proc/<pid>/stat before and
 # after each run, divided by the requests. Both servers run without persistence (`appendonly
 # no`, `save ''`) and, by default, on one event loop thread (Redis's io-threads default is 1).
-# Certificates (ECDSA P-256, a CA, a server and a client certificate) are made with Debian's
-# openssl in a temporary directory. Ports: $BASE_PORT (default 7300) and the next three.
+# Certificates are made by scripts/tls-certs.sh (openssl) in a temporary directory. Ports:
+# $BASE_PORT (default 7300) and the next three.
 # Prints one markdown table row per run, with the load average at its start.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,18 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- certificates -------------------------------------------------------------------------
-cd "$WORK"
-openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
-    -keyout ca.key -out ca.crt -days 2 -subj /CN=tls-bench-ca 2>/dev/null
-for name in server client; do
-    openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
-        -keyout "$name.key" -out "$name.csr" -subj "/CN=$name" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' > ext.cnf
-    openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
-        -out "$name.crt" -days 2 -extfile ext.cnf 2>/dev/null
-done
-cd "$ROOT"
+"$ROOT/scripts/tls-certs.sh" "$WORK"
 TLS_CLIENT=(--tls --cert "$WORK/client.crt" --key "$WORK/client.key" --cacert "$WORK/ca.crt")
 
 # --- servers ------------------------------------------------------------------------------

@@ -309,6 +309,56 @@ fn a_rust_client_runs_commands_and_the_server_reports_tls() {
     assert_eq!(call(&mut c, &["QUIT"]).unwrap(), "+OK");
 }
 
+/// The `redis` crate's rustls client (`rediss://`, mutual TLS), as an application would use it.
+#[test]
+fn the_redis_crate_over_tls() {
+    let dir = temp_dir("crate");
+    let ca = Ca::new("test CA");
+    let server_files = ca.issue(&dir.0, "server");
+    let client_files = ca.issue(&dir.0, "client");
+    let s = start(&server_files, &[]);
+    let read = |p: &PathBuf| std::fs::read(p).unwrap();
+    let client = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{}/", s.tls_port),
+        redis::TlsCertificates {
+            client_tls: Some(redis::ClientTlsConfig {
+                client_cert: read(&client_files.cert),
+                client_key: read(&client_files.key),
+            }),
+            root_cert: Some(read(&server_files.ca)),
+        },
+    )
+    .unwrap();
+    let mut c = client.get_connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("lib")
+        .arg("rustls")
+        .query(&mut c)
+        .unwrap();
+    let v: String = redis::cmd("GET").arg("lib").query(&mut c).unwrap();
+    assert_eq!(v, "rustls");
+    // A pipeline: its replies come back encrypted together.
+    let mut pipe = redis::pipe();
+    for i in 0..500 {
+        pipe.cmd("INCRBY").arg("n").arg(i);
+    }
+    let totals: Vec<i64> = pipe.query(&mut c).unwrap();
+    assert_eq!(totals.last(), Some(&(0..500).sum::<i64>()));
+    // Without a client certificate the library's connection fails.
+    let anonymous = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{}/", s.tls_port),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(read(&server_files.ca)),
+        },
+    )
+    .unwrap();
+    let refused = anonymous
+        .get_connection()
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+    assert!(refused.is_err(), "{refused:?}");
+}
+
 #[test]
 fn a_client_without_a_certificate_is_refused_unless_optional() {
     let dir = temp_dir("refuse");
