@@ -477,6 +477,12 @@ impl Config {
             ));
         };
         let normalized = match *kind {
+            // Setting a start-up parameter to the value it has changes nothing and is no
+            // error (tools that read CONFIG GET * and set each value back, as Redis's own
+            // introspection suite does, meet the TLS keys too).
+            Kind::Immutable if !initial && self.values.get(pname).map(String::as_str) == Some(value) => {
+                return Ok(())
+            }
             Kind::Immutable if !initial => {
                 return Err(format!(
                     "CONFIG SET failed (possibly related to argument '{pname}') - can't set immutable config"
@@ -645,6 +651,9 @@ mod tests {
         assert!(c.set("hz", "x").is_err());
         assert!(c.set("nope", "1").is_err());
         assert!(c.set("port", "1").is_err());
+        assert!(c.set("port", "6379").is_ok(), "the value it has");
+        assert!(c.set("tls-auth-clients", "yes").is_ok());
+        assert!(c.set("tls-auth-clients", "no").is_err());
         c.set("maxmemory", "2mb").unwrap();
         assert_eq!(c.maxmemory_bytes, 2 * 1024 * 1024);
         c.set("appendonly", "YES").unwrap();
