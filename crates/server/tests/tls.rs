@@ -290,6 +290,19 @@ fn a_rust_client_runs_commands_and_the_server_reports_tls() {
     let big = "x".repeat(100_000);
     assert_eq!(call(&mut c, &["SET", "big", &big]).unwrap(), "+OK");
     assert_eq!(call(&mut c, &["GET", "big"]).unwrap(), big);
+    // 100 of them (10 MB) pipelined and read only after a pause: the server's socket fills, the
+    // connection waits for room with records left in its session, and everything arrives in
+    // order once the client reads.
+    let get = resp(&["GET", "big"]);
+    for _ in 0..100 {
+        c.write_all(&get).unwrap();
+    }
+    c.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let one = format!("${}\r\n{big}\r\n", big.len());
+    let mut got = vec![0u8; one.len() * 100];
+    c.read_exact(&mut got).unwrap();
+    assert!(got.chunks(one.len()).all(|r| r == one.as_bytes()));
     let info = call(&mut c, &["INFO", "clients"]).unwrap();
     assert!(info.contains("connected_tls_clients:1\r\n"), "{info}");
     let config = call(&mut c, &["CONFIG", "GET", "tls-port"]).unwrap();
