@@ -109,6 +109,11 @@ impl fmt::Display for HandshakeError {
 
 impl From<io::Error> for HandshakeError {
     fn from(e: io::Error) -> Self {
+        // Over TLS 1.3 the dialer learns that the acceptor refused its certificate only at
+        // its first read (the alert): that is a TLS refusal too, not a network failure.
+        if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+            return HandshakeError::Tls(e);
+        }
         HandshakeError::Io(e)
     }
 }
