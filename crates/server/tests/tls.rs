@@ -615,9 +615,20 @@ fn tls_replication_links_replicas_and_refuses_a_foreign_certificate() {
     wait_for("the write reached node 2", Duration::from_secs(20), || {
         nodes[1].get("over-tls").as_deref() == Some("yes")
     });
+    // A burst the other way: many frames batched into TLS records on node 2's link to node 1.
+    let mut c2 = nodes[1].client();
+    let mut pipe = redis::pipe();
+    for _ in 0..2000 {
+        pipe.cmd("INCR").arg("burst").ignore();
+    }
+    let _: () = pipe.query(&mut c2).unwrap();
+    wait_for("the burst reached node 1", Duration::from_secs(20), || {
+        nodes[0].get("burst").as_deref() == Some("2000")
+    });
     // Node 2 has had it; give node 3 as long again before saying it never came.
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(nodes[2].get("over-tls"), None, "node 3 received the write");
+    assert_eq!(nodes[2].get("burst"), None, "node 3 received the burst");
     let log3 = nodes[2].log_text();
     assert!(!log3.contains("link to node"), "node 3 got a link:\n{log3}");
     // Both of its roles fail at TLS: as acceptor (its peers refuse its certificate) and as
@@ -628,7 +639,6 @@ fn tls_replication_links_replicas_and_refuses_a_foreign_certificate() {
             .any(|l| l.contains("cluster: link to") && l.contains("TLS handshake failed")),
         "{log3}"
     );
-    let mut c2 = nodes[1].client();
     let links: String = redis::cmd("CONFIG")
         .arg("GET")
         .arg("tls-replication")
