@@ -8,7 +8,8 @@
 # --cluster: the lattice server under callgrind is node 1 of a 3-node cluster (the two other
 # replicas run normally), so the count is the writer's cost with replication on.
 # --tls: the load goes to the server's TLS port (client certificates required, made by
-# scripts/tls-certs.sh), so the count includes the encryption.
+# scripts/tls-certs.sh), so the count includes the encryption; with --cluster the replica links
+# run over TLS too (tls-replication).
 #
 # Starts the server under `valgrind --tool=callgrind` on a free 127.0.0.1 port, warms it with the
 # same load, zeroes the counters (callgrind_control -z), runs redis-benchmark (50 clients,
@@ -65,11 +66,17 @@ case "$SERVER" in
             SEEDS="127.0.0.1:${CPORTS[0]},127.0.0.1:${CPORTS[1]},127.0.0.1:${CPORTS[2]}"
             export LATTICE_CLUSTER_SECRET="callgrind-$RANDOM"
             CMD+=(--node-id 1 --cluster-port "${CPORTS[0]}" --seeds "$SEEDS")
+            LINK_TLS=()
+            if [ "$TLS" = 1 ]; then
+                LINK_TLS=(--tls-replication yes --tls-cert-file "$CERTS/server.crt"
+                    --tls-key-file "$CERTS/server.key" --tls-ca-cert-file "$CERTS/ca.crt")
+                CMD+=(--tls-replication yes)
+            fi
             REPLICAS=()
             for i in 2 3; do
                 "$BIN" --port "$(free_port)" --bind 127.0.0.1 --dir "$DIR/n$i" --node-id "$i" \
                     --cluster-port "${CPORTS[$((i - 1))]}" --seeds "$SEEDS" \
-                    >"$OUT/replica$i.log" 2>&1 &
+                    ${LINK_TLS[@]+"${LINK_TLS[@]}"} >"$OUT/replica$i.log" 2>&1 &
                 REPLICAS+=($!)
             done
         fi ;;
