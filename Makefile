@@ -5,7 +5,7 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: crash-test save-test
+.PHONY: crash-test save-test tls-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster sim-partition soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause hotkey-bench partition-deps partition-test \
         jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
@@ -198,6 +198,11 @@ maelstrom-quick:
 ## Writes bench/results/<date>.md/.png/.json; see bench/README.md. BENCH_ARGS=--quick for a short trial.
 bench:
 	CARGO=$(CARGO) ./bench/run.sh $(BENCH_ARGS)
+
+## TLS clients (redis-cli --tls, a rustls client, refusals) and TLS replica links (a node with
+## another CA's certificate refused); certificates made by the test. Also run by `make unit`.
+tls-test: deps
+	$(CARGO) test -p lattice-server --test tls
 
 ## Three (and four) lattice-server processes over real replica links: convergence of concurrent
 ## writes, a SIGSTOPped node catching up, a wrong cluster secret refused, relinking after a restart.

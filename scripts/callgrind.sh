@@ -3,10 +3,13 @@
 # so a hot-path change can be judged without benchmark noise.
 #
 #   scripts/callgrind.sh [--server lattice|redis] [--pipeline P] [--requests N] [--tests set,get]
-#                        [--cluster] [--keys K] [--data-size D]
+#                        [--cluster] [--keys K] [--data-size D] [--tls]
 #
 # --cluster: the lattice server under callgrind is node 1 of a 3-node cluster (the two other
 # replicas run normally), so the count is the writer's cost with replication on.
+# --tls: the load goes to the server's TLS port (client certificates required, made by
+# scripts/tls-certs.sh), so the count includes the encryption; with --cluster the replica links
+# run over TLS too (tls-replication).
 #
 # Starts the server under `valgrind --tool=callgrind` on a free 127.0.0.1 port, warms it with the
 # same load, zeroes the counters (callgrind_control -z), runs redis-benchmark (50 clients,
@@ -22,6 +25,7 @@ TESTS=set,get
 CLUSTER=0
 KEYS=100000
 DATA=64
+TLS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --server) SERVER="$2"; shift 2 ;;
@@ -31,7 +35,8 @@ while [ $# -gt 0 ]; do
         --cluster) CLUSTER=1; shift ;;
         --keys) KEYS="$2"; shift 2 ;;
         --data-size) DATA="$2"; shift 2 ;;
-        *) sed -n '2,11p' "$0"; exit 2 ;;
+        --tls) TLS=1; shift ;;
+        *) sed -n '2,13p' "$0"; exit 2 ;;
     esac
 done
 command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)"; exit 2; }
@@ -40,27 +45,43 @@ OUT="$ROOT/target/callgrind"
 mkdir -p "$OUT"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
+BENCH_TARGET=(-p "$PORT")
+if [ "$TLS" = 1 ]; then
+    CERTS=$(mktemp -d)
+    "$ROOT/scripts/tls-certs.sh" "$CERTS"
+    TLS_PORT=$(free_port)
+    TLS_SERVER=(--tls-port "$TLS_PORT" --tls-cert-file "$CERTS/server.crt"
+        --tls-key-file "$CERTS/server.key" --tls-ca-cert-file "$CERTS/ca.crt")
+    BENCH_TARGET=(-p "$TLS_PORT" --tls --cert "$CERTS/client.crt" --key "$CERTS/client.key"
+        --cacert "$CERTS/ca.crt")
+fi
 case "$SERVER" in
     lattice)
         BIN="${LATTICE_BIN:-$ROOT/target/release/lattice-server}"
         [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p lattice-server"; exit 2; }
         DIR=$(mktemp -d)
-        CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1)
+        CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1 ${TLS_SERVER[@]+"${TLS_SERVER[@]}"})
         if [ "$CLUSTER" = 1 ]; then
             CPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
             SEEDS="127.0.0.1:${CPORTS[0]},127.0.0.1:${CPORTS[1]},127.0.0.1:${CPORTS[2]}"
             export LATTICE_CLUSTER_SECRET="callgrind-$RANDOM"
             CMD+=(--node-id 1 --cluster-port "${CPORTS[0]}" --seeds "$SEEDS")
+            LINK_TLS=()
+            if [ "$TLS" = 1 ]; then
+                LINK_TLS=(--tls-replication yes --tls-cert-file "$CERTS/server.crt"
+                    --tls-key-file "$CERTS/server.key" --tls-ca-cert-file "$CERTS/ca.crt")
+                CMD+=(--tls-replication yes)
+            fi
             REPLICAS=()
             for i in 2 3; do
                 "$BIN" --port "$(free_port)" --bind 127.0.0.1 --dir "$DIR/n$i" --node-id "$i" \
                     --cluster-port "${CPORTS[$((i - 1))]}" --seeds "$SEEDS" \
-                    >"$OUT/replica$i.log" 2>&1 &
+                    ${LINK_TLS[@]+"${LINK_TLS[@]}"} >"$OUT/replica$i.log" 2>&1 &
                 REPLICAS+=($!)
             done
         fi ;;
     redis)
-        CMD=(redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no) ;;
+        CMD=(redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no ${TLS_SERVER[@]+"${TLS_SERVER[@]}"}) ;;
     *) echo "unknown server $SERVER"; exit 2 ;;
 esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT/$SERVER.%p.out" "${CMD[@]}" \
@@ -72,7 +93,7 @@ for _ in $(seq 1 300); do
     sleep 0.1
 done
 for t in ${TESTS//,/ }; do
-    bench() { redis-benchmark -p "$PORT" -c 50 -d "$DATA" -r "$KEYS" -P "$P" -n "$1" -t "$t" -q >/dev/null; }
+    bench() { redis-benchmark "${BENCH_TARGET[@]}" -c 50 -d "$DATA" -r "$KEYS" -P "$P" -n "$1" -t "$t" -q >/dev/null; }
     bench 20000
     callgrind_control -z "$PID" >/dev/null 2>&1
     bench "$N"
@@ -83,7 +104,8 @@ for t in ${TESTS//,/ }; do
     # One dump covers every thread (callgrind is not asked to separate them).
     IR=$(grep -m1 '^summary:' "$DUMP" | awk '{print $2}')
     [ -n "$IR" ] || { echo "no summary in $DUMP"; exit 1; }
-    printf '%-8s %-6s P=%-3s %8d instructions/request (%d requests)%s\n' "$SERVER" "$t" "$P" \
-        $((IR / N)) "$N" "$([ "$CLUSTER" = 1 ] && echo ', writer of a 3-node cluster')"
+    printf '%-8s %-6s P=%-3s %8d instructions/request (%d requests)%s%s\n' "$SERVER" "$t" "$P" \
+        $((IR / N)) "$N" "$([ "$CLUSTER" = 1 ] && echo ', writer of a 3-node cluster')" \
+        "$([ "$TLS" = 1 ] && echo ', over TLS')"
     cp "$DUMP" "$OUT/$SERVER.$t.P$P.out"
 done

@@ -239,6 +239,18 @@ const PARAMS: &[(&str, &str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    // TLS (Redis's names and defaults). The server reads them at start-up and builds its
+    // listeners and links from them; here they are what CONFIG GET shows. Immutable: new
+    // certificates take a restart (ARCHITECTURE, "TLS").
+    ("tls-auth-clients", "yes", Kind::Immutable),
+    ("tls-ca-cert-file", "", Kind::Immutable),
+    ("tls-cert-file", "", Kind::Immutable),
+    ("tls-cluster", "no", Kind::Immutable),
+    ("tls-key-file", "", Kind::Immutable),
+    // The client port served over TLS; 0: none. A client whose connection's local port is
+    // this one counts as a TLS client in INFO.
+    ("tls-port", "0", Kind::Immutable),
+    ("tls-replication", "no", Kind::Immutable),
     // Keys CLIENT TRACKING remembers at most (0: no limit).
     (
         "tracking-table-max-keys",
@@ -465,6 +477,12 @@ impl Config {
             ));
         };
         let normalized = match *kind {
+            // Setting a start-up parameter to the value it has changes nothing and is no
+            // error (tools that read CONFIG GET * and set each value back, as Redis's own
+            // introspection suite does, meet the TLS keys too).
+            Kind::Immutable if !initial && self.values.get(pname).map(String::as_str) == Some(value) => {
+                return Ok(())
+            }
             Kind::Immutable if !initial => {
                 return Err(format!(
                     "CONFIG SET failed (possibly related to argument '{pname}') - can't set immutable config"
@@ -633,6 +651,9 @@ mod tests {
         assert!(c.set("hz", "x").is_err());
         assert!(c.set("nope", "1").is_err());
         assert!(c.set("port", "1").is_err());
+        assert!(c.set("port", "6379").is_ok(), "the value it has");
+        assert!(c.set("tls-auth-clients", "yes").is_ok());
+        assert!(c.set("tls-auth-clients", "no").is_err());
         c.set("maxmemory", "2mb").unwrap();
         assert_eq!(c.maxmemory_bytes, 2 * 1024 * 1024);
         c.set("appendonly", "YES").unwrap();

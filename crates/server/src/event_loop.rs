@@ -5,13 +5,18 @@
 //! like Redis's event loop. There is no task per connection: an async runtime's per-wake-up
 //! machinery is a large share of a small request's cost (docs/ARCHITECTURE.md §25).
 //!
+//! A client of the TLS port (`tls-port`) has a rustls session beside its socket: what a read
+//! brings is decrypted into the same buffer the parser reads, and a turn's replies are
+//! encrypted together into as few records as fit and written with one system call, as
+//! plaintext replies are. The node never sees TLS (docs/ARCHITECTURE.md, "TLS").
+//!
 //! The first loop also accepts connections (handing each to the loops in turn) and drives the
 //! node's timers. Outputs for a connection that another thread produced (pub/sub, a kill, an
 //! unblocked BLPOP, a replicated write's notification) are mail the router (crates/router)
 //! keeps for the connection's loop; the loop takes it when woken and after each batch. What
 //! goes where is the router's; this module is the syscalls around it.
 
-use std::io::{self, IoSlice};
+use std::io::{self, BufRead, IoSlice, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,6 +29,7 @@ use lattice_router::{Mail, OutputQueue};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
+use rustls::{ServerConfig, ServerConnection};
 
 use crate::host::{Host, Shared};
 use crate::nap::NapPolicy;
@@ -53,6 +59,7 @@ const PUSH_BACKLOG_LIMIT_BYTES: usize = 32 * 1024 * 1024;
 
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
+const TLS_LISTENER: Token = Token(usize::MAX - 2);
 
 /// Where a connection lives in its loop's table; also its epoll token (see
 /// [`lattice_router::Slot`]).
@@ -61,7 +68,7 @@ pub use lattice_router::Slot;
 /// The part of a loop other threads hold: connections handed to it, and the means to wake it.
 pub struct LoopHandle {
     /// Connections accepted by the first loop for this one to serve.
-    adoptions: Mutex<Vec<(ConnId, TcpStream)>>,
+    adoptions: Mutex<Vec<Adoption>>,
     /// Set while the loop may have adoptions or router mail it has not taken. A burst of posts
     /// wakes the loop once (one eventfd write), and the loop checks it after every batch.
     pending: AtomicBool,
@@ -77,8 +84,8 @@ impl LoopHandle {
         }
     }
 
-    fn adopt_later(&self, conn: ConnId, socket: TcpStream) {
-        self.adoptions.lock().push((conn, socket));
+    fn adopt_later(&self, adoption: Adoption) {
+        self.adoptions.lock().push(adoption);
         self.mail_posted(true);
     }
 
@@ -86,6 +93,19 @@ impl LoopHandle {
     pub fn wake(&self) {
         let _ = self.waker.wake();
     }
+}
+
+/// A connection accepted by the first loop: its id, its socket, and whether it came in on the
+/// TLS port.
+type Adoption = (ConnId, TcpStream, bool);
+
+/// The client ports, on the first loop only.
+#[derive(Default)]
+pub struct Listeners {
+    /// `port` (None with `port 0`).
+    pub plain: Option<TcpListener>,
+    /// `tls-port`.
+    pub tls: Option<TcpListener>,
 }
 
 /// A loop before it runs: its epoll set and the handle other threads use.
@@ -128,6 +148,9 @@ struct Conn {
     flush_queued: bool,
     /// The nap window this connection was last counted in (nap.rs).
     nap_mark: u32,
+    /// The TLS session of a client of the TLS port. Boxed: it is large, and plaintext
+    /// connections should not carry its space in the loop's table.
+    tls: Option<Box<ServerConnection>>,
 }
 
 pub struct EventLoop {
@@ -141,7 +164,12 @@ pub struct EventLoop {
     conns: Vec<Option<Conn>>,
     free_slots: Vec<Slot>,
     /// On the first loop only.
-    listener: Option<TcpListener>,
+    listeners: Listeners,
+    /// The TLS configuration for clients of the TLS port (every loop serves them).
+    tls_config: Option<Arc<ServerConfig>>,
+    /// Encrypted input of one read, before its session decrypts it into the connection's
+    /// buffer (one per loop: a read's bytes are all handed to the session at once).
+    tls_in: Vec<u8>,
     next_loop: usize,
     /// When accepting may resume after an error (µs of the wall clock); 0 when not paused.
     accept_paused_until_us: u64,
@@ -157,7 +185,7 @@ pub struct EventLoop {
     ready: Vec<Slot>,
     batch: Vec<Vec<Bytes>>,
     mail: Vec<Mail>,
-    adoptions: Vec<(ConnId, TcpStream)>,
+    adoptions: Vec<Adoption>,
     nap: NapPolicy,
 }
 
@@ -167,14 +195,20 @@ impl EventLoop {
         seed: LoopSeed,
         shared: Arc<Shared>,
         loops: Arc<[Arc<LoopHandle>]>,
-        listener: Option<TcpListener>,
+        listeners: Listeners,
+        tls_config: Option<Arc<ServerConfig>>,
         nap_us: u64,
     ) -> io::Result<EventLoop> {
-        let mut listener = listener;
-        if let Some(l) = listener.as_mut() {
+        let mut listeners = listeners;
+        if let Some(l) = listeners.plain.as_mut() {
             seed.poll
                 .registry()
                 .register(l, LISTENER, Interest::READABLE)?;
+        }
+        if let Some(l) = listeners.tls.as_mut() {
+            seed.poll
+                .registry()
+                .register(l, TLS_LISTENER, Interest::READABLE)?;
         }
         Ok(EventLoop {
             index,
@@ -184,7 +218,13 @@ impl EventLoop {
             loops,
             conns: Vec::new(),
             free_slots: Vec::new(),
-            listener,
+            listeners,
+            tls_in: if tls_config.is_some() {
+                vec![0; READ_CHUNK]
+            } else {
+                Vec::new()
+            },
+            tls_config,
             next_loop: 0,
             accept_paused_until_us: 0,
             drives_timers: index == 0,
@@ -222,7 +262,7 @@ impl EventLoop {
             let mut listener_ready = false;
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => listener_ready = true,
+                    LISTENER | TLS_LISTENER => listener_ready = true,
                     WAKER => {}
                     Token(slot) => {
                         let Some(Some(conn)) = self.conns.get_mut(slot) else {
@@ -317,13 +357,24 @@ impl EventLoop {
         Some(Duration::from_micros(deadline_us.saturating_sub(now_us)))
     }
 
-    /// Takes every pending connection from the listener and hands each to a loop in turn.
+    /// Takes every pending connection from the listeners and hands each to a loop in turn.
     fn accept(&mut self) {
+        for tls in [false, true] {
+            self.accept_from(tls);
+        }
+    }
+
+    fn accept_from(&mut self, tls: bool) {
         if self.accept_paused_until_us != 0 {
             return;
         }
         loop {
-            let Some(listener) = self.listener.as_ref() else {
+            let listener = if tls {
+                &self.listeners.tls
+            } else {
+                &self.listeners.plain
+            };
+            let Some(listener) = listener.as_ref() else {
                 return;
             };
             match listener.accept() {
@@ -332,9 +383,9 @@ impl EventLoop {
                     let target = self.next_loop;
                     self.next_loop = (self.next_loop + 1) % self.loops.len();
                     if target == self.index {
-                        self.adopt(id, socket);
+                        self.adopt((id, socket, tls));
                     } else {
-                        self.loops[target].adopt_later(id, socket);
+                        self.loops[target].adopt_later((id, socket, tls));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -350,7 +401,18 @@ impl EventLoop {
         }
     }
 
-    fn adopt(&mut self, id: ConnId, mut socket: TcpStream) {
+    fn adopt(&mut self, (id, mut socket, tls): Adoption) {
+        let tls = match (tls, &self.tls_config) {
+            (false, _) => None,
+            (true, Some(config)) => match ServerConnection::new(config.clone()) {
+                Ok(session) => Some(Box::new(session)),
+                Err(e) => {
+                    tracing::warn!("cannot start a TLS session: {e}");
+                    return;
+                }
+            },
+            (true, None) => return,
+        };
         let _ = socket.set_nodelay(true);
         let peer_addr = socket
             .peer_addr()
@@ -401,6 +463,7 @@ impl EventLoop {
             readable: false,
             flush_queued: false,
             nap_mark: 0,
+            tls,
         };
         if !conn.out.is_empty() || conn.closing {
             queue_flush(&mut self.to_flush, slot, &mut conn);
@@ -416,32 +479,59 @@ impl EventLoop {
         if conn.closing || conn.out.is_blocked() || !conn.readable {
             return;
         }
-        let hint = conn.parser.bytes_needed_hint();
-        conn.rbuf.reserve(hint.max(READ_CHUNK / 4));
-        let spare = conn.rbuf.capacity() - conn.rbuf.len();
+        // A TLS client's bytes are read into the loop's scratch buffer and decrypted from
+        // there into `rbuf`; a plaintext client's go straight into `rbuf`.
+        let (into, spare) = if conn.tls.is_some() {
+            (self.tls_in.as_mut_ptr(), self.tls_in.len())
+        } else {
+            let hint = conn.parser.bytes_needed_hint();
+            conn.rbuf.reserve(hint.max(READ_CHUNK / 4));
+            (
+                conn.rbuf.chunk_mut().as_mut_ptr(),
+                conn.rbuf.capacity() - conn.rbuf.len(),
+            )
+        };
         let read = loop {
-            // SAFETY: the pointer and length describe `rbuf`'s spare capacity, which `recv` may
-            // fill; only the `n` bytes it reports are then marked as initialised.
-            let read = unsafe {
-                sys_recv(
-                    conn.socket.as_raw_fd(),
-                    conn.rbuf.chunk_mut().as_mut_ptr(),
-                    spare,
-                )
-            };
+            // SAFETY: `into` and `spare` describe `tls_in`, or `rbuf`'s spare capacity, which
+            // `recv` may fill; only the `n` bytes it reports are then used.
+            let read = unsafe { sys_recv(conn.socket.as_raw_fd(), into, spare) };
             match read {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other,
             }
         };
+        // The client closed its TLS session (close_notify): what came before it still runs.
+        let mut tls_closed = false;
         match read {
             Ok(0) => {
                 self.close(slot);
                 return;
             }
             Ok(n) => {
-                // SAFETY: `recv` wrote `n <= spare` bytes into the spare capacity.
-                unsafe { conn.rbuf.advance_mut(n) };
+                match conn.tls.as_deref_mut() {
+                    // SAFETY: `recv` wrote `n <= spare` bytes into the spare capacity.
+                    None => unsafe { conn.rbuf.advance_mut(n) },
+                    Some(session) => {
+                        let received = tls_receive(session, &self.tls_in[..n], &mut conn.rbuf);
+                        // Handshake messages, or the alert that tells a refused client why.
+                        let reply = session.wants_write();
+                        match received {
+                            Ok(closed) => tls_closed = closed,
+                            Err(e) => {
+                                // A client without a certificate, or with one the CA did not
+                                // sign, or not speaking TLS: refused, like a protocol error.
+                                tracing::debug!("TLS client {} refused: {e}", conn.id.0);
+                                conn.closing = true;
+                                conn.readable = false;
+                                queue_flush(&mut self.to_flush, slot, conn);
+                                return;
+                            }
+                        }
+                        if reply {
+                            queue_flush(&mut self.to_flush, slot, conn);
+                        }
+                    }
+                }
                 if n < spare {
                     // A short read drained the socket; new input raises a new edge.
                     conn.readable = false;
@@ -485,6 +575,7 @@ impl EventLoop {
         if conn.parser.limits() != conn.limits {
             conn.parser.set_limits(conn.limits);
         }
+        conn.closing |= tls_closed;
         if !conn.out.is_empty() || conn.closing {
             queue_flush(&mut self.to_flush, slot, conn);
         }
@@ -500,8 +591,8 @@ impl EventLoop {
             self.handle.pending.store(false, Ordering::Release);
             std::mem::swap(&mut *self.handle.adoptions.lock(), &mut self.adoptions);
             let mut adoptions = std::mem::take(&mut self.adoptions);
-            for (id, socket) in adoptions.drain(..) {
-                self.adopt(id, socket);
+            for adoption in adoptions.drain(..) {
+                self.adopt(adoption);
             }
             self.adoptions = adoptions;
             let mut mail = std::mem::take(&mut self.mail);
@@ -573,46 +664,32 @@ impl EventLoop {
             return;
         };
         conn.flush_queued = false;
-        while !conn.out.is_empty() {
-            let fd = conn.socket.as_raw_fd();
-            let chunks = conn.out.chunks();
-            let written = if chunks.len() == 1 {
-                sys_send(fd, &chunks[0])
-            } else {
-                let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-                let count = chunks.len().min(WRITE_SLICES);
-                for (slice, chunk) in slices.iter_mut().zip(&chunks[..count]) {
-                    *slice = IoSlice::new(chunk);
-                }
-                sys_writev(fd, &slices[..count])
-            };
-            match written {
-                Ok(0) => {
+        let fd = conn.socket.as_raw_fd();
+        let written = match conn.tls.as_deref_mut() {
+            None => write_plain(fd, &mut conn.out),
+            Some(session) => write_tls(fd, session, &mut conn.out, conn.closing),
+        };
+        match written {
+            Written::All => {}
+            Written::Blocked => {
+                if conn.out.block()
+                    && self
+                        .poll
+                        .registry()
+                        .reregister(
+                            &mut conn.socket,
+                            Token(slot),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                        .is_err()
+                {
                     self.close(slot);
-                    return;
                 }
-                Ok(n) => conn.out.written(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if conn.out.block()
-                        && self
-                            .poll
-                            .registry()
-                            .reregister(
-                                &mut conn.socket,
-                                Token(slot),
-                                Interest::READABLE | Interest::WRITABLE,
-                            )
-                            .is_err()
-                    {
-                        self.close(slot);
-                    }
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.close(slot);
-                    return;
-                }
+                return;
+            }
+            Written::Failed => {
+                self.close(slot);
+                return;
             }
         }
         if conn.out.unblock() {
@@ -689,6 +766,140 @@ impl EventLoop {
         // (their requests get BUSY).
         self.script_running = host.node().script_running();
     }
+}
+
+/// How a flush ended.
+enum Written {
+    /// Everything that can go now went (for TLS, plaintext may wait for the handshake).
+    All,
+    /// The socket is full; the rest waits for room.
+    Blocked,
+    /// The connection is broken (or the peer gone): close it.
+    Failed,
+}
+
+/// Writes a plaintext connection's output: one `send`/`writev` per call while the socket takes
+/// everything.
+fn write_plain(fd: i32, out: &mut OutputQueue) -> Written {
+    while !out.is_empty() {
+        let chunks = out.chunks();
+        let written = if chunks.len() == 1 {
+            sys_send(fd, &chunks[0])
+        } else {
+            let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+            let count = slices_of(chunks, &mut slices);
+            sys_writev(fd, &slices[..count])
+        };
+        match written {
+            Ok(0) => return Written::Failed,
+            Ok(n) => out.written(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Written::Blocked,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Written::Failed,
+        }
+    }
+    Written::All
+}
+
+/// Points `slices` at the first chunks; returns how many.
+fn slices_of<'a>(chunks: &'a [Bytes], slices: &mut [IoSlice<'a>; WRITE_SLICES]) -> usize {
+    let count = chunks.len().min(WRITE_SLICES);
+    for (slice, chunk) in slices.iter_mut().zip(&chunks[..count]) {
+        *slice = IoSlice::new(chunk);
+    }
+    count
+}
+
+/// Writes a TLS connection's output: the queued replies are encrypted together (one record per
+/// 16 KiB of them, up to rustls's 64 KiB of unsent records) and the records go out in one
+/// `writev`; more rounds only for more output than that. `closing`: end the session with a
+/// close_notify once the replies are out.
+fn write_tls(
+    fd: i32,
+    session: &mut ServerConnection,
+    out: &mut OutputQueue,
+    closing: bool,
+) -> Written {
+    loop {
+        if session.wants_write() {
+            match session.write_tls(&mut Socket(fd)) {
+                Ok(0) => return Written::Failed,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Written::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Written::Failed,
+            }
+        }
+        if out.is_empty() {
+            if closing {
+                // Queues the alert once; a second call adds nothing.
+                session.send_close_notify();
+                if session.wants_write() {
+                    continue;
+                }
+            }
+            return Written::All;
+        }
+        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+        let count = slices_of(out.chunks(), &mut slices);
+        match session.writer().write_vectored(&slices[..count]) {
+            // Before the handshake ends, rustls holds a bounded amount of plaintext; the rest
+            // waits in `out` for the flush after the client's next message.
+            Ok(0) => return Written::All,
+            Ok(n) => out.written(n),
+            Err(_) => return Written::Failed,
+        }
+    }
+}
+
+/// A socket as rustls writes to it: straight system calls, as for plaintext output.
+struct Socket(i32);
+
+impl Write for Socket {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        sys_send(self.0, data)
+    }
+
+    fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        sys_writev(self.0, slices)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Decrypts `input` (bytes one read brought) through a client's session into `rbuf`. True when
+/// the client closed the session; an error (a refused certificate, bytes that are not TLS)
+/// leaves the alert to send in the session.
+fn tls_receive(
+    session: &mut ServerConnection,
+    mut input: &[u8],
+    rbuf: &mut BytesMut,
+) -> Result<bool, String> {
+    while !input.is_empty() {
+        // rustls takes a bounded amount per call (one record's worth at most); the plaintext
+        // is moved out after each so its own buffer never fills.
+        session.read_tls(&mut input).map_err(|e| e.to_string())?;
+        let state = session.process_new_packets().map_err(|e| e.to_string())?;
+        let mut reader = session.reader();
+        loop {
+            match reader.fill_buf() {
+                Ok([]) => return Ok(true),
+                Ok(chunk) => {
+                    let n = chunk.len();
+                    rbuf.extend_from_slice(chunk);
+                    reader.consume(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        if state.peer_has_closed() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The connection in `slot` if it is still `id` (mail can outlive its connection, and the slot

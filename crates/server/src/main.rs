@@ -11,6 +11,7 @@ mod metrics;
 mod nap;
 mod process;
 mod s3;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,9 +30,32 @@ static GLOBAL: alloc::CountingAlloc = alloc::CountingAlloc;
 #[derive(Parser, Debug)]
 #[command(name = "lattice-server", version)]
 struct Args {
-    /// TCP port for Redis clients.
+    /// TCP port for Redis clients; 0: no plaintext port (with --tls-port, TLS only).
     #[arg(long)]
     port: Option<u16>,
+    /// TCP port for Redis clients over TLS (Redis's `tls-port`; default: none).
+    #[arg(long)]
+    tls_port: Option<u16>,
+    /// PEM certificate (chain) this server presents to clients and to its replicas.
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// PEM CA certificate(s) that client and replica certificates must be signed by.
+    #[arg(long)]
+    tls_ca_cert_file: Option<PathBuf>,
+    /// `yes` (default, as Redis): TLS clients must present a certificate signed by the CA;
+    /// `optional`: one without a certificate is served too; `no`: none is asked for.
+    #[arg(long)]
+    tls_auth_clients: Option<String>,
+    /// `yes`: replica links run over TLS, each side presenting --tls-cert-file and accepting
+    /// only a peer signed by the CA. Every replica must agree. Default `no`.
+    #[arg(long)]
+    tls_replication: Option<String>,
+    /// Same as --tls-replication (the replica links are also Lattice's cluster bus).
+    #[arg(long)]
+    tls_cluster: Option<String>,
     /// Address to listen on.
     #[arg(long)]
     bind: Option<String>,
@@ -150,6 +174,7 @@ struct Settings {
     node: Config,
     cluster: Option<ClusterSettings>,
     s3: Option<s3::S3Settings>,
+    tls: Option<tls::TlsSettings>,
 }
 
 /// The cluster keys as given by the config file, the environment and the flags.
@@ -195,7 +220,7 @@ fn replication_factor_for(given: Option<usize>, members: usize) -> Result<usize,
 fn cluster_settings(
     c: ClusterArgs,
     bind: &str,
-    client_port: u16,
+    client_ports: &[u16],
 ) -> Result<Option<ClusterSettings>, String> {
     let Some(seeds) = c.seeds else {
         if c.cluster_port.is_some() {
@@ -224,9 +249,9 @@ fn cluster_settings(
         "--seeds needs --cluster-port (the port on --bind where replicas reach this node)"
             .to_string(),
     )?;
-    if port == client_port {
+    if port != 0 && client_ports.contains(&port) {
         return Err(format!(
-            "--cluster-port {port} is also the client port; give the replicas their own port"
+            "--cluster-port {port} is also a client port; give the replicas their own port"
         ));
     }
     let listen = format!("{bind}:{port}");
@@ -267,6 +292,7 @@ fn cluster_settings(
         },
         listen,
         peers,
+        tls: None,
     }))
 }
 
@@ -279,6 +305,7 @@ fn settings(args: Args) -> Result<Settings, String> {
     let mut node = Config::default();
     let mut cluster = ClusterArgs::default();
     let mut s3 = S3Args::default();
+    let mut tls_args = tls::TlsArgs::default();
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -343,6 +370,18 @@ fn settings(args: Args) -> Result<Settings, String> {
                 "s3-endpoint" => s3.endpoint = Some(text),
                 "s3-region" => s3.region = Some(text),
                 "s3-durability" => s3.durability = Some(text),
+                "tls-port" => {
+                    tls_args.port = Some(
+                        text.parse()
+                            .map_err(|_| format!("invalid tls-port '{text}'"))?,
+                    )
+                }
+                "tls-cert-file" => tls_args.cert_file = Some(PathBuf::from(text)),
+                "tls-key-file" => tls_args.key_file = Some(PathBuf::from(text)),
+                "tls-ca-cert-file" => tls_args.ca_cert_file = Some(PathBuf::from(text)),
+                "tls-auth-clients" => tls_args.auth_clients = Some(text),
+                "tls-replication" => tls_args.replication = Some(text),
+                "tls-cluster" => tls_args.cluster = Some(text),
                 _ => node
                     .set_initial(&key, &text)
                     .map_err(|e| format!("config key '{key}': {e}"))?,
@@ -383,13 +422,58 @@ fn settings(args: Args) -> Result<Settings, String> {
         cluster.replication_factor = args.replication_factor;
     }
     let replication_factor = cluster.replication_factor;
+    if args.tls_port.is_some() {
+        tls_args.port = args.tls_port;
+    }
+    for (flag, key) in [
+        (args.tls_cert_file, &mut tls_args.cert_file),
+        (args.tls_key_file, &mut tls_args.key_file),
+        (args.tls_ca_cert_file, &mut tls_args.ca_cert_file),
+    ] {
+        if flag.is_some() {
+            *key = flag;
+        }
+    }
+    for (flag, key) in [
+        (args.tls_auth_clients, &mut tls_args.auth_clients),
+        (args.tls_replication, &mut tls_args.replication),
+        (args.tls_cluster, &mut tls_args.cluster),
+    ] {
+        if flag.is_some() {
+            *key = flag;
+        }
+    }
+    // What CONFIG GET shows: the values as given (Redis shows them whether or not TLS is on).
+    for (key, value) in [
+        ("tls-port", tls_args.port.map(|p| p.to_string())),
+        ("tls-cert-file", path_text(&tls_args.cert_file)),
+        ("tls-key-file", path_text(&tls_args.key_file)),
+        ("tls-ca-cert-file", path_text(&tls_args.ca_cert_file)),
+        ("tls-auth-clients", lower(&tls_args.auth_clients)),
+        ("tls-replication", lower(&tls_args.replication)),
+        ("tls-cluster", lower(&tls_args.cluster)),
+    ] {
+        if let Some(v) = value {
+            node.set_initial(key, &v)?;
+        }
+    }
+    let tls = tls::settings(tls_args)?;
+    let tls_port = tls.as_ref().map_or(0, |t| t.port);
+    if port == 0 && tls_port == 0 {
+        return Err("port 0 turns the plaintext port off, and no tls-port is set: clients could not connect".into());
+    }
+    if port != 0 && port == tls_port {
+        return Err(format!(
+            "tls-port {port} is also the plaintext port; give TLS its own port (or port 0)"
+        ));
+    }
     // Precedence for the secret: flag, then environment, then file.
     if let Some(s) = args.cluster_secret {
         cluster.secret = Some(s);
     } else if let Ok(s) = std::env::var(SECRET_ENV) {
         cluster.secret = Some(s);
     }
-    let cluster = cluster_settings(cluster, &bind, port)?;
+    let cluster = cluster_settings(cluster, &bind, &[port, tls_port])?;
     for (flag, key) in [
         (args.s3_bucket, &mut s3.bucket),
         (args.s3_prefix, &mut s3.prefix),
@@ -413,7 +497,8 @@ fn settings(args: Args) -> Result<Settings, String> {
             "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
             b => b.to_string(),
         };
-        node.announce_port = port;
+        // Clients reach this node on its plaintext port, or on TLS when that is the only one.
+        node.announce_port = if port != 0 { port } else { tls_port };
     } else if replication_factor.is_some() {
         return Err(
             "--replication-factor needs --seeds (it counts a cluster's owners per slot)".into(),
@@ -437,7 +522,18 @@ fn settings(args: Args) -> Result<Settings, String> {
         node,
         cluster,
         s3,
+        tls,
     })
+}
+
+/// A yes/no-like value as CONFIG GET shows it.
+fn lower(v: &Option<String>) -> Option<String> {
+    v.as_ref().map(|v| v.to_ascii_lowercase())
+}
+
+/// A path as CONFIG GET shows it.
+fn path_text(p: &Option<PathBuf>) -> Option<String> {
+    p.as_ref().map(|p| p.display().to_string())
 }
 
 fn main() {
@@ -516,11 +612,32 @@ async fn run(s: Settings, dir_was_empty: bool) -> Result<(), String> {
     // Signals are caught from before the port opens: a SIGTERM once clients can connect
     // always means a graceful stop (log synced), never the default kill.
     let signals = Signals::new();
-    let addr = format!("{}:{}", s.bind, s.port);
-    let listener = std::net::TcpListener::bind(&addr)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let mut listener = Some(mio::net::TcpListener::from_std(listener));
+    // Certificates load before any port opens: a server with a bad one does not start.
+    let tls_configs = s.tls.as_ref().map(tls::configs).transpose()?;
+    let listen = |port: u16| {
+        let addr = format!("{}:{port}", s.bind);
+        std::net::TcpListener::bind(&addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map(mio::net::TcpListener::from_std)
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))
+    };
+    let mut listeners = event_loop::Listeners::default();
+    let mut addrs = Vec::new();
+    if s.port != 0 {
+        listeners.plain = Some(listen(s.port)?);
+        addrs.push(format!("{}:{}", s.bind, s.port));
+    }
+    let tls_port = s.tls.as_ref().map_or(0, |t| t.port);
+    if tls_port != 0 {
+        listeners.tls = Some(listen(tls_port)?);
+        addrs.push(format!(
+            "{}:{tls_port} (TLS, tls-auth-clients {})",
+            s.bind,
+            s.tls.as_ref().map_or("", |t| t.auth_clients.name())
+        ));
+    }
+    let client_tls = tls_configs.as_ref().map(|c| c.clients.clone());
+    let mut listeners = Some(listeners);
     let seeds = (0..s.threads)
         .map(|_| LoopSeed::new())
         .collect::<Result<Vec<_>, _>>()
@@ -643,18 +760,32 @@ async fn run(s: Settings, dir_was_empty: bool) -> Result<(), String> {
     if let Some(port) = s.metrics_port {
         metrics::serve(shared.clone(), format!("{}:{port}", s.bind)).await?;
     }
-    if let Some(c) = s.cluster.clone() {
+    if let Some(mut c) = s.cluster.clone() {
         let (id, listen, peers) = (c.auth.node_id.0, c.listen.clone(), c.peers.join(","));
         let authenticated = c.auth.secret.is_some();
+        if let Some(t) = &tls_configs {
+            if let (Some(acceptor), Some(dialer)) = (&t.link_acceptor, &t.link_dialer) {
+                c.tls = Some(cluster::LinkTls {
+                    acceptor: acceptor.clone(),
+                    dialer: dialer.clone(),
+                });
+            }
+        }
+        let over_tls = c.tls.is_some();
         cluster::start(shared.clone(), c).await?;
         tracing::info!(
             "cluster: node {id} listening for replicas on {listen}, dialing [{peers}], \
-             cluster size {}, links {}",
+             cluster size {}, links {}{}",
             cluster_size,
             if authenticated {
                 "authenticated"
             } else {
                 "NOT authenticated (no secret)"
+            },
+            if over_tls {
+                ", over TLS (peers must present a certificate signed by the CA)"
+            } else {
+                ""
             }
         );
     }
@@ -664,7 +795,12 @@ async fn run(s: Settings, dir_was_empty: bool) -> Result<(), String> {
             seed,
             shared.clone(),
             loops.clone(),
-            if index == 0 { listener.take() } else { None },
+            if index == 0 {
+                listeners.take().unwrap_or_default()
+            } else {
+                event_loop::Listeners::default()
+            },
+            client_tls.clone(),
             s.nap_us,
         )
         .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
@@ -681,8 +817,9 @@ async fn run(s: Settings, dir_was_empty: bool) -> Result<(), String> {
             .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
     }
     tracing::info!(
-        "lattice-server {} ready: listening on {addr}, data dir {}, {} event loops (Redis protocol 7.0)",
+        "lattice-server {} ready: listening on {}, data dir {}, {} event loops (Redis protocol 7.0)",
         env!("CARGO_PKG_VERSION"),
+        addrs.join(" and "),
         s.dir.display(),
         s.threads
     );

@@ -415,6 +415,23 @@ const ALL_SECTIONS: &[&str] = &[
     "keyspace",
 ];
 
+/// Clients connected over TLS: the driver serves TLS on `tls-port` only, so a connection whose
+/// local address ends in that port is one (the node itself never sees TLS).
+fn tls_clients(core: &Core) -> usize {
+    let port = core.config.get("tls-port").unwrap_or("0");
+    if port == "0" {
+        return 0;
+    }
+    core.clients
+        .values()
+        .filter(|c| {
+            c.local_addr
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p == port)
+        })
+        .count()
+}
+
 fn info(core: &mut Core, call: &mut Call) {
     let mut wanted: Vec<&str> = Vec::new();
     if call.argc() == 1 {
@@ -482,8 +499,9 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
         "clients" => {
             let _ = write!(
                 t,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n",
+                "# Clients\r\nconnected_clients:{}\r\nconnected_tls_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n",
                 core.clients.len(),
+                tls_clients(core),
                 core.config.maxclients,
                 core.blocked_clients(),
                 core.tracking.clients

@@ -70,6 +70,9 @@ pub enum HandshakeError {
     OwnId,
     /// The acceptor refused us and said why.
     Refused(String),
+    /// The TLS handshake failed (`tls-replication`): most often a certificate the CA did not
+    /// sign, on either side.
+    Tls(io::Error),
     NoRandomness,
 }
 
@@ -98,6 +101,7 @@ impl fmt::Display for HandshakeError {
             }
             HandshakeError::OwnId => write!(f, "peer announced this node's own node id"),
             HandshakeError::Refused(r) => write!(f, "refused by peer: {r}"),
+            HandshakeError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             HandshakeError::NoRandomness => write!(f, "no OS randomness for the nonce"),
         }
     }
@@ -105,6 +109,11 @@ impl fmt::Display for HandshakeError {
 
 impl From<io::Error> for HandshakeError {
     fn from(e: io::Error) -> Self {
+        // Over TLS 1.3 the dialer learns that the acceptor refused its certificate only at
+        // its first read (the alert): that is a TLS refusal too, not a network failure.
+        if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+            return HandshakeError::Tls(e);
+        }
         HandshakeError::Io(e)
     }
 }
@@ -180,6 +189,8 @@ where
     hello.extend_from_slice(&nd);
     hello.extend_from_slice(&proof);
     s.write_all(&hello).await?;
+    // Over TLS a write may stay in the session's buffer until flushed.
+    s.flush().await?;
     // Sent even on a mismatch so the acceptor can log it too; we do not wait for its verdict.
     if their_secret != auth.secret.is_some() {
         return Err(HandshakeError::SecretMismatch {
@@ -221,6 +232,7 @@ where
     challenge.extend_from_slice(&auth.node_id.0.to_be_bytes());
     challenge.extend_from_slice(&na);
     s.write_all(&challenge).await?;
+    s.flush().await?;
     let verdict = async {
         read_preamble(s).await?;
         let mut body = [0u8; HELLO_BODY];
@@ -258,6 +270,7 @@ where
             welcome.push(0);
             welcome.extend_from_slice(&proof);
             s.write_all(&welcome).await?;
+            s.flush().await?;
             Ok(peer)
         }
         Err(e) => {

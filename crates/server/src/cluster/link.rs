@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use lattice_node::{Input, NodeId};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use super::handshake::{accept_handshake, Auth, HandshakeError};
 use super::stats::LinkStats;
+use super::stream::{LinkStream, LinkTls};
 use super::HANDSHAKE_TIMEOUT;
 use crate::host::Shared;
 
@@ -168,6 +169,9 @@ pub async fn write_chunks<W: AsyncWrite + Unpin>(
             }
         }
     }
+    // Over TLS the last records may still be in the session: out they go before the caller
+    // waits for more (a no-op on plain TCP).
+    w.flush().await?;
     Ok(total)
 }
 
@@ -204,18 +208,27 @@ pub fn split_frames(
 pub(super) async fn serve_incoming(
     shared: Arc<Shared>,
     auth: Arc<Auth>,
-    mut socket: TcpStream,
+    tls: Option<Arc<LinkTls>>,
+    socket: TcpStream,
     addr: SocketAddr,
     handshake_permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let _ = socket.set_nodelay(true);
     let stats = &shared.link_stats;
-    let verdict = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_handshake(&mut socket, &auth))
+    // One time bound for the TLS handshake and the membership handshake together.
+    let handshakes = async {
+        let mut stream = LinkStream::accept(socket, tls.as_deref())
+            .await
+            .map_err(HandshakeError::Tls)?;
+        let peer = accept_handshake(&mut stream, &auth).await?;
+        Ok((stream, peer))
+    };
+    let verdict = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshakes)
         .await
         .unwrap_or(Err(HandshakeError::Timeout));
     drop(handshake_permit);
-    let peer = match verdict {
-        Ok(peer) => peer,
+    let (mut socket, peer) = match verdict {
+        Ok(x) => x,
         Err(e) => {
             stats.count_failure(&e);
             match e {
@@ -318,7 +331,7 @@ pub(super) async fn serve_incoming(
 /// the link fails, then tells the node `PeerDown`.
 pub(super) async fn run_outgoing(
     shared: &Arc<Shared>,
-    socket: TcpStream,
+    socket: LinkStream,
     peer: NodeId,
     seed: &str,
 ) {
@@ -360,8 +373,25 @@ pub(super) async fn run_outgoing(
 
 /// Sends queued messages until the link fails; returns why it did. The peer never sends on this
 /// connection, so anything readable (data or EOF) means it is gone or broken.
-pub(super) async fn write_loop(socket: TcpStream, queue: &PeerQueue, stats: &LinkStats) -> String {
-    let (mut rd, mut wr) = socket.into_split();
+pub(super) async fn write_loop(socket: LinkStream, queue: &PeerQueue, stats: &LinkStats) -> String {
+    match socket {
+        // Plain TCP splits without a lock between the halves.
+        LinkStream::Plain(s) => {
+            let (rd, wr) = s.into_split();
+            write_halves(rd, wr, queue, stats).await
+        }
+        LinkStream::Tls(s) => {
+            let (rd, wr) = tokio::io::split(*s);
+            write_halves(rd, wr, queue, stats).await
+        }
+    }
+}
+
+async fn write_halves<R, W>(mut rd: R, mut wr: W, queue: &PeerQueue, stats: &LinkStats) -> String
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut frames = Vec::new();
     let mut chunks = VecDeque::new();
     // The acceptor only ever sends heartbeat bytes on this connection.

@@ -9,6 +9,9 @@
 //! acceptor sends one heartbeat byte back at the same pace. Either side drops a link that stayed silent
 //! for [`LINK_SILENCE_LIMIT`].
 //!
+//! With `tls-replication` every link runs over TLS first, both sides presenting a certificate
+//! signed by the cluster's CA ([`stream`]); the membership handshake then runs inside it.
+//!
 //! The handshake that proves membership is in [`handshake`], an established link's framing,
 //! queue and tasks in [`link`], the counters in [`stats`]. This module starts the listener and
 //! the dialers.
@@ -16,6 +19,7 @@
 mod handshake;
 mod link;
 mod stats;
+mod stream;
 
 use std::io;
 use std::sync::Arc;
@@ -31,6 +35,8 @@ use link::{run_outgoing, serve_incoming};
 pub use link::{PeerQueue, MAX_FRAME_BYTES};
 pub use stats::LinkStats;
 use stats::LinkStatsSnapshot;
+use stream::LinkStream;
+pub use stream::LinkTls;
 
 /// A peer gets this long to complete the handshake; a silent connection must not hold a task.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,6 +61,8 @@ pub struct ClusterSettings {
     pub listen: String,
     /// The other replicas' cluster addresses (this node's own address removed).
     pub peers: Vec<String>,
+    /// TLS for every link (`tls-replication`); None: plain TCP.
+    pub tls: Option<LinkTls>,
 }
 
 /// Starts the cluster: the listener for incoming links and one dialer per peer. Fails only when
@@ -64,9 +72,15 @@ pub async fn start(shared: Arc<Shared>, settings: ClusterSettings) -> Result<(),
         .await
         .map_err(|e| format!("cannot listen for replicas on {}: {e}", settings.listen))?;
     let auth = Arc::new(settings.auth);
-    tokio::spawn(accept_loop(shared.clone(), auth.clone(), listener));
+    let tls = settings.tls.map(Arc::new);
+    tokio::spawn(accept_loop(
+        shared.clone(),
+        auth.clone(),
+        tls.clone(),
+        listener,
+    ));
     for seed in settings.peers {
-        tokio::spawn(dial_loop(shared.clone(), auth.clone(), seed));
+        tokio::spawn(dial_loop(shared.clone(), auth.clone(), tls.clone(), seed));
     }
     tokio::spawn(log_stats(shared));
     Ok(())
@@ -85,7 +99,12 @@ async fn log_stats(shared: Arc<Shared>) {
     }
 }
 
-async fn accept_loop(shared: Arc<Shared>, auth: Arc<Auth>, listener: TcpListener) {
+async fn accept_loop(
+    shared: Arc<Shared>,
+    auth: Arc<Auth>,
+    tls: Option<Arc<LinkTls>>,
+    listener: TcpListener,
+) {
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
         match listener.accept().await {
@@ -101,6 +120,7 @@ async fn accept_loop(shared: Arc<Shared>, auth: Arc<Auth>, listener: TcpListener
                 tokio::spawn(serve_incoming(
                     shared.clone(),
                     auth.clone(),
+                    tls.clone(),
                     socket,
                     addr,
                     permit,
@@ -121,17 +141,28 @@ enum DialError {
     Handshake(HandshakeError),
 }
 
-async fn dial(auth: &Auth, seed: &str) -> Result<(TcpStream, NodeId), DialError> {
-    let mut socket = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(seed))
+async fn dial(
+    auth: &Auth,
+    tls: Option<&LinkTls>,
+    seed: &str,
+) -> Result<(LinkStream, NodeId), DialError> {
+    let socket = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(seed))
         .await
         .map_err(|_| DialError::Connect(io::ErrorKind::TimedOut.into()))?
         .map_err(DialError::Connect)?;
     let _ = socket.set_nodelay(true);
-    let peer = tokio::time::timeout(HANDSHAKE_TIMEOUT, dial_handshake(&mut socket, auth))
+    // One time bound for the TLS handshake and the membership handshake together.
+    let handshakes = async {
+        let mut stream = LinkStream::dial(socket, tls, seed)
+            .await
+            .map_err(HandshakeError::Tls)?;
+        let peer = dial_handshake(&mut stream, auth).await?;
+        Ok((stream, peer))
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, handshakes)
         .await
         .unwrap_or(Err(HandshakeError::Timeout))
-        .map_err(DialError::Handshake)?;
-    Ok((socket, peer))
+        .map_err(DialError::Handshake)
 }
 
 /// A random duration in [d/2, d]: peers that lost each other at the same moment do not redial
@@ -142,14 +173,14 @@ fn jittered(ms: u64) -> Duration {
 }
 
 /// Keeps one outgoing link to the replica at `seed` up for the life of the process.
-async fn dial_loop(shared: Arc<Shared>, auth: Arc<Auth>, seed: String) {
+async fn dial_loop(shared: Arc<Shared>, auth: Arc<Auth>, tls: Option<Arc<LinkTls>>, seed: String) {
     let stats = &shared.link_stats;
     let mut backoff_ms = BACKOFF_MIN_MS;
     // The last connection error, so a peer that stays unreachable is reported once per cause,
     // not once per attempt.
     let mut last_error = String::new();
     loop {
-        match dial(&auth, &seed).await {
+        match dial(&auth, tls.as_deref(), &seed).await {
             Ok((socket, peer)) => {
                 backoff_ms = BACKOFF_MIN_MS;
                 last_error.clear();
@@ -238,6 +269,7 @@ mod tests {
                 auth: Auth::for_tests(id, Some("k")),
                 listen: format!("127.0.0.1:{me}"),
                 peers: vec![format!("127.0.0.1:{other}")],
+                tls: None,
             };
             start(h.clone(), settings).await.unwrap();
         }
@@ -353,7 +385,7 @@ mod tests {
             let mut sink = vec![0u8; 4096];
             while s.read(&mut sink).await.is_ok_and(|n| n > 0) {}
         });
-        let (socket, peer) = match dial(&Auth::for_tests(1, None), &addr).await {
+        let (socket, peer) = match dial(&Auth::for_tests(1, None), None, &addr).await {
             Ok(x) => x,
             Err(_) => panic!("dial failed"),
         };

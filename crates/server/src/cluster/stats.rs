@@ -24,6 +24,9 @@ pub struct LinkStats {
     pub version_rejects: AtomicU64,
     /// A peer announcing this node's own id (a seed that is really this node).
     pub self_id_rejects: AtomicU64,
+    /// TLS handshakes that failed (`tls-replication`): a certificate the CA did not sign, or a
+    /// peer that does not speak TLS.
+    pub tls_failures: AtomicU64,
     pub frames_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
     /// Vectored write calls, to compare with `frames_sent` (batching).
@@ -52,6 +55,7 @@ pub struct LinkStatsSnapshot {
     pub auth_failures: u64,
     pub version_rejects: u64,
     pub self_id_rejects: u64,
+    pub tls_failures: u64,
     pub frames_sent: u64,
     pub bytes_sent: u64,
     pub write_calls: u64,
@@ -75,6 +79,7 @@ impl LinkStats {
             auth_failures: g(&self.auth_failures),
             version_rejects: g(&self.version_rejects),
             self_id_rejects: g(&self.self_id_rejects),
+            tls_failures: g(&self.tls_failures),
             frames_sent: g(&self.frames_sent),
             bytes_sent: g(&self.bytes_sent),
             write_calls: g(&self.write_calls),
@@ -101,6 +106,7 @@ impl LinkStats {
                 Self::add(&self.version_rejects, 1)
             }
             HandshakeError::OwnId => Self::add(&self.self_id_rejects, 1),
+            HandshakeError::Tls(_) => Self::add(&self.tls_failures, 1),
             _ => {}
         }
     }
