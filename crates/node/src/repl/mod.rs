@@ -43,6 +43,7 @@ pub mod state;
 pub mod wire;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 
 use bincode::Options as _;
@@ -54,7 +55,7 @@ use hashbrown::HashTable;
 
 use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Assignment, Full, Intent, KeyState, Patch, Stamper};
+use self::state::{Assignment, CompactWire, Full, Intent, KeyState, Patch, Stamper};
 use self::wire::{
     Ack, Body, DeltaBatch, Deltas, Digests, Envelope, Functions, KeyBlob, Publish, SliceAck, States,
 };
@@ -401,6 +402,9 @@ pub struct Replicator {
     pub hot: hot::HotReplicas,
     /// The frontier a hot key's copy is merged against: none (see `merge_blobs`).
     no_frontier: VersionVector,
+    /// The frontier's part of a compact state's encoding, built once per frontier (a cell:
+    /// states are encoded from `&self` too, for persistence).
+    compact_wire: RefCell<CompactWire>,
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -480,6 +484,7 @@ impl Replicator {
             slice_keys: SLICE_KEYS,
             hot: hot::HotReplicas::default(),
             no_frontier: VersionVector::new(),
+            compact_wire: RefCell::new(CompactWire::default()),
         }
     }
 
@@ -753,7 +758,9 @@ impl Replicator {
         match self.keys.get_any(h, key, db) {
             Some(e) => {
                 let stored = stored_for(db, h, key, &e.state);
-                e.state.encode_into(&self.frontier, stored.as_deref(), out);
+                let wire = &mut self.compact_wire.borrow_mut();
+                e.state
+                    .encode_into(wire, &self.frontier, stored.as_deref(), out);
                 true
             }
             None => false,
@@ -775,8 +782,12 @@ impl Replicator {
         for (key, e) in self.keys.leaf_entries(leaf, db) {
             let h = lattice_store::key_hash(&key);
             let stored = stored_for(db, h, &key, &e.state);
-            e.state
-                .encode_into(&self.frontier, stored.as_deref(), &mut self.scratch);
+            e.state.encode_into(
+                self.compact_wire.get_mut(),
+                &self.frontier,
+                stored.as_deref(),
+                &mut self.scratch,
+            );
             f(&key, &self.scratch);
         }
     }
@@ -1077,7 +1088,14 @@ impl Replicator {
                 if !self.peer_owns(peer, k) || !self.owns(k) {
                     continue;
                 }
-                let blob = key_blob(k, &e.state, &self.frontier, db, &mut self.scratch);
+                let blob = key_blob(
+                    k,
+                    &e.state,
+                    self.compact_wire.get_mut(),
+                    &self.frontier,
+                    db,
+                    &mut self.scratch,
+                );
                 bytes += blob.state.len() + k.len();
                 entries.push(blob);
             }
@@ -1361,7 +1379,15 @@ impl Replicator {
                 if !owned {
                     continue;
                 }
-                encode_key_state(key, &entry.state, &self.frontier, db, &mut self.scratch);
+                let wire = self.compact_wire.get_mut();
+                encode_key_state(
+                    key,
+                    &entry.state,
+                    wire,
+                    &self.frontier,
+                    db,
+                    &mut self.scratch,
+                );
                 bytes += self.scratch.len() + key.len();
                 keys += 1;
                 writer.push(key, &self.scratch);
@@ -2186,11 +2212,12 @@ enum Incoming {
 fn key_blob(
     key: &Bytes,
     state: &KeyState,
+    wire: &mut CompactWire,
     frontier: &VersionVector,
     db: &Db,
     scratch: &mut Vec<u8>,
 ) -> KeyBlob {
-    encode_key_state(key, state, frontier, db, scratch);
+    encode_key_state(key, state, wire, frontier, db, scratch);
     KeyBlob {
         key: key.clone(),
         state: Bytes::copy_from_slice(scratch),
@@ -2201,12 +2228,13 @@ fn key_blob(
 fn encode_key_state(
     key: &[u8],
     state: &KeyState,
+    wire: &mut CompactWire,
     frontier: &VersionVector,
     db: &Db,
     scratch: &mut Vec<u8>,
 ) {
     let stored = stored_for(db, lattice_store::key_hash(key), key, state);
-    state.encode_into(frontier, stored.as_deref(), scratch);
+    state.encode_into(wire, frontier, stored.as_deref(), scratch);
 }
 
 fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
@@ -2360,7 +2388,14 @@ impl Replicator {
         let Some(entry) = self.keys.get_any(h, key, db) else {
             return;
         };
-        let blob = key_blob(key, &entry.state, &self.frontier, db, &mut self.scratch);
+        let blob = key_blob(
+            key,
+            &entry.state,
+            self.compact_wire.get_mut(),
+            &self.frontier,
+            db,
+            &mut self.scratch,
+        );
         let mut writer = wire::BatchWriter::default();
         writer.push(key, &blob.state);
         let batch = writer.finish();
