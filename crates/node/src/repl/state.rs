@@ -43,7 +43,9 @@ use serde::{Deserialize, Serialize};
 use super::hint::ChangeHint;
 
 mod assign_wire;
+mod compact_wire;
 pub use assign_wire::Assignment;
+pub use compact_wire::CompactWire;
 
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1344,15 +1346,6 @@ impl KeyState {
             f.gc(stable);
             self.recompact(stable);
         }
-    }
-
-    /// The wire encoding of this state (its full form) into `out`, replacing its contents
-    /// (`stored` as for [`KeyState::expand`]).
-    pub fn encode_into(&self, frontier: &VersionVector, stored: Option<&[u8]>, out: &mut Vec<u8>) {
-        out.clear();
-        codec()
-            .serialize_into(&mut *out, &*self.expand(frontier, stored))
-            .expect("in-memory states always encode");
     }
 
     pub fn is_empty(&self) -> bool {

@@ -127,7 +127,7 @@ impl<'a> Reader<'a> {
 
 /// bincode's variable-length integer (`with_varint_encoding`): one byte below 251, else a
 /// marker byte and the little-endian u16, u32 or u64.
-fn varint(out: &mut Vec<u8>, n: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, n: u64) {
     if n < 251 {
         out.push(n as u8);
     } else if let Ok(n) = u16::try_from(n) {
@@ -142,13 +142,13 @@ fn varint(out: &mut Vec<u8>, n: u64) {
     }
 }
 
-fn hlc(out: &mut Vec<u8>, h: Hlc) {
+pub(super) fn hlc(out: &mut Vec<u8>, h: Hlc) {
     varint(out, h.wall_ms);
     varint(out, u64::from(h.logical));
     varint(out, u64::from(h.node.0));
 }
 
-fn dot(out: &mut Vec<u8>, d: Dot) {
+pub(super) fn dot(out: &mut Vec<u8>, d: Dot) {
     varint(out, u64::from(d.node.0));
     varint(out, d.counter);
 }
@@ -165,6 +165,18 @@ fn context(out: &mut Vec<u8>, cc: &CausalContext) {
     }
 }
 
+/// A string component's one entry, without the context that follows it: one key (the unit
+/// key writes nothing) holding one dot, whose register is `value` assigned at `ts`.
+pub(super) fn string_entry(out: &mut Vec<u8>, d: Dot, ts: Hlc, value: &[u8]) {
+    varint(out, 1);
+    varint(out, 1);
+    dot(out, d);
+    hlc(out, ts);
+    varint(out, value.len() as u64);
+    out.extend_from_slice(value);
+    varint(out, 0); // no counter parts
+}
+
 impl Full {
     /// Appends this delta's wire encoding to `out` when it is a plain string assignment
     /// ([`Full::plain_assignment`]); returns false, writing nothing, otherwise.
@@ -173,14 +185,7 @@ impl Full {
             return false;
         };
         out.push(ASSIGNMENT_MASK);
-        // string: one key (the unit key writes nothing) holding one dot.
-        varint(out, 1);
-        varint(out, 1);
-        dot(out, d);
-        hlc(out, reg.base_ts);
-        varint(out, reg.base.len() as u64);
-        out.extend_from_slice(&reg.base);
-        varint(out, 0); // no counter parts
+        string_entry(out, d, reg.base_ts, &reg.base);
         context(out, self.string.context());
         for (i, stamp) in self.stamps.iter().enumerate() {
             debug_assert!(i == Kind::Str as usize || *stamp == Hlc::ZERO);
