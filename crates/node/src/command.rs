@@ -395,6 +395,14 @@ fn find_in<C>(
         .map(|i| sorted[i])
 }
 
+/// EVAL and FCALL and their variants: Redis's `no-mandatory-keys` commands, which may name no key.
+pub fn no_mandatory_keys(name: &str) -> bool {
+    matches!(
+        name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
+}
+
 /// Positions of the key arguments of `args` (a whole command line), or an error message.
 /// Most commands declare (first, last, step); the ones whose keys move with a count or an
 /// option are listed by name.
@@ -424,7 +432,9 @@ pub fn key_positions<C>(
             Ok(keys)
         }
         "blmpop" | "bzmpop" => numkeys_at(2),
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => numkeys_at(2),
+        // Redis flags these "no mandatory keys": a count of 0, or one that does not fit,
+        // names no key rather than being an error.
+        name if no_mandatory_keys(name) => Ok(numkeys_at(2).unwrap_or_default()),
         "georadius" | "georadiusbymember" => {
             // Redis 7.0's key specs: the first STORE, then the first STOREDIST, each searched
             // from after the radius unit, names a key.
@@ -473,7 +483,7 @@ pub fn key_positions<C>(
 /// first half of what follows STREAMS). Empty when the command names no key.
 pub fn routing_keys<'a, C>(spec: &CommandSpec<C>, args: &'a [Bytes]) -> Vec<&'a Bytes> {
     match spec.name {
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+        name if no_mandatory_keys(name) => {
             let n = args
                 .get(2)
                 .and_then(|a| crate::args::parse_i64(a))

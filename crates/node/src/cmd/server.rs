@@ -909,7 +909,9 @@ fn keys_of(
     }
     match key_positions(spec, cmd_args) {
         Err(e) => Err(e),
-        Ok(positions) if positions.is_empty() => Err("ERR The command has no key arguments"),
+        Ok(positions) if positions.is_empty() && !crate::command::no_mandatory_keys(spec.name) => {
+            Err("ERR The command has no key arguments")
+        }
         Ok(positions) => Ok((spec, positions)),
     }
 }
