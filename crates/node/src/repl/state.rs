@@ -2246,7 +2246,9 @@ mod tests {
         let mut a = Replica::new(1);
         let v = pfadd(&a, "many", 2_000).unwrap();
         let whole = a.write(Some(v), Intent::Registers);
-        assert!(codec().serialize(&whole).unwrap().len() > hll::DENSE_SIZE);
+        let whole = codec().serialize(&whole).unwrap().len();
+        eprintln!("creation of a dense HLL: {whole} delta bytes");
+        assert!(whole > hll::DENSE_SIZE);
         let dots = |a: &Replica| a.state.string.entries().get(&()).map_or(0, |d| d.len());
         let mut folds = 0;
         for i in 0..40 {
@@ -2257,6 +2259,7 @@ mod tests {
                 continue; // the element raised no register
             }
             let n = codec().serialize(&d).unwrap().len();
+            eprintln!("raise {i}: {n} delta bytes beside {before} dots");
             if before < HLL_PARTS_KEPT {
                 assert!(n < 80, "write {i}: {n} bytes beside {before} dots");
                 assert_eq!(dots(&a), before + 1);
