@@ -332,8 +332,19 @@ fn object_freq(core: &mut Core, call: &mut Call) {
     if !lfu_policy(core) {
         return call.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
-    // Read without touching, decayed to now, as Redis answers.
-    call.out.integer(i64::from(counter));
+    // Read without touching, decayed to now, as Redis answers. A key the hot-key sketch
+    // tracks (ARCHITECTURE §56) answers at least the counter of the accesses the sketch holds
+    // for it: reads this node forwarded to an owner, or made before an LFU policy was set,
+    // count there and not in the key's own counter, and `redis-cli --hotkeys` ranks by it.
+    core.hot_keys.roll_to(call.now_ms);
+    let key = call.arg(2);
+    let sketched = if core.hot_keys.rate_per_s(key) > 0 {
+        core.hot_keys
+            .lfu_counter(key, u64::from(core.config.lfu_log_factor))
+    } else {
+        0
+    };
+    call.out.integer(i64::from(counter.max(sketched)));
 }
 
 fn object_help(_core: &mut Core, call: &mut Call) {
