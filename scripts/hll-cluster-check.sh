@@ -33,7 +33,9 @@ add() { # node port, tag, count: the same PFADD on the node and on the single no
 sleep 1
 add $BASE a 100; add $((BASE + 1)) b 100; add $((BASE + 2)) c 100
 # Concurrent creation of a second key on all three at once.
-for i in 0 1 2; do cli $((BASE + i)) pfadd h2 "x$i" "y$i" >/dev/null & done; wait
+ADDS=()
+for i in 0 1 2; do cli $((BASE + i)) pfadd h2 "x$i" "y$i" >/dev/null & ADDS+=($!); done
+wait "${ADDS[@]}"
 # Node 3 stopped; the others keep adding, then node 3 comes back and adds its own.
 kill "${PIDS[3]}"; wait "${PIDS[3]}" 2>/dev/null || true
 add $BASE d 2000; add $((BASE + 1)) e 2000
