@@ -59,6 +59,26 @@ impl<K: Ord + Clone, P: Crdt> DotKernel<K, P> {
         }
     }
 
+    /// Adds `{dot: payload}` to `key`'s dots, superseding none of them. The delta carries the
+    /// new dot and payload, and only the new dot in its context.
+    pub(crate) fn add_beside(&mut self, key: K, dot: Dot, payload: P) -> Self {
+        debug_assert!(
+            !self.cc.contains(dot),
+            "dot {dot:?} reused: dots must be fresh"
+        );
+        self.entries
+            .entry(key.clone())
+            .and_modify(|m| {
+                m.insert(dot, payload.clone());
+            })
+            .or_insert_with(|| DotMap::single(dot, payload.clone()));
+        self.cc.insert(dot);
+        DotKernel {
+            entries: BTreeMap::from([(key, DotMap::single(dot, payload))]),
+            cc: CausalContext::from_dots(std::iter::once(dot)),
+        }
+    }
+
     /// Remove `key` as observed: the delta is just the context of its dots.
     pub(crate) fn remove<Q>(&mut self, key: &Q) -> Self
     where

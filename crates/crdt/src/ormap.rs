@@ -66,6 +66,18 @@ impl<K: Ord + Clone, V: Crdt> OrMap<K, V> {
         }
     }
 
+    /// Writes `part` at the fresh `dot` beside `key`'s current dots, superseding none of them:
+    /// the key's value becomes the join of its old payloads and `part`. For a payload lattice
+    /// where a part is enough (a HyperLogLog's registers, joined by max: the registers that
+    /// rose), so the delta carries the change instead of the whole value. The price is a dot
+    /// per such write until a [`OrMap::put`] supersedes them, and a removal concurrent with it
+    /// leaves `part` alone (not the value it was added to). Returns the delta.
+    pub fn put_beside(&mut self, key: K, part: V, dot: Dot) -> OrMap<K, V> {
+        OrMap {
+            kernel: self.kernel.add_beside(key, dot, part),
+        }
+    }
+
     /// The map holding only `key -> {dot: value}`, with causal context `cc` plus `dot`: the
     /// expansion of a state kept in a compact form elsewhere (the caller vouches that `cc` is
     /// what that form stands for). Unlike [`OrMap::put`], `dot` need not be fresh.

@@ -102,6 +102,10 @@ pub enum Flag {
     /// new state (`crate::persist`): it changes only its first key, the same way whenever it
     /// runs on the same value (no time, no randomness, no other key).
     LoggedAsCommand = 1 << 26,
+    /// It raises or rewrites a HyperLogLog's registers (PFADD, PFMERGE) or re-encodes one
+    /// without changing them (PFCOUNT's cached count, PFDEBUG's dense conversion): merged
+    /// register by register (replication's `Intent::Registers`).
+    RaisesRegisters = 1 << 25,
     /// Its numeric change is an increment, merged by adding (replication's `Intent`).
     Increments = 1 << 27,
     /// An increment when given the INCR option (ZADD).

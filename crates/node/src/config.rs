@@ -332,6 +332,10 @@ pub struct Config {
     pub tracking_table_max_keys: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// `lfu-log-factor`: how slowly the LFU counter grows (see `lattice_store::AccessClock`).
+    pub lfu_log_factor: u32,
+    /// `lfu-decay-time`: minutes per unit the LFU counter loses without access (0: never).
+    pub lfu_decay_time_min: u32,
     /// `hotkey-threshold`: accesses per second that make a key hot here; 0 never.
     pub hotkey_threshold: u64,
     /// Keys sampled per eviction (`maxmemory-samples`).
@@ -402,6 +406,8 @@ impl Default for Config {
             tracking_table_max_keys: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            lfu_log_factor: 0,
+            lfu_decay_time_min: 0,
             hotkey_threshold: 0,
             maxmemory_samples: 5,
             slowlog_log_slower_than_us: 0,
@@ -568,6 +574,19 @@ impl Config {
         self.values.get(name).map(|s| s.as_str())
     }
 
+    /// How the store keeps access words under this `maxmemory-policy`: Redis's LFU data under
+    /// an LFU policy, else the last access time.
+    pub fn access_clock(&self) -> lattice_store::AccessClock {
+        if self.maxmemory_policy.ends_with("lfu") {
+            lattice_store::AccessClock::Lfu {
+                log_factor: self.lfu_log_factor,
+                decay_min: self.lfu_decay_time_min,
+            }
+        } else {
+            lattice_store::AccessClock::Lru
+        }
+    }
+
     fn refresh(&mut self) {
         let int = |c: &Config, n: &str| c.values[n].parse::<i64>().unwrap_or(0).max(0) as u64;
         self.maxclients = int(self, "maxclients");
@@ -579,6 +598,8 @@ impl Config {
         self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.lfu_log_factor = int(self, "lfu-log-factor") as u32;
+        self.lfu_decay_time_min = int(self, "lfu-decay-time") as u32;
         self.hotkey_threshold = int(self, "hotkey-threshold");
         self.maxmemory_samples = int(self, "maxmemory-samples");
         self.slowlog_log_slower_than_us =

@@ -182,8 +182,10 @@ impl Core {
         if let Some(pass) = config.requirepass.as_deref() {
             acl.set_requirepass(pass.as_bytes());
         }
+        let mut db = Db::new();
+        db.set_access_clock(config.access_clock());
         Core {
-            db: Db::new(),
+            db,
             config,
             stats: Stats::default(),
             clients: ClientTable::default(),

@@ -337,8 +337,11 @@ impl Core {
             }
             // An increment is captured as the difference from the old value, which a compact
             // string leaves to the store: keep a copy before the command changes it.
-            if let (Intent::Increment, Some(r), Some(key)) =
-                (i, self.repl.as_mut(), call.args.get(1))
+            // So is a register raise (the capture compares the registers before and after);
+            // its key is the command's first (PFDEBUG's is its second argument).
+            let first_key = usize::try_from(spec.keys.0).unwrap_or(0).max(1);
+            if let (Intent::Increment | Intent::Registers, Some(r), Some(key)) =
+                (i, self.repl.as_mut(), call.args.get(first_key))
             {
                 r.keep_value(key, &mut self.db);
             }
@@ -371,6 +374,8 @@ fn intent_of(spec: &CommandSpec, args: &[Bytes]) -> Intent {
             && args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(b"incr")));
     if increments {
         Intent::Increment
+    } else if spec.has(Flag::RaisesRegisters) {
+        Intent::Registers
     } else {
         Intent::Assign
     }

@@ -88,18 +88,7 @@ fn allkeys_lru_keeps_recently_used_keys() {
     for i in 50..100 {
         h.cmd(1, &["GET", &format!("k{i}")]);
     }
-    // About 30 keys' worth over the limit.
-    h.node.report_memory(USED + 30 * 60);
-    h.cmd(1, &["SET", "new", "v"]);
-    assert!(info_field(&mut h, "evicted_keys") > 0);
-    for i in 50..100 {
-        let key = format!("k{i}");
-        assert_eq!(
-            h.cmd(1, &["EXISTS", &key]),
-            ":1\r\n",
-            "recently read {key} evicted"
-        );
-    }
+    evict_keeping_k50_to_k99(&mut h, "recently read");
 }
 
 #[test]
@@ -131,4 +120,119 @@ fn a_clustered_node_refuses_instead_of_evicting() {
     h.node.report_memory(2_000);
     assert!(h.cmd(1, &["SET", "k", "v"]).starts_with("-OOM"));
     assert_eq!(info_field(&mut h, "evicted_keys"), 0);
+}
+
+/// A node with connections 1 and 2 under `allkeys-lfu`, `lfu-log-factor` `factor`.
+fn lfu_node(factor: &str) -> Harness {
+    let mut h = Harness::with_clients(2);
+    h.cmd(1, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]);
+    h.cmd(1, &["CONFIG", "SET", "lfu-log-factor", factor]);
+    h
+}
+
+/// OBJECT FREQ answers what redis-server 7.0.15 answers to the same commands under
+/// `allkeys-lfu`. With `lfu-log-factor 0` every access raises the counter, so the answers
+/// are exact: a new key starts at 5 (LFU_INIT_VAL), reads and writes count, an overwrite
+/// keeps the counter its lookup raised, EXISTS/TYPE/TTL and OBJECT itself do not count.
+#[test]
+fn object_freq_answers_as_redis_under_an_lfu_policy() {
+    let mut h = lfu_node("0");
+    let freq = |h: &mut Harness, key: &str| h.cmd(1, &["OBJECT", "FREQ", key]);
+    h.cmd(1, &["SET", "x", "vv"]);
+    assert_eq!(freq(&mut h, "x"), ":5\r\n");
+    for _ in 0..3 {
+        h.cmd(1, &["GET", "x"]);
+    }
+    assert_eq!(freq(&mut h, "x"), ":8\r\n");
+    h.cmd(1, &["SET", "x", "ww"]);
+    assert_eq!(freq(&mut h, "x"), ":9\r\n");
+    h.cmd(1, &["APPEND", "x", "z"]);
+    assert_eq!(freq(&mut h, "x"), ":10\r\n");
+    for c in ["EXISTS", "TYPE", "TTL"] {
+        h.cmd(1, &[c, "x"]);
+    }
+    assert_eq!(freq(&mut h, "x"), ":10\r\n");
+    h.cmd(1, &["STRLEN", "x"]);
+    assert_eq!(freq(&mut h, "x"), ":11\r\n");
+    h.cmd(1, &["SET", "y", "vv"]);
+    h.cmd(1, &["EXPIRE", "y", "100"]);
+    assert_eq!(freq(&mut h, "y"), ":6\r\n");
+    assert_eq!(freq(&mut h, "nosuch"), "$-1\r\n");
+    // Under the default factor the first read still counts for certain (Redis: 6), and the
+    // counter grows ever more slowly: 100 reads leave it far below 105.
+    let mut h = lfu_node("10");
+    h.cmd(1, &["SET", "x", "vv"]);
+    h.cmd(1, &["GET", "x"]);
+    assert_eq!(h.cmd(1, &["OBJECT", "FREQ", "x"]), ":6\r\n");
+    for _ in 0..100 {
+        h.cmd(1, &["GET", "x"]);
+    }
+    let f: u64 = h.cmd(1, &["OBJECT", "FREQ", "x"])[1..]
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((7..=12).contains(&f), "{f}");
+    // Not under an LFU policy: Redis's error.
+    h.cmd(1, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    assert!(h
+        .cmd(1, &["OBJECT", "FREQ", "x"])
+        .starts_with("-ERR An LFU maxmemory policy is not selected"));
+}
+
+/// The counter loses one per `lfu-decay-time` minutes without access, and RESTORE ... FREQ
+/// sets it.
+#[test]
+fn lfu_counters_decay_and_restore_sets_them() {
+    let mut h = lfu_node("0");
+    h.cmd(1, &["SET", "x", "vv"]);
+    for _ in 0..10 {
+        h.cmd(1, &["GET", "x"]);
+    }
+    assert_eq!(h.cmd(1, &["OBJECT", "FREQ", "x"]), ":15\r\n");
+    h.advance(3 * 60_000);
+    assert_eq!(h.cmd(1, &["OBJECT", "FREQ", "x"]), ":12\r\n");
+    h.cmd(1, &["CONFIG", "SET", "lfu-decay-time", "2"]);
+    assert_eq!(h.cmd(1, &["OBJECT", "FREQ", "x"]), ":14\r\n");
+    h.cmd(1, &["CONFIG", "SET", "lfu-decay-time", "0"]);
+    assert_eq!(h.cmd(1, &["OBJECT", "FREQ", "x"]), ":15\r\n");
+    let dump = h.raw(1, &[b"DUMP", b"x"]);
+    let payload = &dump[dump.iter().position(|&b| b == b'\n').unwrap() + 1..dump.len() - 2];
+    h.raw(1, &[b"RESTORE", b"r", b"0", payload, b"FREQ", b"100"]);
+    assert_eq!(h.cmd(1, &["OBJECT", "FREQ", "r"]), ":100\r\n");
+}
+
+#[test]
+fn allkeys_lfu_keeps_frequently_used_keys_over_recently_used_ones() {
+    let mut h = node(100, 0, "allkeys-lfu", 0);
+    h.cmd(1, &["CONFIG", "SET", "lfu-log-factor", "0"]);
+    h.cmd(1, &["CONFIG", "SET", "maxmemory-samples", "64"]);
+    // The keys were written before the policy was set (their words hold access times, read
+    // as counters now, as in Redis): start again with fresh counters.
+    h.cmd(1, &["FLUSHALL"]);
+    for i in 0..100 {
+        h.cmd(1, &["SET", &format!("k{i}"), "value"]);
+    }
+    for _ in 0..10 {
+        for i in 50..100 {
+            h.cmd(1, &["GET", &format!("k{i}")]);
+        }
+    }
+    h.advance(10_000);
+    // The rarely used keys are the recently used ones (LRU would evict the others).
+    for i in 0..50 {
+        h.cmd(1, &["GET", &format!("k{i}")]);
+    }
+    evict_keeping_k50_to_k99(&mut h, "frequently read");
+}
+
+/// Puts the node about 30 keys' worth over the limit, runs a write, and checks that some key
+/// went and none of `k50`..`k99` did.
+fn evict_keeping_k50_to_k99(h: &mut Harness, why: &str) {
+    h.node.report_memory(USED + 30 * 60);
+    h.cmd(1, &["SET", "new", "v"]);
+    assert!(info_field(h, "evicted_keys") > 0);
+    for i in 50..100 {
+        let key = format!("k{i}");
+        assert_eq!(h.cmd(1, &["EXISTS", &key]), ":1\r\n", "{why} {key} evicted");
+    }
 }

@@ -693,3 +693,126 @@ fn a_slow_transfer_to_an_empty_replica_loses_nothing() {
         assert_eq!(c.info_field(i, "tombstones_pending_gc"), 0, "node {i}");
     }
 }
+
+/// `n` distinct elements named `{tag}:0` .. for one PFADD.
+fn pfadd_args(key: &str, tag: &str, n: usize) -> Vec<String> {
+    let mut a = vec!["PFADD".to_string(), key.to_string()];
+    a.extend((0..n).map(|i| format!("{tag}:{i}")));
+    a
+}
+
+fn run(c: &mut Cluster, i: usize, args: &[String]) -> String {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    c.cmd(i, &refs)
+}
+
+/// Issue 20, must-show 4: PFADDs of different elements on 3 nodes, some of them concurrent
+/// during a cut (the HLL created on both sides of it, then raised on both), give every node
+/// the PFCOUNT of one node that saw every add. Sparse and dense HLLs are both met: the
+/// elements of one tag fit a sparse HLL, all of them do not.
+#[test]
+fn concurrent_pfadds_count_every_element_on_every_node() {
+    let mut c = Cluster::new(3);
+    let mut single = lattice_testkit::Harness::with_clients(1);
+    let mut both = |c: &mut Cluster, i: usize, key: &str, tag: &str, n: usize| {
+        let args = pfadd_args(key, tag, n);
+        run(c, i, &args);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        single.cmd(1, &refs);
+    };
+    // Each (node, tag, elements) adds: with node `cut` cut off, then healed; or with none
+    // cut off, each add seen everywhere before the next.
+    let mut round = |c: &mut Cluster, cut: Option<usize>, adds: [(usize, &str, usize); 3]| {
+        if let Some(i) = cut {
+            c.cut(i);
+        }
+        for (i, tag, n) in adds {
+            both(c, i, "h", tag, n);
+            c.settle();
+        }
+        if let Some(i) = cut {
+            c.heal(i);
+            c.advance(5_000);
+        }
+    };
+    // Created concurrently: node 2 cut off before the key exists.
+    round(&mut c, Some(2), [(0, "a", 40), (2, "c", 40), (1, "b", 40)]);
+    // Raised on every node, each seeing the others.
+    round(&mut c, None, [(0, "d", 300), (1, "e", 300), (2, "f", 300)]);
+    // Raised concurrently again, dense by now, with node 1 cut off.
+    round(
+        &mut c,
+        Some(1),
+        [(0, "g", 3_000), (1, "i", 3_000), (2, "j", 50)],
+    );
+    let expected = single.cmd(1, &["PFCOUNT", "h"]);
+    assert!(expected.starts_with(':'), "{expected:?}");
+    let n: u64 = expected[1..expected.len() - 2].parse().unwrap();
+    assert!(
+        (6_900..7_250).contains(&n),
+        "the single node's estimate {n} of 7,070"
+    );
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["PFCOUNT", "h"]), expected, "node {i}");
+        assert_eq!(
+            c.cmd(i, &["PFDEBUG", "ENCODING", "h"]),
+            "+dense\r\n",
+            "node {i}"
+        );
+    }
+    // The registers themselves agree with the single node's.
+    let regs = single.cmd(1, &["PFDEBUG", "GETREG", "h"]);
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["PFDEBUG", "GETREG", "h"]), regs, "node {i}");
+    }
+    c.converge(5_000);
+}
+
+/// The string rules hold for an HLL's key (docs/SEMANTICS.md): a SET concurrent with a
+/// PFADD wins when it is the later assignment (the PFADD grows the HLL assigned before it), a
+/// DEL concurrent with a PFADD leaves what the PFADD added (add wins), and a cached count
+/// written by PFCOUNT is no write.
+#[test]
+fn an_hll_key_keeps_the_string_rules_for_set_and_del() {
+    let mut c = Cluster::new(3);
+    run(&mut c, 0, &pfadd_args("h", "a", 10));
+    c.settle();
+    c.cut(2);
+    run(&mut c, 2, &pfadd_args("h", "b", 10));
+    c.advance(10);
+    c.cmd(0, &["SET", "h", "plain"]);
+    c.heal(2);
+    c.advance(5_000);
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["GET", "h"]), "$5\r\nplain\r\n", "node {i}");
+    }
+    // DEL concurrent with a PFADD: what the PFADD added survives (add wins), what the DEL saw
+    // is gone (the PFADD shipped the registers that rose, not the HLL it raised them in).
+    c.cmd(0, &["DEL", "h"]);
+    run(&mut c, 0, &pfadd_args("h", "c", 10));
+    c.settle();
+    c.cut(2);
+    c.cmd(0, &["DEL", "h"]);
+    run(&mut c, 2, &pfadd_args("h", "d", 10));
+    c.heal(2);
+    c.advance(5_000);
+    for i in 0..3 {
+        assert_eq!(c.cmd(i, &["PFCOUNT", "h"]), ":10\r\n", "node {i}");
+    }
+    c.converge(5_000);
+    // PFCOUNT's cached count changes the bytes, not the registers: nothing replicates.
+    let before = c.delivered_bytes();
+    c.cmd(1, &["PFADD", "h", "e"]);
+    c.settle();
+    let one_add = c.delivered_bytes() - before;
+    let before = c.delivered_bytes();
+    c.settle();
+    let idle = c.delivered_bytes() - before;
+    let before = c.delivered_bytes();
+    c.cmd(1, &["PFCOUNT", "h"]);
+    c.cmd(1, &["PFDEBUG", "TODENSE", "h"]);
+    c.settle();
+    let rewrites = c.delivered_bytes() - before;
+    assert_eq!(rewrites, idle, "a PFADD shipped {one_add} bytes");
+    c.converge(5_000);
+}

@@ -39,8 +39,11 @@ pub struct Entry {
     /// Stored as a non-zero integer so the option costs no space (a deadline of 0 ms, long
     /// past, is stored as 1 ms: equally past).
     deadline_ms: Option<NonZeroU64>,
-    /// Last time a command read or wrote the key (OBJECT IDLETIME), in whole seconds since the
-    /// epoch: the resolution of Redis's LRU clock, in 4 bytes instead of 8.
+    /// The key's access word, read as the [`Db`]'s [`AccessClock`] says, as Redis reads its
+    /// 24-bit `lru` field by policy: under LRU the last time a command read or wrote the key
+    /// (OBJECT IDLETIME), in whole seconds since the epoch (the resolution of Redis's LRU
+    /// clock, in 4 bytes instead of 8); under LFU Redis's counter and the minute of its last
+    /// decay ([`Entry::lfu_counter`]).
     access_s: u32,
     /// The key's length, or [`LONG_KEY`] when the key is at least that long and its length is
     /// in the first 8 bytes of `tail`; the top bit is the replication mark ([`MARK`]).
@@ -109,6 +112,44 @@ impl Entry {
         self.access_s = seconds(ms);
     }
 
+    /// Records a command's access at `now_ms` as `clock` keeps it: the time under LRU; under
+    /// LFU the counter decayed to now, then raised with Redis's probability
+    /// `1 / ((counter - 5) * log_factor + 1)`, drawn from `draw` (a uniform 64-bit number).
+    pub fn touch(&mut self, now_ms: u64, clock: AccessClock, draw: u64) {
+        match clock {
+            AccessClock::Lru => self.set_access_ms(now_ms),
+            AccessClock::Lfu {
+                log_factor,
+                decay_min,
+            } => {
+                let counter = lfu_log_incr(self.lfu_counter(now_ms, decay_min), log_factor, draw);
+                self.set_lfu(now_ms, counter);
+            }
+        }
+    }
+
+    /// The LFU counter (the access word read as LFU data), decayed by one per `decay_min`
+    /// minutes since its last decay (0: never), without recording an access: OBJECT FREQ, and
+    /// what LFU eviction ranks by (the lowest goes first).
+    pub fn lfu_counter(&self, now_ms: u64, decay_min: u32) -> u8 {
+        let counter = (self.access_s & 0xff) as u8;
+        let last_min = (self.access_s >> 8) & 0xffff;
+        let now_min = lfu_minutes(now_ms);
+        // The minute clock wraps at 65536 minutes (about 45 days), as Redis's does.
+        let elapsed = if now_min >= last_min {
+            now_min - last_min
+        } else {
+            0xffff - last_min + now_min
+        };
+        let periods = elapsed.checked_div(decay_min).unwrap_or(0);
+        counter.saturating_sub(u8::try_from(periods).unwrap_or(u8::MAX))
+    }
+
+    /// Sets the LFU counter, its decay counted from `now_ms` (RESTORE ... FREQ).
+    pub fn set_lfu(&mut self, now_ms: u64, counter: u8) {
+        self.access_s = lfu_word(now_ms, counter);
+    }
+
     /// Bytes this key costs: its block, what its value holds on the heap, and its share of a
     /// slot table (an 8-byte pointer and a control byte per bucket, at a typical load of 9/16).
     pub fn memory_usage(&self) -> usize {
@@ -130,6 +171,50 @@ impl std::fmt::Debug for Entry {
 
 fn seconds(ms: u64) -> u32 {
     u32::try_from(ms / 1000).unwrap_or(u32::MAX)
+}
+
+/// How the store keeps each key's access word: Redis keeps the last access time or the LFU
+/// counter in the same 24 bits of a key, by `maxmemory-policy`; a key costs no more under
+/// either. Switching reads the old words the other way until keys are accessed again, as in
+/// Redis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AccessClock {
+    /// The last access in seconds (every policy but the LFU ones).
+    #[default]
+    Lru,
+    /// Redis's LFU: an 8-bit logarithmic counter (`lfu-log-factor`) and the minute of its last
+    /// decay (16 bits), the counter losing one per `decay_min` minutes (`lfu-decay-time`).
+    Lfu { log_factor: u32, decay_min: u32 },
+}
+
+/// The counter a new key starts with under LFU (Redis's `LFU_INIT_VAL`): a new key is not
+/// evicted before it had a chance to be read.
+pub const LFU_INIT_VAL: u8 = 5;
+
+/// Minutes since the epoch, modulo 65536 (Redis's `LFUGetTimeInMinutes`).
+fn lfu_minutes(now_ms: u64) -> u32 {
+    ((now_ms / 60_000) & 0xffff) as u32
+}
+
+fn lfu_word(now_ms: u64, counter: u8) -> u32 {
+    (lfu_minutes(now_ms) << 8) | u32::from(counter)
+}
+
+/// Redis's `LFULogIncr`: the counter grows by one with probability
+/// `1 / ((counter - LFU_INIT_VAL) * log_factor + 1)` (certainly below the initial value),
+/// saturating at 255; `draw` is the uniform random number deciding it.
+pub fn lfu_log_incr(counter: u8, log_factor: u32, draw: u64) -> u8 {
+    if counter == u8::MAX {
+        return counter;
+    }
+    let r = draw as f64 / u64::MAX as f64;
+    let base = f64::from(counter.saturating_sub(LFU_INIT_VAL));
+    let p = 1.0 / (base * f64::from(log_factor) + 1.0);
+    if r < p {
+        counter + 1
+    } else {
+        counter
+    }
 }
 
 /// An owned [`Entry`] behind a thin pointer: what the slot tables hold, and what
@@ -159,7 +244,7 @@ fn block_layout(tail_len: usize) -> Layout {
 }
 
 impl EntryBox {
-    fn new(key: &[u8], value: Value, deadline_ms: Option<NonZeroU64>, access_ms: u64) -> Self {
+    fn new(key: &[u8], value: Value, deadline_ms: Option<NonZeroU64>, access_s: u32) -> Self {
         let (key_len, prefix) = match u32::try_from(key.len()) {
             Ok(n) if n < LONG_KEY => (n, 0),
             _ => (LONG_KEY, 8),
@@ -176,7 +261,7 @@ impl EntryBox {
             head.write(Head {
                 value,
                 deadline_ms,
-                access_s: seconds(access_ms),
+                access_s,
                 key_len,
             });
             let tail = raw.add(std::mem::size_of::<Head>());
@@ -340,6 +425,11 @@ pub struct Db {
     marked_gone: Vec<Box<[u8]>>,
     /// The keys changed since the last [`Db::take_changes`] (off unless asked for).
     changes: Changes,
+    /// How access words are kept (the owner sets it from `maxmemory-policy`).
+    clock: AccessClock,
+    /// The state of the generator LFU increments draw from (xorshift64*: deterministic, so a
+    /// simulated node replays its counters exactly; never zero).
+    draws: u64,
 }
 
 impl Default for Db {
@@ -360,7 +450,31 @@ impl Db {
             stats: DbStats::default(),
             marked_gone: Vec::new(),
             changes: Changes::default(),
+            clock: AccessClock::Lru,
+            draws: 0x9e37_79b9_7f4a_7c15,
         }
+    }
+
+    /// How access words are kept from now on (`maxmemory-policy`, `lfu-log-factor`,
+    /// `lfu-decay-time`); words already stored are read the new way, as in Redis.
+    pub fn set_access_clock(&mut self, clock: AccessClock) {
+        self.clock = clock;
+    }
+
+    pub fn access_clock(&self) -> AccessClock {
+        self.clock
+    }
+
+    /// A uniform 64-bit number from this store's generator, for an LFU increment
+    /// ([`Entry::touch`]); the caller draws before it borrows the entry from the store.
+    pub fn draw(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.draws;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.draws = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
     /// Keys stored, including expired ones not yet reclaimed (as Redis's DBSIZE counts).
@@ -457,13 +571,21 @@ impl Db {
             Some(entry) => {
                 let old_deadline = entry.expire_at_ms();
                 entry.deadline_ms = pack(expire_at_ms);
-                entry.set_access_ms(now_ms);
+                // An overwritten key keeps its LFU counter (the command's lookup counted the
+                // access), as Redis's overwrite keeps the old object's.
+                if self.clock == AccessClock::Lru {
+                    entry.set_access_ms(now_ms);
+                }
                 let old = std::mem::replace(&mut entry.value, value);
                 self.move_deadline(h, old_deadline, expire_at_ms);
                 Some(old)
             }
             None => {
-                let entry = EntryBox::new(key, value, pack(expire_at_ms), now_ms);
+                let access = match self.clock {
+                    AccessClock::Lru => seconds(now_ms),
+                    AccessClock::Lfu { .. } => lfu_word(now_ms, LFU_INIT_VAL),
+                };
+                let entry = EntryBox::new(key, value, pack(expire_at_ms), access);
                 self.slots[slot].insert_unique(table_hash(h), entry, rehash);
                 self.len += 1;
                 self.move_deadline(h, None, expire_at_ms);
@@ -882,6 +1004,45 @@ mod tests {
         assert_eq!(db.get_raw(b"int").unwrap().value, s("42"));
         assert!(db.get_raw(b"missing").is_none());
         db.check_invariants();
+    }
+
+    #[test]
+    fn lfu_counters_grow_logarithmically_and_decay_per_period() {
+        let lfu = AccessClock::Lfu {
+            log_factor: 10,
+            decay_min: 1,
+        };
+        let mut db = Db::new();
+        db.set_access_clock(lfu);
+        let t0 = 1_000 * 60_000;
+        db.insert(b"k", Value::Str(Str::from_bytes(b"v")), None, t0);
+        let e = db.get_live(b"k", t0, |_| {}).unwrap();
+        assert_eq!(e.lfu_counter(t0, 1), LFU_INIT_VAL);
+        // At or below the initial value an access always counts; above, with probability
+        // 1 / ((c - 5) * factor + 1): a draw of half the range counts at c = 5 (p = 1) but not
+        // at c = 6 (p = 1/11).
+        assert_eq!(lfu_log_incr(5, 10, u64::MAX / 2), 6);
+        assert_eq!(lfu_log_incr(6, 10, u64::MAX / 2), 6);
+        assert_eq!(lfu_log_incr(6, 10, u64::MAX / 20), 7);
+        assert_eq!(lfu_log_incr(255, 0, 0), 255);
+        e.touch(t0, lfu, 0);
+        assert_eq!(e.lfu_counter(t0, 1), 6);
+        // One per minute without access, to zero; the minute clock wraps at 65536.
+        assert_eq!(e.lfu_counter(t0 + 3 * 60_000, 1), 3);
+        assert_eq!(e.lfu_counter(t0 + 3 * 60_000, 2), 5);
+        assert_eq!(e.lfu_counter(t0 + 60 * 60_000, 1), 0);
+        assert_eq!(e.lfu_counter(t0 + 3 * 60_000, 0), 6);
+        // Across the wrap Redis's formula counts one minute short: 2 minutes decay 1.
+        e.set_lfu(65_535 * 60_000, 9);
+        assert_eq!(e.lfu_counter(65_537 * 60_000, 1), 8);
+        // An overwrite keeps the counter (the command's lookup counted the access).
+        db.insert(b"k", Value::Str(Str::from_bytes(b"w")), None, t0);
+        assert_eq!(
+            db.get_live(b"k", t0, |_| {})
+                .unwrap()
+                .lfu_counter(65_537 * 60_000, 1),
+            8
+        );
     }
 
     #[test]

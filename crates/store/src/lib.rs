@@ -17,7 +17,9 @@ pub mod value;
 pub mod zset;
 
 pub use changes::{Changed, Changes};
-pub use db::{Db, DbStats, Entry, EntryBox, TableStats, SLOT_COUNT};
+pub use db::{
+    lfu_log_incr, AccessClock, Db, DbStats, Entry, EntryBox, TableStats, LFU_INIT_VAL, SLOT_COUNT,
+};
 pub use glob::glob_match;
 pub use hash::Hash;
 pub use keyhash::key_hash;

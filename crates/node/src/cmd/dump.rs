@@ -136,15 +136,16 @@ fn restore(core: &mut Core, call: &mut Call) {
 
     core.db
         .insert(key, value, deadline.map(|t| t as u64), now_ms);
-    // IDLETIME backdates the access time unless an LFU policy is in force; FREQ would set the
-    // LFU counter, which Lattice does not keep (OBJECT FREQ derives it from the access time),
-    // so it is validated and otherwise ignored.
-    let _ = freq;
-    if let Some(idle) = idle_s {
-        if !core.config.maxmemory_policy.ends_with("lfu") {
-            if let Some(e) = core.db.get_live(key, now_ms, |_| {}) {
+    // IDLETIME backdates the access time unless an LFU policy is in force; FREQ sets the LFU
+    // counter only under one (Redis's objectSetLRUOrLFU).
+    let lfu = core.config.maxmemory_policy.ends_with("lfu");
+    if let Some(e) = core.db.get_live(key, now_ms, |_| {}) {
+        match (lfu, idle_s, freq) {
+            (false, Some(idle), _) => {
                 e.set_access_ms(now_ms.saturating_sub((idle as u64).saturating_mul(1000)));
             }
+            (true, _, Some(f)) => e.set_lfu(now_ms, f as u8),
+            _ => {}
         }
     }
     core.modified(key);

@@ -210,7 +210,8 @@ fn expire_generic(core: &mut Core, call: &mut Call, unit: Unit, relative: bool, 
 
 /// The deadline of a live key: `Err(-2)` when missing, `Ok(None)` when persistent.
 fn deadline(core: &mut Core, key: &[u8], now_ms: u64) -> Result<Option<u64>, i64> {
-    match core.lookup_read(key, now_ms) {
+    // No access recorded, as Redis's TTL family (LOOKUP_NOTOUCH).
+    match core.lookup_read_untouched(key, now_ms) {
         None => Err(-2),
         Some(e) => Ok(e.expire_at_ms()),
     }

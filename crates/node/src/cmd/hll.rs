@@ -19,11 +19,12 @@ const HLL: &str = "hyperloglog";
 // One line per command reads best as a table.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("pfadd", -2, &["write", "denyoom", "fast"], (1, 1, 1), HLL, "2.8.9", "Adds the specified elements to the specified HyperLogLog.", pfadd),
+    // Every command that writes an HLL replicates as a register-max merge (`Flag::RaisesRegisters`).
+    spec("pfadd", -2, &["write", "denyoom", "fast"], (1, 1, 1), HLL, "2.8.9", "Adds the specified elements to the specified HyperLogLog.", pfadd).with(Flag::RaisesRegisters),
     // May replicate (it can rewrite the key's cached count); COMMAND INFO does not show it.
-    spec("pfcount", -2, &["readonly"], (1, -1, 1), HLL, "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", pfcount).with(Flag::MayReplicate),
-    spec("pfmerge", -2, &["write", "denyoom"], (1, -1, 1), HLL, "2.8.9", "Merge N different HyperLogLogs into a single one.", pfmerge),
-    spec("pfdebug", 3, &["write", "denyoom", "admin"], (2, 2, 1), HLL, "2.8.9", "Internal commands for debugging HyperLogLog values", pfdebug),
+    spec("pfcount", -2, &["readonly"], (1, -1, 1), HLL, "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", pfcount).with(Flag::MayReplicate).with(Flag::RaisesRegisters),
+    spec("pfmerge", -2, &["write", "denyoom"], (1, -1, 1), HLL, "2.8.9", "Merge N different HyperLogLogs into a single one.", pfmerge).with(Flag::RaisesRegisters),
+    spec("pfdebug", 3, &["write", "denyoom", "admin"], (2, 2, 1), HLL, "2.8.9", "Internal commands for debugging HyperLogLog values", pfdebug).with(Flag::RaisesRegisters),
     spec("pfselftest", 1, &["admin"], (0, 0, 0), HLL, "2.8.9", "An internal command for testing HyperLogLog values", pfselftest),
 ];
 

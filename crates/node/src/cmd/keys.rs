@@ -54,7 +54,7 @@ fn del(core: &mut Core, call: &mut Call) {
 fn exists(core: &mut Core, call: &mut Call) {
     let mut n = 0;
     for key in &call.args[1..] {
-        if core.lookup_read(key, call.now_ms).is_some() {
+        if core.lookup_read_untouched(key, call.now_ms).is_some() {
             n += 1;
         }
     }
@@ -72,7 +72,11 @@ fn touch(core: &mut Core, call: &mut Call) {
 }
 
 fn type_(core: &mut Core, call: &mut Call) {
-    let name = match core.lookup_write(call.arg(1), call.now_ms) {
+    // Lazy expiry, then the type without recording an access, as Redis's TYPE
+    // (LOOKUP_NOTOUCH); no hit or miss counted, as before.
+    let now_ms = call.now_ms;
+    core.exists(call.arg(1), now_ms);
+    let name = match core.db.get_live(call.arg(1), now_ms, |_| {}) {
         Some(e) => e.value.type_name(),
         None => "none",
     };
@@ -317,37 +321,30 @@ fn object_idletime(core: &mut Core, call: &mut Call) {
 }
 
 fn object_freq(core: &mut Core, call: &mut Call) {
-    let Some(access_ms) = core
+    let decay_min = core.config.lfu_decay_time_min;
+    let Some(counter) = core
         .db
         .get_live(call.arg(2), call.now_ms, |_| {})
-        .map(|e| e.access_ms())
+        .map(|e| e.lfu_counter(call.now_ms, decay_min))
     else {
         return call.out.null();
     };
     if !lfu_policy(core) {
         return call.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
-    // Lattice keeps no per-key LFU counter (its LFU eviction ranks by recency, §49), but it
-    // counts accesses for hot keys (ARCHITECTURE, "Hot keys"): a key among the sketch's
-    // tracked keys reports Redis's logarithmic counter for the accesses the sketch holds for
-    // it (so `redis-cli --hotkeys` ranks keys by their recent rate); any other key the
-    // counter's initial value, decayed by one per minute without access, which is what Redis
-    // shows for a key touched rarely.
+    // Read without touching, decayed to now, as Redis answers. A key the hot-key sketch
+    // tracks (ARCHITECTURE §56) answers at least the counter of the accesses the sketch holds
+    // for it: reads this node forwarded to an owner, or made before an LFU policy was set,
+    // count there and not in the key's own counter, and `redis-cli --hotkeys` ranks by it.
     core.hot_keys.roll_to(call.now_ms);
     let key = call.arg(2);
-    if core.hot_keys.rate_per_s(key) > 0 {
-        let factor = core
-            .config
-            .get("lfu-log-factor")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(10);
-        return call
-            .out
-            .integer(i64::from(core.hot_keys.lfu_counter(key, factor)));
-    }
-    let idle_min = call.now_ms.saturating_sub(access_ms) / 60_000;
-    call.out
-        .integer(5i64.saturating_sub(idle_min as i64).max(0));
+    let sketched = if core.hot_keys.rate_per_s(key) > 0 {
+        core.hot_keys
+            .lfu_counter(key, u64::from(core.config.lfu_log_factor))
+    } else {
+        0
+    };
+    call.out.integer(i64::from(counter.max(sketched)));
 }
 
 fn object_help(_core: &mut Core, call: &mut Call) {

@@ -857,6 +857,7 @@ fn config_set(core: &mut Core, call: &mut Call) {
     }
     let was_appendonly = core.config.appendonly;
     core.config = next;
+    core.db.set_access_clock(core.config.access_clock());
     if seen.iter().any(|n| n == "requirepass") {
         let pass = core.config.requirepass.clone().unwrap_or_default();
         core.acl.set_requirepass(pass.as_bytes());

@@ -12,11 +12,24 @@ use crate::events::EVENT_EXPIRED;
 impl Core {
     /// Looks a key up for reading: lazy expiry, hit/miss counting, access time.
     pub fn lookup_read(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        self.lookup_counted(key, now_ms, true)
+    }
+
+    /// [`Core::lookup_read`] without recording an access (Redis's `LOOKUP_NOTOUCH`: EXISTS,
+    /// TTL and its kin leave OBJECT IDLETIME and FREQ alone).
+    pub fn lookup_read_untouched(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        self.lookup_counted(key, now_ms, false)
+    }
+
+    fn lookup_counted(&mut self, key: &[u8], now_ms: u64, touch: bool) -> Option<&mut Entry> {
         self.expire_if_due(key, now_ms);
+        let (clock, draw) = (self.db.access_clock(), self.db.draw());
         match self.db.get_live(key, now_ms, |_| {}) {
             Some(e) => {
                 self.stats.keyspace_hits += 1;
-                e.set_access_ms(now_ms);
+                if touch {
+                    e.touch(now_ms, clock, draw);
+                }
                 Some(e)
             }
             None => {
@@ -29,8 +42,9 @@ impl Core {
     /// Looks a key up for writing: lazy expiry and access time, no hit/miss counting.
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         self.expire_if_due(key, now_ms);
+        let (clock, draw) = (self.db.access_clock(), self.db.draw());
         let e = self.db.get_live(key, now_ms, |_| {})?;
-        e.set_access_ms(now_ms);
+        e.touch(now_ms, clock, draw);
         Some(e)
     }
 

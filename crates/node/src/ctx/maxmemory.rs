@@ -70,6 +70,7 @@ impl Core {
         } else {
             samples
         };
+        let (now_ms, decay_min) = (self.now.as_millis(), self.config.lfu_decay_time_min);
         let mut best: Option<(u64, Vec<u8>)> = None;
         let mut found = 0;
         for _ in 0..draws {
@@ -81,7 +82,7 @@ impl Core {
                 self.db
                     .random_entry(|| rng.next_u64())
                     .filter(|e| !volatile_only || e.expire_at_ms().is_some())
-                    .map(|e| (score(e, rank), e.key().to_vec()))
+                    .map(|e| (score(e, rank, now_ms, decay_min), e.key().to_vec()))
             };
             let Some((score, key)) = key_and_score else {
                 continue;
@@ -108,12 +109,13 @@ impl Core {
     }
 }
 
-/// A candidate's rank under `rank`: the lowest is evicted first.
-fn score(e: &Entry, rank: Rank) -> u64 {
+/// A candidate's rank under `rank` at `now_ms`: the lowest is evicted first.
+fn score(e: &Entry, rank: Rank, now_ms: u64, decay_min: u32) -> u64 {
     match rank {
         Rank::Random => 0,
-        // No per-key access counter is kept yet: LFU ranks by recency, like LRU.
-        Rank::Lru | Rank::Lfu => e.access_ms(),
+        Rank::Lru => e.access_ms(),
+        // Redis's LFU counter, decayed to now (the store keeps it under an LFU policy).
+        Rank::Lfu => u64::from(e.lfu_counter(now_ms, decay_min)),
         Rank::Ttl => e.expire_at_ms().unwrap_or(u64::MAX),
     }
 }

@@ -327,7 +327,8 @@ impl Core {
             st.materialize(&self.config.encoding, None)
         };
         assert!(
-            m.as_ref().is_some_and(|m| same_content(m, &e.value)),
+            m.as_ref()
+                .is_some_and(|m| same_content(m, &e.value) || same_hll(m, &e.value)),
             "store and replicated state differ for {:?}: store {:?}, state {:?}",
             String::from_utf8_lossy(e.key()),
             e.value,
@@ -337,4 +338,4 @@ impl Core {
     }
 }
 
-pub use super::state::same_content;
+pub use super::state::{same_content, same_hll};

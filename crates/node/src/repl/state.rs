@@ -41,6 +41,7 @@ use lattice_store::{Hash, List, Set, Str, Value, ZSet};
 use serde::{Deserialize, Serialize};
 
 use super::hint::ChangeHint;
+use crate::cmd::hll::format as hll;
 
 mod assign_wire;
 mod compact_wire;
@@ -65,6 +66,12 @@ const KINDS: [Kind; 5] = [Kind::Str, Kind::Hash, Kind::Set, Kind::ZSet, Kind::Li
 pub enum Intent {
     Assign,
     Increment,
+    /// A HyperLogLog's registers raised (PFADD, PFMERGE) or its bytes rewritten with the same
+    /// registers (PFCOUNT's cached count, PFDEBUG's dense form). The HLL keeps the stamp of the
+    /// assignment it grew from (none: the least stamp, for an HLL a PFADD or PFMERGE created),
+    /// so concurrent raises of one HLL meet at equal stamps and merge register by register
+    /// (see [`Reg`]'s merge); a rewrite with the same registers is no write at all.
+    Registers,
 }
 
 /// A string or hash field: a base written by the last winning assignment plus, per node, the
@@ -111,7 +118,28 @@ impl Reg {
                 increment(&mut r, b"0", new, node, ts);
                 r
             }
-            (Intent::Assign, _) => Reg::assigned(Bytes::copy_from_slice(new), ts),
+            (Intent::Registers, old) if hll::is_hll(new) => {
+                let mut bytes = new.to_vec();
+                // The cached count is the node's own business: stale in the replicated bytes,
+                // as after any raise, so that it never tells two replicas' states apart.
+                hll::invalidate_cache(&mut bytes);
+                match old {
+                    // Grows the HLL it was: the same base stamp, counters kept as they were.
+                    Some(r) if hll::is_hll(&r.base) => Reg {
+                        base_ts: r.base_ts,
+                        base: Bytes::from(bytes),
+                        parts: r.parts,
+                    },
+                    // Created by PFADD or PFMERGE: the least stamp, as a counter INCR created,
+                    // so concurrent creations on several replicas all count.
+                    None => Reg::assigned(Bytes::from(bytes), Hlc::ZERO),
+                    // Over something else (a type clash healing): an assignment.
+                    Some(_) => Reg::assigned(Bytes::from(bytes), ts),
+                }
+            }
+            (Intent::Assign | Intent::Registers, _) => {
+                Reg::assigned(Bytes::copy_from_slice(new), ts)
+            }
         }
     }
 
@@ -171,10 +199,17 @@ impl Crdt for Reg {
             self.parts = other.parts.clone();
             return;
         }
-        // Equal timestamps: the same assignment (timestamps are unique per write), or the
-        // implicit zero base of a counter created by INCR. Keep a deterministic base anyway.
-        if other.base > self.base {
-            self.base = other.base.clone();
+        // Equal timestamps: one assignment (timestamps are unique per write) and the HLLs
+        // grown from it by PFADD/PFMERGE, or the implicit zero base of a counter INCR created
+        // or of an HLL PFADD created. Two different HLLs join register by register (the max
+        // of each, `hll::join`); other bases keep a deterministic one. At the least stamp the
+        // bases are "0" and HLLs, and "0" sorts below every HLL, so this is a join there too.
+        if other.base != self.base {
+            match hll::join(&self.base, &other.base) {
+                Some(joined) => self.base = Bytes::from(joined),
+                None if other.base > self.base => self.base = other.base.clone(),
+                None => {}
+            }
         }
         for (node, theirs) in &other.parts {
             let mine = self.parts.entry(*node).or_default();
@@ -636,14 +671,34 @@ impl Full {
             Value::Str(s) => {
                 let new = s.as_bytes();
                 let old = self.string.get(&()).map(|r| r.into_owned());
-                // An assignment is a new stamp even of the same bytes; an increment by zero or
-                // a deadline change leaves the register alone.
-                let unchanged = !(overwrote && intent == Intent::Assign)
-                    && old.as_ref().is_some_and(|r| r.value()[..] == new[..]);
+                // An assignment is a new stamp even of the same bytes; an increment by zero, a
+                // deadline change or an HLL rewritten with the same registers (a cached count,
+                // another encoding) leaves the register alone.
+                let unchanged = match intent {
+                    Intent::Registers => old.as_ref().is_some_and(|r| {
+                        let was = r.value();
+                        was[..] == new[..] || hll::same_registers(&was, &new)
+                    }),
+                    _ => {
+                        !(overwrote && intent == Intent::Assign)
+                            && old.as_ref().is_some_and(|r| r.value()[..] == new[..])
+                    }
+                };
                 if !unchanged {
-                    let reg = Reg::written(old, &new, intent, st.node, ts);
+                    let dots = self.string.entries().get(&()).map_or(0, |d| d.len());
+                    let part = match intent {
+                        Intent::Registers => raised_part(old.as_ref(), &new, dots),
+                        _ => None,
+                    };
                     let dot = st.dot();
-                    delta.string.absorb(self.string.put((), reg, dot));
+                    let d = match part {
+                        Some(part) => self.string.put_beside((), part, dot),
+                        None => {
+                            let reg = Reg::written(old, &new, intent, st.node, ts);
+                            self.string.put((), reg, dot)
+                        }
+                    };
+                    delta.string.absorb(d);
                     wrote = true;
                 }
             }
@@ -1255,8 +1310,8 @@ impl KeyState {
         }
         // The store's new string stands in for a value the state lacks (see the type's doc).
         debug_assert!(
-            !(self.value_in_store() && intent == Intent::Increment),
-            "an increment of a string whose old value was not kept"
+            !(self.value_in_store() && intent != Intent::Assign),
+            "an increment or register raise of a string whose old value was not kept"
         );
         let new_str = match now {
             Some((Value::Str(s), _)) => Some(s.as_bytes()),
@@ -1267,8 +1322,12 @@ impl KeyState {
             .full_mut(frontier, Some(stand_in))
             .capture(now, intent, overwrote, hint, st);
         self.recompact(frontier);
-        if new_str.is_some() {
-            // The store holds the new value.
+        // The store holds the new value, except after an HLL rewritten with the same
+        // registers (a cached count, another encoding): that is no write, so the state keeps
+        // the bytes it had (the node copied them back before the command, `keep_value`), and
+        // the store's differ.
+        let rewrite = intent == Intent::Registers && delta == Full::default();
+        if new_str.is_some() && !rewrite {
             self.drop_value();
         }
         delta
@@ -1620,6 +1679,32 @@ fn string_digest_bytes<'a, G, D>(
 /// Records `old -> new` as an increment by this node: exact for integers, a float part
 /// otherwise. If neither parses (cannot happen after a successful INCR family command), falls
 /// back to an assignment.
+/// The most dots an HLL's string keeps before a raise folds them: each raise of a growing HLL
+/// adds a dot whose payload holds the registers that rose ([`raised_part`]); every read of the
+/// value joins the payloads (a decode of each), so past this many the next raise writes the
+/// whole HLL at one dot superseding them all (a delta of the whole HLL, once in this many).
+const HLL_PARTS_KEPT: usize = 16;
+
+/// The payload of a register raise that carries only the registers that rose, to be written
+/// beside the HLL's current dots (`OrMap::put_beside`; they join by max at equal base stamps,
+/// see [`Reg`]'s merge): when `old`, the joined value of the key's `dots` current dots, is an
+/// HLL without counter parts, `new` is an HLL, and there are fewer than [`HLL_PARTS_KEPT`]
+/// dots, and no register fell. None: the whole HLL is written instead ([`Reg::written`]).
+fn raised_part(old: Option<&Reg>, new: &[u8], dots: usize) -> Option<Reg> {
+    let old = old.filter(|r| r.parts.is_empty() && dots < HLL_PARTS_KEPT)?;
+    let (was, now) = (hll::registers(&old.base).ok()?, hll::registers(new).ok()?);
+    if was.iter().zip(&now).any(|(w, n)| n < w) {
+        return None; // not a raise (the whole HLL replaces the old one)
+    }
+    let rose: Vec<u8> = was
+        .iter()
+        .zip(&now)
+        .map(|(w, n)| if n > w { *n } else { 0 })
+        .collect();
+    let part = hll::from_registers(&rose, hll::JOIN_SPARSE_MAX_BYTES);
+    Some(Reg::assigned(Bytes::from(part), old.base_ts))
+}
+
 fn increment(r: &mut Reg, old: &[u8], new: &[u8], node: NodeId, ts: Hlc) {
     let as_int = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<i64>().ok();
     let base_is_int = as_int(&r.base).is_some();
@@ -1635,6 +1720,16 @@ fn increment(r: &mut Reg, old: &[u8], new: &[u8], node: NodeId, ts: Hlc) {
 }
 
 /// Equal contents regardless of encoding (listpack or table, intset or not).
+/// Whether `a` and `b` are HLLs with the same registers: what a node's store and the key's
+/// replicated state must agree on for an HLL, whose bytes may differ (the writer keeps the
+/// encoding its own commands produced and its cached count; see `Intent::Registers`).
+pub fn same_hll(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Str(x), Value::Str(y)) => hll::same_registers(&x.as_bytes(), &y.as_bytes()),
+        _ => false,
+    }
+}
+
 pub fn same_content(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Str(x), Value::Str(y)) => x.as_bytes() == y.as_bytes(),
@@ -1839,7 +1934,31 @@ mod tests {
     /// Random small histories on three replicas; states after arbitrary delivery are joined in
     /// different groupings and orders and must agree (associative, commutative, idempotent).
     fn op() -> impl Strategy<Value = (usize, u8, u8)> {
-        (0..3usize, 0..8u8, 0..4u8)
+        (0..3usize, 0..11u8, 0..4u8)
+    }
+
+    /// The intent the node gives the command `apply` runs as `kind`.
+    fn intent_of(kind: u8) -> Intent {
+        match kind {
+            1 => Intent::Increment,
+            8 | 9 => Intent::Registers,
+            _ => Intent::Assign,
+        }
+    }
+
+    /// PFADD of `n` elements named from `seed` to the replica's HLL: None when the key holds
+    /// something else (PFADD refuses it and writes nothing), else the new HLL, created when
+    /// missing. The sparse limit is low so that histories reach dense HLLs too.
+    fn pfadd(r: &Replica, seed: &str, n: usize) -> Option<Value> {
+        let mut v = match r.value() {
+            None => hll::empty(),
+            Some(Value::Str(x)) if hll::is_hll(&x.as_bytes()) => x.as_bytes().into_owned(),
+            Some(_) => return None,
+        };
+        for i in 0..n {
+            hll::add(&mut v, format!("{seed}:{i}").as_bytes(), 300).expect("well formed");
+        }
+        Some(Value::Str(Str::from_bytes(&v)))
     }
 
     fn apply(r: &mut Replica, kind: u8, arg: u8) -> Full {
@@ -1897,6 +2016,20 @@ mod tests {
                 r.write(Some(Value::Hash(Box::new(h))), Intent::Assign)
             }
             6 => r.write(None, Intent::Assign),
+            8 | 9 => {
+                // A few elements of this replica's own, or many (a dense HLL).
+                let n = if kind == 8 { 1 } else { 200 };
+                match pfadd(r, &format!("{}{arg}", r.node), n) {
+                    Some(v) => r.write(Some(v), Intent::Registers),
+                    None => Full::default(),
+                }
+            }
+            10 => {
+                // SET of an HLL's bytes: an assignment the next PFADDs grow from.
+                let mut v = hll::empty();
+                hll::add(&mut v, format!("set{arg}").as_bytes(), 300).expect("well formed");
+                r.write(Some(Value::Str(Str::from_bytes(&v))), Intent::Assign)
+            }
             _ => {
                 let mut z = match r.value() {
                     Some(Value::ZSet(x)) => *x,
@@ -1962,19 +2095,23 @@ mod tests {
             for ((who, kind, arg), sync_from) in ops {
                 let (counter, issued) = (rs[who].counter.clone(), rs[who].issued.clone());
                 let before = rs[who].stored();
+                // A PFADD refused (the key holds no HLL) writes nothing, and is not captured.
+                let refused = matches!(kind, 8 | 9) && pfadd(&rs[who], "", 0).is_none();
                 let d = apply(&mut rs[who], kind, arg);
                 // The same command, with the same dots, on the compact side.
                 let value = rs[who].value();
-                let intent = if kind == 1 { Intent::Increment } else { Intent::Assign };
-                if let (Intent::Increment, Some(b)) = (intent, &before) {
+                let intent = intent_of(kind);
+                if let (Intent::Increment | Intent::Registers, Some(b)) = (intent, &before) {
                     // As the node does before an incrementing command.
                     ks[who].keep_value(b);
                 }
                 let (mut counter, mut issued) = (counter, issued);
                 let mut st = stamper_for(rs[who].node, rs[who].wall, &mut counter, &mut issued);
-                let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent, true,
-                                         None, &mut st);
-                prop_assert_eq!(&dk, &d);
+                if !refused {
+                    let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent,
+                                             true, None, &mut st);
+                    prop_assert_eq!(&dk, &d);
+                }
                 if sync_from != who {
                     let other = rs[sync_from].state.clone();
                     let stored = rs[who].stored();
@@ -2060,6 +2197,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn registers_of(r: &Replica) -> Vec<u8> {
+        hll::registers(&r.stored().expect("an HLL")).expect("well formed")
+    }
+
+    /// Concurrent PFADDs on three replicas, the key created on each: after any exchange every
+    /// replica holds the registers of one HLL fed every element.
+    #[test]
+    fn concurrent_raises_join_register_by_register() {
+        let mut rs = [Replica::new(1), Replica::new(2), Replica::new(3)];
+        let mut all = hll::empty();
+        let mut deltas = Vec::new();
+        for round in 0..3 {
+            for r in rs.iter_mut() {
+                let seed = format!("{}-{round}", r.node);
+                let v = pfadd(r, &seed, 150).expect("an HLL");
+                for i in 0..150 {
+                    hll::add(&mut all, format!("{seed}:{i}").as_bytes(), 300).unwrap();
+                }
+                deltas.push(r.write(Some(v), Intent::Registers));
+            }
+        }
+        for r in rs.iter_mut() {
+            for d in &deltas {
+                r.state.merge(d);
+            }
+        }
+        let want = hll::registers(&all).unwrap();
+        for r in &rs {
+            assert_eq!(registers_of(r), want, "replica {}", r.node);
+            assert_eq!(r.state, rs[0].state);
+        }
+    }
+
+    /// A raise of a dense HLL ships the registers that rose, not its 12 KiB; the 16th dot
+    /// folds the key's payloads into one.
+    #[test]
+    fn a_raise_ships_the_registers_that_rose() {
+        let mut a = Replica::new(1);
+        let v = pfadd(&a, "many", 2_000).unwrap();
+        let whole = a.write(Some(v), Intent::Registers);
+        let whole = codec().serialize(&whole).unwrap().len();
+        eprintln!("creation of a dense HLL: {whole} delta bytes");
+        assert!(whole > hll::DENSE_SIZE);
+        let dots = |a: &Replica| a.state.string.entries().get(&()).map_or(0, |d| d.len());
+        let mut folds = 0;
+        for i in 0..40 {
+            let before = dots(&a);
+            let v = pfadd(&a, &format!("one{i}"), 1).unwrap();
+            let d = a.write(Some(v), Intent::Registers);
+            if d == Full::default() {
+                continue; // the element raised no register
+            }
+            let n = codec().serialize(&d).unwrap().len();
+            eprintln!("raise {i}: {n} delta bytes beside {before} dots");
+            if before < HLL_PARTS_KEPT {
+                assert!(n < 80, "write {i}: {n} bytes beside {before} dots");
+                assert_eq!(dots(&a), before + 1);
+            } else {
+                assert!(n > hll::DENSE_SIZE, "write {i}: a fold of {n} bytes");
+                assert_eq!(dots(&a), 1);
+                folds += 1;
+            }
+        }
+        assert!(folds >= 1);
+        // Same registers, other bytes (a cached count): nothing to send.
+        let mut cached = a.stored().unwrap();
+        hll::set_cached(&mut cached, 7);
+        let d = a.write(
+            Some(Value::Str(Str::from_bytes(&cached))),
+            Intent::Registers,
+        );
+        assert_eq!(d, Full::default());
     }
 
     #[test]

@@ -397,6 +397,110 @@ pub fn merge_into(max: &mut [u8], s: &[u8]) -> Result<(), Corrupt> {
     Ok(())
 }
 
+/// The 16384 register values of an HLL (dense or sparse), or `Corrupt`.
+pub fn registers(s: &[u8]) -> Result<Vec<u8>, Corrupt> {
+    if !is_hll(s) {
+        return Err(Corrupt);
+    }
+    if s[4] == DENSE {
+        return Ok((0..REGISTERS).map(|i| dense_get(&s[HDR..], i)).collect());
+    }
+    sparse_registers(s)
+}
+
+/// Whether the HLLs `a` and `b` hold the same registers (whatever their encodings and cached
+/// cardinalities); false when either is corrupt.
+pub fn same_registers(a: &[u8], b: &[u8]) -> bool {
+    matches!((registers(a), registers(b)), (Ok(x), Ok(y)) if x == y)
+}
+
+/// The sparse-to-dense threshold a replicated join encodes with: Redis's default
+/// `hll-sparse-max-bytes`. A constant, not the node's setting, so that every replica encodes a
+/// join of the same HLLs to the same bytes whatever its configuration (states and digests must
+/// agree byte for byte).
+pub const JOIN_SPARSE_MAX_BYTES: u64 = 3000;
+
+/// The HLL holding `regs` as Redis builds it by raising each register in index order into a
+/// new (sparse) HLL: sparse while the values fit its opcodes and the string stays within
+/// `max_bytes`, else dense; cached cardinality marked stale. Written in one pass (raising the
+/// registers one by one with [`sparse_set`] walks the string each time), with exactly the
+/// steps of that process: each register splits the trailing run of zeros, the string is
+/// turned dense if that split would outgrow `max_bytes`, and a value next to an equal run of
+/// fewer than four merges into it.
+pub fn from_registers(regs: &[u8], max_bytes: u64) -> Vec<u8> {
+    let mut v = empty();
+    v.truncate(HDR);
+    // The first register of the trailing zero run, and the last value opcode if it ends
+    // right before that run (position, value, run length).
+    let mut first = 0usize;
+    let mut last_val: Option<(usize, u8, usize)> = None;
+    let zeros_bytes = |len: usize| if len > ZERO_MAX_LEN { 2 } else { 1 };
+    for (i, &r) in regs.iter().enumerate().filter(|(_, &r)| r != 0) {
+        let old = zeros_bytes(REGISTERS - first);
+        let mut seq = 1;
+        if i != first {
+            seq += zeros_bytes(i - first);
+        }
+        if i != REGISTERS - 1 {
+            seq += zeros_bytes(REGISTERS - 1 - i);
+        }
+        let too_long = seq > old && (v.len() + seq) as u64 > max_bytes;
+        if r > VAL_MAX_VALUE || too_long {
+            return dense_of(regs);
+        }
+        if i != first {
+            push_zeros(&mut v, i - first);
+            last_val = None;
+        }
+        match last_val {
+            Some((p, value, len)) if value == r && len < VAL_MAX_LEN => {
+                v[p] = val_byte(r, len + 1);
+                last_val = Some((p, r, len + 1));
+            }
+            _ => {
+                v.push(val_byte(r, 1));
+                last_val = Some((v.len() - 1, r, 1));
+            }
+        }
+        first = i + 1;
+    }
+    if first < REGISTERS {
+        push_zeros(&mut v, REGISTERS - first);
+    }
+    invalidate_cache(&mut v);
+    v
+}
+
+/// The dense HLL holding `regs`, cached cardinality marked stale.
+fn dense_of(regs: &[u8]) -> Vec<u8> {
+    let mut d = vec![0u8; DENSE_SIZE];
+    d[..4].copy_from_slice(b"HYLL");
+    d[4] = DENSE;
+    for (i, &r) in regs.iter().enumerate() {
+        if r != 0 {
+            dense_set(&mut d[HDR..], i, r);
+        }
+    }
+    invalidate_cache(&mut d);
+    d
+}
+
+/// The register-max join of two HLLs, the merge of a replicated HLL: `a` itself when the two
+/// are the same bytes, else the HLL of the registers' maxima encoded by [`from_registers`]
+/// with [`JOIN_SPARSE_MAX_BYTES`]. A join of several HLLs that are not all the same bytes is
+/// therefore always the encoding of all their maxima, whatever the grouping and order: the
+/// join is commutative, associative and idempotent on the bytes, not just on the registers
+/// (the encoding depends on the registers alone, never on the inputs' encodings). None when
+/// either is not a well-formed HLL.
+pub fn join(a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
+    let (ra, rb) = (registers(a).ok()?, registers(b).ok()?);
+    if a == b {
+        return Some(a.to_vec());
+    }
+    let max: Vec<u8> = ra.iter().zip(&rb).map(|(x, y)| *x.max(y)).collect();
+    Some(from_registers(&max, JOIN_SPARSE_MAX_BYTES))
+}
+
 /// How many registers hold each value.
 pub type Histogram = [u64; 64];
 

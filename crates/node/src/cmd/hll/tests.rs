@@ -137,3 +137,98 @@ fn corrupted_hlls_never_panic() {
         let _ = decode_text(&s);
     }
 }
+
+/// An HLL of `regs` (index, value) pairs in one of Redis's encodings: built by raising each
+/// register in order (sparse, `max_bytes` low enough to turn some dense), or then made dense.
+fn encoded(regs: &[(u16, u8)], max_bytes: u64, dense: bool) -> Vec<u8> {
+    let mut v = empty();
+    for &(i, r) in regs {
+        let i = usize::from(i) % REGISTERS;
+        if v[4] == DENSE {
+            dense_raise(&mut v[HDR..], i, r);
+        } else {
+            sparse_set(&mut v, i, r, max_bytes).unwrap();
+        }
+    }
+    if dense {
+        to_dense(&mut v).unwrap();
+    }
+    v
+}
+
+fn an_hll() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+    (
+        proptest::collection::vec((any::<u16>(), 1..40u8), 0..400),
+        prop_oneof![Just(60u64), Just(3000u64)],
+        any::<bool>(),
+    )
+        .prop_map(|(regs, max, dense)| encoded(&regs, max, dense))
+}
+
+proptest::proptest! {
+    /// The replicated join of two HLLs (register max) is commutative, associative and
+    /// idempotent on the bytes themselves, whatever encodings the inputs have, and holds each
+    /// register's maximum.
+    #[test]
+    fn join_laws(a in an_hll(), b in an_hll(), c in an_hll()) {
+        let j = |x: &[u8], y: &[u8]| join(x, y).expect("well formed");
+        proptest::prop_assert_eq!(j(&a, &a), a.clone());
+        proptest::prop_assert_eq!(j(&a, &b), j(&b, &a));
+        proptest::prop_assert_eq!(j(&j(&a, &b), &c), j(&a, &j(&b, &c)));
+        let ab = j(&a, &b);
+        proptest::prop_assert!(is_hll(&ab));
+        let (ra, rb, rab) = (registers(&a).unwrap(), registers(&b).unwrap(),
+                             registers(&ab).unwrap());
+        for i in 0..REGISTERS {
+            proptest::prop_assert_eq!(rab[i], ra[i].max(rb[i]));
+        }
+        proptest::prop_assert!(cached(&ab).is_none() || a == b);
+    }
+}
+
+#[test]
+fn a_join_is_refused_for_what_is_not_an_hll() {
+    assert_eq!(join(b"plain", &empty()), None);
+    let mut bad = empty();
+    bad.truncate(HDR + 1); // runs cover fewer than 16384 registers
+    assert_eq!(join(&bad, &empty()), None);
+    assert!(same_registers(&empty(), &{
+        let mut d = empty();
+        to_dense(&mut d).unwrap();
+        d
+    }));
+}
+
+proptest::proptest! {
+    /// The one-pass encoding is the string Redis's process builds, raising each register in
+    /// index order with `sparse_set` (and `dense_raise` once dense).
+    #[test]
+    fn from_registers_is_the_index_order_build(
+        regs in proptest::collection::vec((proptest::prelude::any::<u16>(), 1..3u8), 0..700),
+        high in proptest::prelude::any::<bool>(),
+        max in proptest::prop_oneof![proptest::strategy::Just(60u64),
+                                     proptest::strategy::Just(300u64),
+                                     proptest::strategy::Just(3000u64)],
+    ) {
+        let mut all = vec![0u8; REGISTERS];
+        for (i, r) in regs {
+            // Few distinct indices, so runs of neighbours and equal values are common.
+            let i = usize::from(i) % 600;
+            all[i] = all[i].max(r);
+        }
+        if high {
+            all[300] = 40; // beyond the sparse opcodes: dense
+        }
+        let mut slow = empty();
+        for (i, &r) in all.iter().enumerate().filter(|(_, &r)| r != 0) {
+            if slow[4] == DENSE {
+                dense_raise(&mut slow[HDR..], i, r);
+            } else {
+                sparse_set(&mut slow, i, r, max).unwrap();
+            }
+        }
+        invalidate_cache(&mut slow);
+        proptest::prop_assert_eq!(from_registers(&all, max), slow);
+    }
+}
