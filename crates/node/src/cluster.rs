@@ -573,6 +573,14 @@ impl Cluster {
             .or_else(|| owners.iter().copied().find(|&o| live(o)))
     }
 
+    /// Whether the placement makes this node an owner of `slot` (held or not). False before
+    /// the placement exists.
+    pub fn placed_owner(&self, slot: u16) -> bool {
+        self.placement
+            .as_ref()
+            .is_some_and(|p| p.is_owner(self.me, slot))
+    }
+
     /// Whether a command on `slot` runs here: this node owns it and holds it, or owns it and
     /// no live member holds it better (see `live_owner`).
     pub fn owns(&self, slot: u16) -> bool {
