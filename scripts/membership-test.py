@@ -68,7 +68,7 @@ def launch(binary, work, node_id, port, cport, rf, cluster_args):
     return redis.Redis(port=port, socket_timeout=20)
 
 
-def wait_for(what, cond, timeout, work):
+def wait_for(what, cond, timeout, work, clients=None):
     deadline = time.time() + timeout
     while True:
         try:
@@ -77,6 +77,11 @@ def wait_for(what, cond, timeout, work):
         except redis.exceptions.ConnectionError:
             pass
         if time.time() > deadline:
+            for i, c in (clients or {}).items():
+                info = cluster_info(c)
+                print("  node %d: %s" % (i, {k: v for k, v in info.items()
+                                             if k.startswith(("cluster_groups", "cluster_move", "cluster_my",
+                                                              "cluster_members", "cluster_state"))}))
             fail("%s did not happen within %d s (logs in %s)" % (what, timeout, work))
         time.sleep(0.05)
 
@@ -92,6 +97,8 @@ def balanced(clients, members):
         if i.get("cluster_state") != "ok" or i.get("cluster_members_known") != members:
             return False
         if i.get("cluster_groups_incoming") or i.get("cluster_groups_draining"):
+            return False
+        if b"disconnected" in c.execute_command("CLUSTER", "NODES"):
             return False
     return True
 
@@ -140,13 +147,10 @@ class Writer(threading.Thread):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--nodes", type=int, default=5)
-    ap.add_argument("--rf", type=int, default=3)
-    ap.add_argument("--keys", type=int, default=20000)
+    partition_test.cluster_args(ap)
     ap.add_argument("--pipeline", type=int, default=10)
     ap.add_argument("--base-port", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=60)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "lattice-server"))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="lattice-membership.")
     ports = Ports(args.base_port)
@@ -186,7 +190,8 @@ def main():
         t = time.time()
         clients[new] = launch(args.binary, work, new, port[new], cport[new], args.rf,
                               ["--join", "127.0.0.1:%d" % cport[1]])
-        wait_for("the join balancing", lambda: balanced(clients.values(), n + 1), args.timeout, work)
+        wait_for("the join balancing", lambda: balanced(clients.values(), n + 1), args.timeout, work,
+                 clients)
         join_s = time.time() - t
         join_bytes = moved_bytes(clients.values()) - bytes0
         after_join = owners_by_slot(clients[1])
@@ -199,7 +204,7 @@ def main():
         rest = [i for i in clients if i not in leavers]
         wait_for("the leaves", lambda: all(cluster_info(clients[i]).get("cluster_my_status") == "left"
                                            for i in leavers)
-                 and balanced([clients[i] for i in rest], len(rest)), args.timeout, work)
+                 and balanced([clients[i] for i in rest], len(rest)), args.timeout, work, clients)
         leave_s = time.time() - t
         leave_bytes = moved_bytes(clients.values()) - bytes0 - join_bytes
         time.sleep(1)
@@ -220,18 +225,13 @@ def main():
         wait_for("DBSIZE matching the placement",
                  lambda: sizes.update({i: clients[i].dbsize() for i in clients}) or sizes == expected,
                  30, work)
-        lost = 0
-        for i, c in clients.items():
-            for at in range(0, len(keys), 500):
-                p = c.pipeline(transaction=False)
-                chunk = keys[at:at + 500]
-                for k in chunk:
-                    p.get(k)
-                for k, v in zip(chunk, p.execute()):
-                    if v != values[k].encode():
-                        lost += 1
-                        if lost < 10:
-                            print("  GET %s through node %d answered %r" % (k, i, v))
+        missing = set()
+        order = sorted(clients)
+        for k, i, v in partition_test.read_back([clients[i] for i in order], keys, values.get):
+            if len(missing) < 10:
+                print("  GET %s through node %d answered %r" % (k, order[i], v))
+            missing.add(k)
+        lost = len(missing)
 
         def moved_key_bytes(old, new_owners):
             # Each key's bytes once per owner that gained its slot.

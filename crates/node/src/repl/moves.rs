@@ -6,8 +6,9 @@
 //!
 //! Bounded: one stream per peer, at most `SLICE_WINDOW` slices unacknowledged, each of at most
 //! `SLICE_KEYS` keys and about `SLICE_BYTES` bytes; a slice unacknowledged for
-//! `SLICE_TIMEOUT_MS` restarts its stream from the start (a lost slice must not end it, and a
-//! restarted stream only sends again what merges idempotently).
+//! `SLICE_TIMEOUT_MS` starts a new stream from that slice's first key (a lost slice must not
+//! end it; what the receiver acknowledged before it is merged there, and what is sent again
+//! merges idempotently).
 
 use std::collections::VecDeque;
 
@@ -33,10 +34,13 @@ pub(super) struct MoveOut {
     /// The next Merkle leaf to list, and the keys of it already sent.
     leaf: usize,
     resume: usize,
-    /// (slice, sent at) not yet acknowledged.
-    inflight: VecDeque<(u64, u64)>,
+    /// (slice, sent at, the leaf and key it started from) not yet acknowledged.
+    inflight: VecDeque<(u64, u64, usize, usize)>,
     next_slice: u64,
     last_sent: bool,
+    /// Groups asked for while this stream ran: streamed next (restarting this stream with
+    /// them would send its head again, and under steady changes might never end).
+    then: Groups,
 }
 
 /// What a stream from one peer has delivered so far.
@@ -64,17 +68,24 @@ pub struct MoveStats {
 }
 
 impl Replicator {
-    /// Streams `groups` to `peer` (with what a running stream to it already covers: the
-    /// stream starts over with the union, which costs a restart, not a loss).
+    /// Streams `groups` to `peer`. Groups a running stream to it does not cover are streamed
+    /// once it ends.
     pub fn start_move(&mut self, peer: NodeId, groups: Groups, now_ms: u64, db: &Db) {
         if groups.is_empty() || peer == self.node {
             return;
         }
-        let union = match self.moves_out.get(&peer) {
-            Some(m) if m.groups.union(&groups) == m.groups => return,
-            Some(m) => m.groups.union(&groups),
-            None => groups,
-        };
+        if let Some(m) = self.moves_out.get_mut(&peer) {
+            let mut more = Groups::default();
+            for g in groups.iter().filter(|&g| !m.groups.contains(g)) {
+                more.insert(g);
+            }
+            m.then = m.then.union(&more);
+            return;
+        }
+        self.open_move(peer, groups, now_ms, db);
+    }
+
+    fn open_move(&mut self, peer: NodeId, groups: Groups, now_ms: u64, db: &Db) {
         if cfg!(feature = "planted-move-bug") {
             // The planted bug: a stream counts as delivered when it starts, so its sender
             // drops the groups before the receiver acknowledged holding them.
@@ -86,12 +97,13 @@ impl Replicator {
             peer,
             MoveOut {
                 stream: self.next_stream,
-                groups: union,
+                groups,
                 leaf: 0,
                 resume: 0,
                 inflight: VecDeque::new(),
                 next_slice: 0,
                 last_sent: false,
+                then: Groups::default(),
             },
         );
         self.pump_move(peer, now_ms, db);
@@ -117,15 +129,15 @@ impl Replicator {
         if !up || m.last_sent || m.inflight.len() >= SLICE_WINDOW {
             return;
         }
-        let (leaf, resume, groups) = (m.leaf, m.resume, m.groups);
+        let (start_leaf, start_resume, groups) = (m.leaf, m.resume, m.groups);
         let keep = |_: &Replicator, k: &Bytes| {
             groups.contains(lattice_placement::Placement::group_of(
                 lattice_placement::key_slot(k),
             ))
         };
         let (entries, bytes, leaf, resume) = self.walk_slice(
-            leaf,
-            resume,
+            start_leaf,
+            start_resume,
             self.slice_keys,
             MOVE_LEAVES_PER_SLICE,
             keep,
@@ -136,7 +148,8 @@ impl Replicator {
         m.resume = resume;
         m.next_slice += 1;
         m.last_sent = leaf >= merkle::LEAVES;
-        m.inflight.push_back((m.next_slice, now_ms));
+        m.inflight
+            .push_back((m.next_slice, now_ms, start_leaf, start_resume));
         let msg = MoveSlice {
             stream: m.stream,
             slice: m.next_slice,
@@ -159,14 +172,15 @@ impl Replicator {
         let peers: Vec<NodeId> = self.moves_out.keys().copied().collect();
         for peer in peers {
             let m = self.moves_out.get_mut(&peer).expect("listed");
-            if m.inflight
+            if let Some(&(_, _, leaf, resume)) = m
+                .inflight
                 .front()
-                .is_some_and(|&(_, sent)| sent + SLICE_TIMEOUT_MS <= now_ms)
+                .filter(|&&(_, sent, _, _)| sent + SLICE_TIMEOUT_MS <= now_ms)
             {
                 self.next_stream += 1;
                 m.stream = self.next_stream;
-                m.leaf = 0;
-                m.resume = 0;
+                m.leaf = leaf;
+                m.resume = resume;
                 m.inflight.clear();
                 m.next_slice = 0;
                 m.last_sent = false;
@@ -187,7 +201,7 @@ impl Replicator {
     pub(super) fn move_oldest_ms(&self) -> Option<u64> {
         self.moves_out
             .values()
-            .filter_map(|m| m.inflight.front().map(|&(_, t)| t))
+            .filter_map(|m| m.inflight.front().map(|&(_, t, _, _)| t))
             .min()
     }
 
@@ -252,11 +266,14 @@ impl Replicator {
         if m.stream != a.stream {
             return;
         }
-        m.inflight.retain(|&(n, _)| n != a.slice);
+        m.inflight.retain(|&(n, _, _, _)| n != a.slice);
         if m.last_sent && m.inflight.is_empty() {
             let m = self.moves_out.remove(&peer).expect("present");
             self.move_stats.streams_done += 1;
             self.moved.push((peer, m.groups));
+            if !m.then.is_empty() {
+                self.open_move(peer, m.then, now_ms, db);
+            }
             return;
         }
         self.pump_move(peer, now_ms, db);
