@@ -1639,14 +1639,17 @@ impl Replicator {
             }
             // Compacted: when the store holds the same string (no stream took the key), the
             // state can leave the value to it and be packed.
-            let same = e.state.is_compact_form()
-                && e.state
-                    .materialize(&Default::default(), None)
-                    .is_some_and(|v| {
-                        db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
-                            s.expire_at_ms().is_none() && state::same_content(&v, &s.value)
-                        })
-                    });
+            // A state that already left its value to the store (merged unchanged while it was
+            // listed for this visit, see `merge_blobs`) has nothing to compare.
+            let same = e.state.value_in_store()
+                || e.state.is_compact_form()
+                    && e.state
+                        .materialize(&Default::default(), None)
+                        .is_some_and(|v| {
+                            db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
+                                s.expire_at_ms().is_none() && state::same_content(&v, &s.value)
+                            })
+                        });
             if same {
                 e.state.drop_value();
                 self.keys.repack(id.0, &id.1, db);
