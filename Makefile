@@ -7,7 +7,7 @@ export CARGO_TERM_COLOR ?= never
 
 .PHONY: crash-test save-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster sim-partition soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
-        cluster-test cluster-bench cluster-pause partition-deps partition-test membership-test \
+        cluster-test cluster-bench cluster-pause partition-deps partition-test membership-test sim-membership \
         jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
         fuzz fuzz-quick s3-deps s3-test s3-outage s3-restore-1m
 
@@ -20,7 +20,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test partition-test membership-test sim-cluster sim-partition jepsen-quick crash-test save-test fuzz-quick s3-test
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test partition-test membership-test sim-cluster sim-partition sim-membership jepsen-quick crash-test save-test fuzz-quick s3-test
 	@echo "make test: all layers passed"
 
 ## Real-process crash test: kill -9 under write load, restart, every acknowledged write checked
@@ -124,6 +124,15 @@ PARTITION_SEEDS ?= 0..200
 sim-partition:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds $(PARTITION_SEEDS) --partitioned
+
+## Membership swarm (docs/TESTING.md, "Membership mode"): MEMBERSHIP_SEEDS seeds of a 5-node
+## partitioned cluster at 1-3 owners per slot in which a node leaves under the faults; then the
+## planted move bug (a group dropped before its new owner acknowledged it) must be caught.
+MEMBERSHIP_SEEDS ?= 0..100
+sim-membership:
+	$(CARGO) build --release -p lattice-sim
+	./target/release/lattice-sim --seeds $(MEMBERSHIP_SEEDS) --membership
+	$(CARGO) test -q --release -p lattice-sim --features planted-move-bug membership
 
 soak:
 	$(CARGO) build --release -p lattice-sim

@@ -222,9 +222,19 @@ def main():
         slots = {k: key_slot(k.encode()) for k in keys}
         expected = {i: sum(1 for k in keys if port[i] in after_leave[slots[k]]) for i in clients}
         sizes = {}
-        wait_for("DBSIZE matching the placement",
-                 lambda: sizes.update({i: clients[i].dbsize() for i in clients}) or sizes == expected,
-                 30, work)
+        try:
+            wait_for("DBSIZE matching the placement",
+                     lambda: sizes.update({i: clients[i].dbsize() for i in clients}) or sizes == expected,
+                     30, work, clients)
+        except SystemExit:
+            print("  DBSIZE %s, expected %s" % (sizes, expected))
+            for i, c in clients.items():
+                mine = set(k.decode() for k in c.keys("*"))
+                owned = set(k for k in keys if port[i] in after_leave[slots[k]])
+                extra, missing = sorted(mine - owned), sorted(owned - mine)
+                print("  node %d: %d keys it does not own (%s), %d of its own missing (%s)"
+                      % (i, len(extra), extra[:5], len(missing), missing[:5]))
+            raise
         missing = set()
         order = sorted(clients)
         for k, i, v in partition_test.read_back([clients[i] for i in order], keys, values.get):

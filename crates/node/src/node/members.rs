@@ -177,8 +177,11 @@ impl Node {
         let mut asks: std::collections::BTreeMap<u32, Groups> = Default::default();
         for g in c.incoming().iter() {
             let live = |id: &u32| *id != c.me && c.up.contains(id);
-            if c.drainers(g).iter().any(live) {
-                continue; // it streams to us unasked
+            if c.drainers(g).iter().any(|d| *d != c.me) {
+                // A draining holder streams to us unasked once its link is up; one that is
+                // down keeps the group until it returns or is forgotten (then it is no
+                // drainer and we ask an owner). Asking meanwhile would stream it twice.
+                continue;
             }
             if c.asked_ms
                 .get(&g)
