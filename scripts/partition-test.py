@@ -105,13 +105,32 @@ def wait_quiet(clients, expected, timeout):
         time.sleep(0.2)
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def cluster_args(ap):
+    """The options every real-process cluster test takes."""
     ap.add_argument("--nodes", type=int, default=5)
     ap.add_argument("--rf", type=int, default=3)
     ap.add_argument("--keys", type=int, default=20000)
-    ap.add_argument("--ops", type=int, default=20000)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "lattice-server"))
+
+
+def read_back(clients, keys, value_of):
+    """GETs every key through every client (pipelines of 500); yields (key, client index,
+    answer) for each answer that is not `value_of(key)` as bytes."""
+    for i, c in enumerate(clients):
+        for at in range(0, len(keys), 500):
+            p = c.pipeline(transaction=False)
+            chunk = keys[at:at + 500]
+            for k in chunk:
+                p.get(k)
+            for k, v in zip(chunk, p.execute()):
+                if v != value_of(k).encode():
+                    yield k, i, v
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    cluster_args(ap)
+    ap.add_argument("--ops", type=int, default=20000)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="lattice-partition.")
     rng = random.Random(18)
@@ -150,15 +169,8 @@ def main():
 
         # 3. Every key through every node.
         t = time.time()
-        for i, c in enumerate(clients):
-            for at in range(0, len(keys), 500):
-                p = c.pipeline(transaction=False)
-                chunk = keys[at:at + 500]
-                for k in chunk:
-                    p.get(k)
-                for k, v in zip(chunk, p.execute()):
-                    if v != ("v-" + k).encode():
-                        fail("GET %s through node %d answered %r" % (k, i + 1, v))
+        for k, i, v in read_back(clients, keys, lambda k: "v-" + k):
+            fail("GET %s through node %d answered %r" % (k, i + 1, v))
         print("GET of every key through every node: %d reads correct in %.1f s"
               % (len(keys) * len(clients), time.time() - t))
 

@@ -559,6 +559,8 @@ impl Adapter {
                 | Output::Shutdown => {}
                 // No aclfile is configured here, so ACL LOAD and SAVE refuse before asking.
                 Output::AclFile(_) => {}
+                // Maelstrom's links are fixed.
+                Output::PeerDial { .. } => {}
                 Output::PeerSend { peer, data } => {
                     let mut body = body_of(PEER_TYPE);
                     body.insert("data".into(), json!(B64.encode(&data)));

@@ -73,6 +73,8 @@ pub struct RunConfig {
     /// percent of reads aimed at a few hot keys (`cluster::History::hot_read_pct`).
     pub hotkey_threshold: Option<u64>,
     pub hot_read_pct: u32,
+    /// Membership runs: the node that leaves the cluster (CLUSTER LEAVE) and when.
+    pub leave: Option<(usize, u64)>,
     /// A node's full invariant check runs after one in this many of its steps (1: after
     /// every step), and always on a node's first step after it starts and at the end; after
     /// every other step the node checks the keys that step changed
@@ -180,6 +182,7 @@ impl RunConfig {
             replication_factor: usize::MAX,
             hotkey_threshold: None,
             hot_read_pct: 0,
+            leave: None,
             repl_weights: Vec::new(),
             preload_keys: 0,
             slice_keys: 0,
@@ -280,6 +283,24 @@ impl RunConfig {
         cfg
     }
 
+    /// A membership run (`--membership`): a partitioned run of 5 nodes, 1..=3 owners per
+    /// slot, in which one node leaves (CLUSTER LEAVE) during the faults: its slot groups move
+    /// to their new owners under every fault class. At the end every node must be settled
+    /// (each slot group held by all its owners, the leaver holding nothing) and every key on
+    /// exactly its owners among the remaining nodes; the history's checkers cover the writes.
+    /// A factor of 1 leaves the leaver the only holder of its groups until they moved, which
+    /// is where a move that loses data shows.
+    pub fn membership_from_seed(seed: u64) -> RunConfig {
+        let mut cfg = RunConfig::partitioned_from_seed(seed);
+        let mut r = Rand::new(seed ^ 0x4d45_4d42_4552_5348);
+        cfg.nodes = 5;
+        cfg.clocks.resize(cfg.nodes, (0, 0));
+        cfg.replication_factor = r.range(1, 3) as usize;
+        let at = r.range(cfg.safety_us / 5, cfg.safety_us / 2);
+        cfg.leave = Some((r.below(cfg.nodes as u64) as usize, at));
+        cfg
+    }
+
     pub fn partitioned(&self) -> bool {
         self.replication_factor < self.nodes
     }
@@ -288,6 +309,9 @@ impl RunConfig {
         let mut s = String::new();
         if self.partitioned() {
             let _ = write!(s, "partitioned rf={} ", self.replication_factor);
+            if let Some((n, at)) = self.leave {
+                let _ = write!(s, "leave=n{n}@{}ms ", at / 1000);
+            }
             if let Some(t) = self.hotkey_threshold {
                 let _ = write!(s, "hotkey-threshold={t} hot-reads={}% ", self.hot_read_pct);
             }

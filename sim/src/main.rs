@@ -79,6 +79,12 @@ struct Args {
     /// to owners; at the end every key is read through every node and the owners must agree.
     #[arg(long)]
     partitioned: bool,
+    /// Membership mode: partitioned mode with 5 nodes and 1..=3 owners per slot, in which a
+    /// node leaves the cluster (CLUSTER LEAVE) under the faults; its slot groups must reach
+    /// their new owners with every acknowledged write, and every node must be settled at the
+    /// end (docs/TESTING.md, "Membership mode").
+    #[arg(long)]
+    membership: bool,
     /// Durability mode: one node with a simulated disk, crashed and restarted under writes
     /// (lost unsynced bytes, torn writes, disk-full periods), every acknowledged write checked
     /// against its appendfsync policy; each seed runs twice and must replay identically.
@@ -107,6 +113,8 @@ struct Args {
 
 /// `--partitioned` was given (for the reproduction commands printed).
 static PARTITIONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `--membership` was given.
+static MEMBERSHIP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
@@ -116,6 +124,7 @@ struct RunOpts {
     strict: bool,
     replicated: bool,
     partitioned: bool,
+    membership: bool,
     print_trace: bool,
     record_hashes: bool,
     capture: Option<(u64, u64)>,
@@ -142,7 +151,9 @@ struct RunResult {
 }
 
 fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
-    let mut cfg = if o.partitioned {
+    let mut cfg = if o.membership {
+        RunConfig::membership_from_seed(seed)
+    } else if o.partitioned {
         RunConfig::partitioned_from_seed(seed)
     } else if o.replicated {
         RunConfig::replicated_from_seed(seed)
@@ -204,10 +215,17 @@ fn repro(seed: u64, strict: bool, replicated: bool) -> String {
     };
     let strict = if strict { " --strict" } else { "" };
     let replicated = if replicated { " --replicated" } else { "" };
-    let replicated = if PARTITIONED.load(std::sync::atomic::Ordering::Relaxed) {
+    let replicated = if MEMBERSHIP.load(std::sync::atomic::Ordering::Relaxed) {
+        " --membership"
+    } else if PARTITIONED.load(std::sync::atomic::Ordering::Relaxed) {
         " --partitioned"
     } else {
         replicated
+    };
+    let features = if cfg!(feature = "planted-move-bug") {
+        " --features planted-move-bug"
+    } else {
+        features
     };
     format!("cargo run --release -p lattice-sim{features} --{replicated} --seed {seed}{strict}")
 }
@@ -395,10 +413,12 @@ fn main() -> ExitCode {
         return durability_swarm(lo, hi, args.jobs);
     }
     PARTITIONED.store(args.partitioned, std::sync::atomic::Ordering::Relaxed);
+    MEMBERSHIP.store(args.membership, std::sync::atomic::Ordering::Relaxed);
     let opts = RunOpts {
         strict: args.strict,
-        replicated: args.replicated || args.partitioned,
-        partitioned: args.partitioned,
+        replicated: args.replicated || args.partitioned || args.membership,
+        partitioned: args.partitioned || args.membership,
+        membership: args.membership,
         print_trace: args.trace,
         record_hashes: false,
         capture: None,
@@ -475,7 +495,7 @@ fn main() -> ExitCode {
         elapsed,
         jobs,
         args.strict,
-        args.replicated || args.partitioned,
+        args.replicated || args.partitioned || args.membership,
     )
 }
 

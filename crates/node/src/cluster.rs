@@ -2,11 +2,19 @@
 //! slots, which peer links are up, and the commands this node forwarded and still waits for.
 //!
 //! Ownership is derived from the membership value, never stored beside it: the placement is
-//! recomputed whenever the set of known members changes (static today, from `--seeds` and the
-//! `Members` gossip; live join and leave will change the same value). Until every configured
-//! member is known the cluster is "down" for keyed commands (`-CLUSTERDOWN`), as a Redis
-//! Cluster is while slots are unassigned: a node that guessed ownership from a partial member
-//! list would take writes for slots that are not its own.
+//! recomputed whenever the set of `up` members changes (from `--seeds`, `--join`, `CLUSTER
+//! MEET`, `CLUSTER LEAVE`, `CLUSTER FORGET` and the `Members` gossip). Until every configured
+//! member is known (or, for a node that joins, until it heard a member's list) the cluster is
+//! "down" for keyed commands (`-CLUSTERDOWN`), as a Redis Cluster is while slots are
+//! unassigned: a node that guessed ownership from a partial member list would take writes for
+//! slots that are not its own.
+//!
+//! Live membership (ARCHITECTURE, "Live membership"): each member's record carries a status,
+//! an epoch only that member raises (a `left` record outranks every other: a tombstone gossip
+//! never resurrects) and the slot groups it holds completely. Records merge by taking the
+//! higher rank, a join-semilattice, so gossip in any order converges. Which groups a node
+//! holds is separate from which it owns: a gaining owner holds a group once a stream of it
+//! ended, a losing one ("draining") holds it until every owner acknowledged its stream.
 //!
 //! Pure: the node feeds it link events, membership messages and the time.
 
@@ -53,11 +61,148 @@ pub fn peer_conn(peer: u32) -> ConnId {
     ConnId(u64::MAX - u64::from(peer))
 }
 
-/// A member's client address.
+/// A set of slot groups (of `lattice_placement::GROUPS`), a bitmap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Groups([u64; 4]);
+
+impl Groups {
+    pub fn all() -> Groups {
+        Groups([u64::MAX; 4])
+    }
+
+    pub fn contains(&self, g: u16) -> bool {
+        usize::from(g) < 256 && self.0[usize::from(g) / 64] & (1 << (g % 64)) != 0
+    }
+
+    pub fn insert(&mut self, g: u16) {
+        if usize::from(g) < 256 {
+            self.0[usize::from(g) / 64] |= 1 << (g % 64);
+        }
+    }
+
+    pub fn remove(&mut self, g: u16) {
+        if usize::from(g) < 256 {
+            self.0[usize::from(g) / 64] &= !(1 << (g % 64));
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..lattice_placement::GROUPS).filter(|&g| self.contains(g))
+    }
+
+    pub fn union(&self, other: &Groups) -> Groups {
+        Groups(std::array::from_fn(|i| self.0[i] | other.0[i]))
+    }
+
+    /// The wire form: 32 bytes, bit g of byte g / 8.
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = vec![0u8; 32];
+        for g in self.iter() {
+            out[usize::from(g) / 8] |= 1 << (g % 8);
+        }
+        Bytes::from(out)
+    }
+
+    /// Reads the wire form; bytes past 32 are ignored, missing ones read as empty.
+    pub fn from_bytes(b: &[u8]) -> Groups {
+        let mut out = Groups::default();
+        for (i, byte) in b.iter().take(32).enumerate() {
+            for bit in 0..8 {
+                if byte & (1 << bit) != 0 {
+                    out.insert((i * 8 + bit) as u16);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Where a member stands. The order is the merge order of records with equal epochs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    /// Owns its share of the slots.
+    Up = 0,
+    /// Owns nothing; streams what it holds to the owners, then turns `Left`.
+    Leaving = 1,
+    /// Gone (left, or forgotten): a tombstone kept so gossip cannot bring it back.
+    Left = 2,
+}
+
+impl Status {
+    pub fn from_wire(n: u32) -> Status {
+        match n {
+            1 => Status::Leaving,
+            2 => Status::Left,
+            _ => Status::Up,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Up => "up",
+            Status::Leaving => "leaving",
+            Status::Left => "left",
+        }
+    }
+}
+
+/// A member's record: its addresses and its own account of itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
     pub host: String,
     pub port: u16,
+    /// Where peers dial it (0: not said; a static cluster dials its `--seeds`).
+    pub cluster_port: u16,
+    pub status: Status,
+    pub epoch: u64,
+    /// Slot groups it holds completely.
+    pub held: Groups,
+}
+
+impl Member {
+    pub fn new(host: String, port: u16) -> Member {
+        Member {
+            host,
+            port,
+            cluster_port: 0,
+            status: Status::Up,
+            epoch: 0,
+            held: Groups::default(),
+        }
+    }
+
+    /// The merge rank: a tombstone first, then the member's epoch, then the status (a
+    /// forget and a leave at the same epoch agree), then the held set (a total order, so
+    /// the merge is a join whatever the order gossip brings records in).
+    fn rank(&self) -> (bool, u64, Status, Groups) {
+        (
+            self.status == Status::Left,
+            self.epoch,
+            self.status,
+            self.held,
+        )
+    }
+}
+
+/// What `Cluster::learn` found.
+#[derive(Debug, Default)]
+pub struct Learned {
+    /// Some record changed: gossip the list on.
+    pub changed: bool,
+    /// The placement changed (or came into being): recompute moves.
+    pub placement: bool,
+    /// Members newly known with a cluster address (the driver dials them).
+    pub dial: Vec<(u32, String)>,
+    /// Members now `left` (the driver stops dialing them).
+    pub gone: Vec<u32>,
 }
 
 /// A command forwarded to an owner, waiting for its reply.
@@ -80,6 +225,11 @@ pub struct Forwarded {
 /// Counters for INFO's `cluster` section.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ClusterStats {
+    /// Groups this node streamed to an owner and had acknowledged, and groups it received.
+    pub groups_sent: u64,
+    pub groups_received: u64,
+    /// Groups dropped after every owner acknowledged them.
+    pub groups_dropped: u64,
     pub forwarded: u64,
     pub forward_retries: u64,
     pub forward_timeouts: u64,
@@ -89,8 +239,18 @@ pub struct ClusterStats {
 
 pub struct Cluster {
     pub me: u32,
-    /// Members named by the configuration (this node included).
+    /// Members named by the configuration (this node included); 0 for a node that joins.
     pub expected: usize,
+    /// The member list is complete enough to place slots (see `Cluster::learn`).
+    complete: bool,
+    /// Per draining group: the owners that acknowledged this node's stream of it.
+    pub pushed: BTreeMap<u16, BTreeSet<u32>>,
+    /// Per group this node owns without holding: when it last asked a holder for it.
+    pub asked_ms: BTreeMap<u16, u64>,
+    /// When the moves the membership calls for are next checked (`node::members`).
+    pub next_check_ms: u64,
+    /// Our records changed outside a message (a command): gossip them at the next check.
+    pub dirty: bool,
     pub rf: usize,
     pub members: BTreeMap<u32, Member>,
     /// Peers with a live link.
@@ -109,16 +269,33 @@ pub struct Cluster {
 
 impl Cluster {
     /// `None` unless the cluster is partitioned (`rf` below the member count): with every
-    /// replica owning every slot there is nothing to route.
-    pub fn new(me: u32, expected: usize, rf: usize, host: String, port: u16) -> Option<Cluster> {
-        if expected <= 1 || rf >= expected {
+    /// replica owning every slot there is nothing to route. `join`: this node joins a
+    /// running cluster (it knows no member count; it places slots once a member told it the
+    /// list, and holds nothing until streams gave it its groups).
+    pub fn new(
+        me: u32,
+        expected: usize,
+        rf: usize,
+        host: String,
+        port: u16,
+        cluster_port: u16,
+        join: bool,
+    ) -> Option<Cluster> {
+        if !join && (expected <= 1 || rf >= expected) {
             return None;
         }
         let mut members = BTreeMap::new();
-        members.insert(me, Member { host, port });
+        let mut m = Member::new(host, port);
+        m.cluster_port = cluster_port;
+        members.insert(me, m);
         Some(Cluster {
             me,
-            expected,
+            expected: if join { 0 } else { expected },
+            complete: false,
+            pushed: BTreeMap::new(),
+            asked_ms: BTreeMap::new(),
+            next_check_ms: 0,
+            dirty: false,
             rf: rf.max(1),
             members,
             up: BTreeSet::new(),
@@ -137,44 +314,284 @@ impl Cluster {
         self.placement.as_ref()
     }
 
-    /// Learns members; returns true when something was new (then the caller gossips the list
-    /// on and hands the new placement to replication).
-    pub fn learn(&mut self, members: impl IntoIterator<Item = (u32, Member)>) -> bool {
-        let mut changed = false;
+    /// Merges member records (a join: the higher rank wins per member; our own record is
+    /// ours to say, so a higher one heard of us only raises our epoch past it).
+    pub fn learn(&mut self, members: impl IntoIterator<Item = (u32, Member)>) -> Learned {
+        let mut out = Learned::default();
+        let mut heard_others = false;
         for (id, m) in members {
             if id == 0 {
                 continue;
             }
-            match self.members.get(&id) {
-                Some(old) if *old == m => {}
-                // Our own address is ours to say.
-                Some(_) if id == self.me => {}
-                _ => {
+            if id != self.me {
+                heard_others = true;
+            }
+            match self.members.get_mut(&id) {
+                Some(old) if id == self.me => {
+                    if m.rank() > old.rank() && m.status != Status::Left {
+                        old.epoch = m.epoch + 1;
+                        out.changed = true;
+                    } else if m.status == Status::Left && old.status != Status::Left {
+                        // Forgotten by the cluster: a node that was told so stops owning.
+                        old.status = Status::Left;
+                        old.epoch = old.epoch.max(m.epoch);
+                        out.changed = true;
+                        out.placement = true;
+                    }
+                }
+                Some(old) => {
+                    if m.rank() > old.rank() {
+                        if m.status != old.status {
+                            out.placement = true;
+                            if m.status == Status::Left {
+                                out.gone.push(id);
+                            }
+                        }
+                        if m.cluster_port != 0 && old.cluster_port == 0 {
+                            out.dial
+                                .push((id, format!("{}:{}", m.host, m.cluster_port)));
+                        }
+                        *old = m;
+                        out.changed = true;
+                    }
+                }
+                None => {
+                    if m.status != Status::Left && m.cluster_port != 0 {
+                        out.dial
+                            .push((id, format!("{}:{}", m.host, m.cluster_port)));
+                    }
+                    if m.status == Status::Left {
+                        out.gone.push(id);
+                    }
                     self.members.insert(id, m);
-                    changed = true;
+                    out.changed = true;
+                    out.placement = true;
                 }
             }
         }
-        if changed && self.members.len() >= self.expected {
-            let ids: Vec<u32> = self.members.keys().copied().collect();
-            self.placement = Some(Placement::new(&ids, self.rf));
+        if !self.complete {
+            let known = self
+                .members
+                .values()
+                .filter(|m| m.status != Status::Left)
+                .count();
+            self.complete = if self.expected == 0 {
+                heard_others
+            } else {
+                known >= self.expected
+            };
+            if self.complete {
+                out.placement = true;
+                if self.expected != 0 {
+                    // A configured member starts holding what it owns: the cluster is new
+                    // (or this node restarts on its own data).
+                    self.place();
+                    let owned = self.owned();
+                    let me = self.members.get_mut(&self.me).expect("self");
+                    me.held = owned;
+                    me.epoch += 1;
+                    out.changed = true;
+                }
+            }
         }
-        changed
+        if self.complete && out.placement {
+            self.place();
+        }
+        out
+    }
+
+    /// CLUSTER LEAVE: stop owning; the node drains and then turns `left`.
+    pub fn leave(&mut self) -> Result<(), &'static str> {
+        if self.placement.is_none() {
+            return Err("CLUSTERDOWN The cluster is down");
+        }
+        if self.me().status != Status::Up {
+            return Err("ERR This node is already leaving the cluster");
+        }
+        self.update_me(|me| me.status = Status::Leaving);
+        self.dirty = true;
+        self.next_check_ms = 0;
+        Ok(())
+    }
+
+    /// CLUSTER FORGET: `id` becomes a tombstone.
+    pub fn forget(&mut self, id: u32) -> Result<(), &'static str> {
+        if id == self.me {
+            return Err("ERR I tried hard but I can't forget myself...");
+        }
+        let Some(m) = self.members.get(&id) else {
+            return Err("ERR Unknown node");
+        };
+        if m.status != Status::Left {
+            let mut tomb = m.clone();
+            tomb.status = Status::Left;
+            self.learn([(id, tomb)]);
+        }
+        self.dirty = true;
+        self.next_check_ms = 0;
+        Ok(())
+    }
+
+    /// Recomputes the placement from the `up` members.
+    fn place(&mut self) {
+        let ids: Vec<u32> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.status == Status::Up)
+            .map(|(id, _)| *id)
+            .collect();
+        self.placement = Some(Placement::new(&ids, self.rf));
+    }
+
+    /// Our own record.
+    pub fn me(&self) -> &Member {
+        self.members.get(&self.me).expect("a member list holds us")
+    }
+
+    /// Changes our own record (raising its epoch so it wins everywhere).
+    pub fn update_me(&mut self, f: impl FnOnce(&mut Member)) {
+        let me = self
+            .members
+            .get_mut(&self.me)
+            .expect("a member list holds us");
+        let status = me.status;
+        f(me);
+        me.epoch += 1;
+        if me.status != status {
+            self.place_if_complete();
+        }
+    }
+
+    fn place_if_complete(&mut self) {
+        if self.complete {
+            self.place();
+        }
+    }
+
+    /// Groups this node owns under the placement.
+    pub fn owned(&self) -> Groups {
+        let mut out = Groups::default();
+        if let Some(p) = &self.placement {
+            for g in 0..lattice_placement::GROUPS {
+                if p.is_owner(self.me, g * lattice_placement::SLOTS_PER_GROUP) {
+                    out.insert(g);
+                }
+            }
+        }
+        out
+    }
+
+    /// The owners of group `g`.
+    pub fn group_owners(&self, g: u16) -> &[u32] {
+        self.placement
+            .as_ref()
+            .map_or(&[], |p| p.owners(g * lattice_placement::SLOTS_PER_GROUP))
+    }
+
+    /// Members other than the owners that hold `g` (draining it), by their records.
+    pub fn drainers(&self, g: u16) -> Vec<u32> {
+        let owners = self.group_owners(g);
+        self.members
+            .iter()
+            .filter(|(id, m)| {
+                m.status != Status::Left && m.held.contains(g) && !owners.contains(id)
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Per group, the members besides its owners that keep receiving its deltas (those
+    /// draining it): what the replicator fans writes out to.
+    pub fn extra_keepers(&self) -> BTreeMap<u16, Vec<u32>> {
+        let mut out = BTreeMap::new();
+        for g in 0..lattice_placement::GROUPS {
+            let d = self.drainers(g);
+            if !d.is_empty() {
+                out.insert(g, d);
+            }
+        }
+        out
+    }
+
+    /// Groups this node holds and no longer owns.
+    pub fn draining(&self) -> Groups {
+        let owned = self.owned();
+        let mut out = Groups::default();
+        for g in self.me().held.iter().filter(|&g| !owned.contains(g)) {
+            out.insert(g);
+        }
+        out
+    }
+
+    /// Groups this node owns and does not hold yet.
+    pub fn incoming(&self) -> Groups {
+        let held = self.me().held;
+        let mut out = Groups::default();
+        for g in self.owned().iter().filter(|&g| !held.contains(g)) {
+            out.insert(g);
+        }
+        out
+    }
+
+    /// Members not `left`.
+    pub fn live_members(&self) -> usize {
+        self.members
+            .values()
+            .filter(|m| m.status != Status::Left)
+            .count()
+    }
+
+    /// Whether `id` is a member that has not left.
+    pub fn is_member(&self, id: u32) -> bool {
+        self.members
+            .get(&id)
+            .is_some_and(|m| m.status != Status::Left)
+    }
+
+    /// Whether `g` is held, by its owners' records (ours for us).
+    fn holds(&self, id: u32, g: u16) -> bool {
+        self.members.get(&id).is_some_and(|m| m.held.contains(g))
     }
 
     /// The first owner of `slot` with a live link (this node if it owns it), skipping `not`.
+    /// During a move an owner that holds the group is preferred, then one draining it (it
+    /// still holds everything), then an owner still receiving it.
     pub fn live_owner(&self, slot: u16, not: Option<u32>) -> Option<u32> {
         let p = self.placement.as_ref()?;
-        p.owners(slot)
+        let g = Placement::group_of(slot);
+        let live = |o: u32| Some(o) != not && (o == self.me || self.up.contains(&o));
+        let owners = p.owners(slot);
+        owners
             .iter()
             .copied()
-            .find(|&o| Some(o) != not && (o == self.me || self.up.contains(&o)))
+            .find(|&o| live(o) && self.holds(o, g))
+            .or_else(|| {
+                self.drainers(g)
+                    .into_iter()
+                    .find(|&o| live(o) && o != self.me)
+            })
+            .or_else(|| owners.iter().copied().find(|&o| live(o)))
     }
 
-    pub fn owns(&self, slot: u16) -> bool {
+    /// Whether the placement makes this node an owner of `slot` (held or not). False before
+    /// the placement exists.
+    pub fn placed_owner(&self, slot: u16) -> bool {
         self.placement
             .as_ref()
             .is_some_and(|p| p.is_owner(self.me, slot))
+    }
+
+    /// Whether a command on `slot` runs here: this node owns it and holds it, or owns it and
+    /// no live member holds it better (see `live_owner`).
+    pub fn owns(&self, slot: u16) -> bool {
+        let Some(p) = self.placement.as_ref() else {
+            return false;
+        };
+        if !p.is_owner(self.me, slot) {
+            return false;
+        }
+        self.me().held.contains(Placement::group_of(slot))
+            || self.live_owner(slot, None) == Some(self.me)
     }
 
     /// `MOVED <slot> <host>:<port>` naming the slot's first owner.
@@ -243,7 +660,8 @@ impl Cluster {
     pub fn next_deadline_ms(&self) -> Option<u64> {
         let resend = self.resends.first().map(|(d, _)| *d);
         let deadline = self.deadlines.first().map(|(d, _)| *d);
-        resend.into_iter().chain(deadline).min()
+        let check = self.placement.is_some().then_some(self.next_check_ms);
+        resend.into_iter().chain(deadline).chain(check).min()
     }
 
     /// Whether forward `id` from `peer` is new (then it is remembered as run).
@@ -336,12 +754,14 @@ impl Cluster {
             "a member list without us"
         );
         if let Some(p) = &self.placement {
-            assert_eq!(
-                p.members().len(),
-                self.members.len(),
-                "placement out of date"
-            );
+            let up = self
+                .members
+                .values()
+                .filter(|m| m.status == Status::Up)
+                .count();
+            assert_eq!(p.members().len(), up, "placement out of date");
         }
+        assert!(self.pushed.len() <= 256 && self.asked_ms.len() <= 256);
         assert!(
             self.pending.len() <= MAX_PENDING_FORWARDS,
             "unbounded forwards"

@@ -382,6 +382,12 @@ pub struct Config {
     /// other members learn for it).
     pub announce_host: String,
     pub announce_port: u16,
+    /// Where peers dial this node (announced to members that learn of it by gossip; 0: not
+    /// announced, the static clusters whose members dial their `--seeds`).
+    pub cluster_port: u16,
+    /// This node joins a running cluster (`--join`): it knows no member count, learns the
+    /// members from the one it reaches, and holds no slots until they are streamed to it.
+    pub join: bool,
     pub appendonly: bool,
     pub appendfsync: Fsync,
     pub auto_aof_rewrite_percentage: u64,
@@ -426,6 +432,8 @@ impl Default for Config {
             replication_factor: usize::MAX,
             announce_host: "127.0.0.1".to_string(),
             announce_port: 6379,
+            cluster_port: 0,
+            join: false,
             appendonly: true,
             appendfsync: Fsync::Everysec,
             auto_aof_rewrite_percentage: 100,

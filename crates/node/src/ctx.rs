@@ -79,6 +79,9 @@ pub struct Core {
     /// A partitioned cluster's members, placement and forwarded commands; None when every
     /// replica holds every key (standalone, or replication factor = member count).
     pub(crate) cluster: Option<Box<crate::cluster::Cluster>>,
+    /// Member links for the driver to dial (`Output::PeerDial`); at most one per member
+    /// learned, so bounded by the member list.
+    pub(crate) dials: std::collections::VecDeque<(NodeId, String)>,
     /// Set by dispatch when the request must run on an owner of this slot instead.
     pub(crate) forward_request: Option<u16>,
     /// The Lua interpreter and script cache (EVAL, SCRIPT).
@@ -176,6 +179,8 @@ impl Core {
             config.replication_factor,
             config.announce_host.clone(),
             config.announce_port,
+            config.cluster_port,
+            config.join,
         )
         .map(Box::new);
         let mut acl = crate::acl::Acl::new(acl_catalog(&table));
@@ -208,6 +213,7 @@ impl Core {
             pending: VecDeque::new(),
             repl,
             cluster,
+            dials: std::collections::VecDeque::new(),
             forward_request: None,
             hot_keys: lattice_placement::HotKeys::new(
                 lattice_placement::hotkeys::HotKeyConfig::default(),

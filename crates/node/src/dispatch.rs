@@ -25,6 +25,9 @@ pub use crate::command::NOT_IN_MULTI;
 pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 /// The reply while the placement is not known (a configured member never heard from).
 pub const CLUSTER_DOWN: &str = "CLUSTERDOWN The cluster is down";
+/// A forwarded write reached a node that no longer owns the slot.
+pub const SLOT_MOVING: &str =
+    "TRYAGAIN The slot moved to other nodes; the write did not run, retry it";
 
 /// Where a request runs in a partitioned cluster.
 enum Route {
@@ -165,7 +168,22 @@ impl Core {
         };
         // Pub/sub (SSUBSCRIBE and SPUBLISH name channels as keys) reaches every node: served
         // where asked.
-        if self.clients.get(&conn).is_some_and(|c| c.via_peer) || spec.group == "pubsub" {
+        if spec.group == "pubsub" {
+            return Route::Local;
+        }
+        if self.clients.get(&conn).is_some_and(|c| c.via_peer) {
+            // A write a peer forwards for a slot this node no longer owns (the peer had not
+            // heard of a membership change): refused, because a draining node's writes must
+            // all be in the stream it sends the owners before it drops the slot
+            // (ARCHITECTURE, "Live membership"). The client may retry; the next try goes to
+            // an owner.
+            let moving = spec.is_write()
+                && crate::command::routing_keys(spec, args)
+                    .first()
+                    .is_some_and(|k| !cluster.placed_owner(lattice_placement::key_slot(k)));
+            if moving {
+                return Route::Refuse(SLOT_MOVING.as_bytes().to_vec());
+            }
             return Route::Local;
         }
         let keys = crate::command::routing_keys(spec, args);

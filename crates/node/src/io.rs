@@ -85,6 +85,13 @@ pub enum Output {
         peer: NodeId,
         data: Bytes,
     },
+    /// Live membership: keep a link to member `peer` at its cluster address `addr` (learned
+    /// by gossip, or named by `CLUSTER MEET` with `peer` 0): the driver dials it (once per
+    /// address) and reports `PeerUp` when the link is up. Drivers with fixed links ignore it.
+    PeerDial {
+        peer: NodeId,
+        addr: String,
+    },
     /// Persistence record `seq` (one more than the previous): the new state of every key the
     /// commands since the previous record changed (encoding in `persist.rs`). `resume` marks
     /// the first record after logging was off. Emitted only after `Node::enable_persistence`.

@@ -13,6 +13,7 @@ pub use lattice_crdt::NodeId;
 mod accessors;
 mod forward;
 mod hot;
+mod members;
 mod requests;
 mod scripts;
 
@@ -186,8 +187,11 @@ impl Node {
                 crate::repl::Effect::ShardPublish(channel, message) => {
                     self.core.deliver_shard_publish(&channel, &message);
                 }
+                crate::repl::Effect::MoveIn(groups) => self.move_in(groups),
+                crate::repl::Effect::MoveAsk(groups) => self.move_ask(peer, groups),
             }
         }
+        self.moves_progress();
         if !self.core.waits.is_empty() {
             self.core.serve_waits();
         }
@@ -233,6 +237,8 @@ impl Node {
         if let Some(r) = self.core.repl.as_mut() {
             r.tick(now_ms, &mut self.core.db);
         }
+        self.moves_progress();
+        self.members_tick(now_ms);
         if now_ms < self.next_cron_ms {
             return;
         }
@@ -322,6 +328,9 @@ impl Node {
         }
         if let Some(op) = core.acl.file_out.pop_front() {
             return Some(Output::AclFile(op));
+        }
+        if let Some((peer, addr)) = core.dials.pop_front() {
+            return Some(Output::PeerDial { peer, addr });
         }
         while let Some(conn) = core.pending.pop_front() {
             let Some(client) = core.clients.get_mut(&conn) else {

@@ -49,14 +49,6 @@ fn foreign_key(i: usize, prefix: &str) -> String {
         .expect("some key is foreign")
 }
 
-fn dbsize(net: &mut Cluster, i: usize) -> usize {
-    let r = net.cmd(i, &["DBSIZE"]);
-    r.trim_start_matches(':')
-        .trim_end()
-        .parse()
-        .expect("integer")
-}
-
 #[test]
 fn keys_live_on_their_owners_and_every_node_serves_every_key() {
     let mut net = net();
@@ -73,7 +65,7 @@ fn keys_live_on_their_owners_and_every_node_serves_every_key() {
     // Each node holds exactly the keys of its slots.
     for i in 0..N {
         let expected = keys.iter().filter(|k| owners(k).contains(&i)).count();
-        assert_eq!(dbsize(&mut net, i), expected, "node {i}");
+        assert_eq!(net.dbsize(i), expected, "node {i}");
         assert!(expected > 300 * RF / N * 3 / 4, "node {i} holds {expected}");
     }
     // Every node answers every key.

@@ -42,6 +42,8 @@ pub struct Router<D: Dir> {
     routes: HashMap<ConnId, Route, BuildHasherDefault<IdHasher>>,
     mail: Mailboxes,
     peer_sends: Vec<(NodeId, Bytes)>,
+    /// Member cluster addresses the node asked to dial (live membership).
+    peer_dials: Vec<String>,
     /// The latest time handed in; the node's time never goes back.
     last_now_us: u64,
     /// When the driver will next run the node's timers (node time, µs); `u64::MAX`: not planned.
@@ -68,6 +70,7 @@ impl<D: Dir> Router<D> {
             routes: HashMap::default(),
             mail: Mailboxes::new(loops),
             peer_sends: Vec::new(),
+            peer_dials: Vec::new(),
             last_now_us: now.0,
             timer_deadline_us: u64::MAX,
             shutdown_requested: false,
@@ -287,6 +290,7 @@ impl<D: Dir> Router<D> {
             }
             Output::Shutdown => self.shutdown_requested = true,
             Output::AclFile(op) => self.acl_file_ops.push(op),
+            Output::PeerDial { addr, .. } => self.peer_dials.push(addr),
             // Without a persister (a clustered node) there is nowhere to write.
             Output::Append { .. }
             | Output::Sync { .. }
@@ -315,6 +319,11 @@ impl<D: Dir> Router<D> {
     /// The peer messages of the drains so far, in order; each non-empty.
     pub fn take_peer_sends(&mut self) -> std::vec::Drain<'_, (NodeId, Bytes)> {
         self.peer_sends.drain(..)
+    }
+
+    /// Cluster addresses the node asked to dial since the last call.
+    pub fn take_peer_dials(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.peer_dials)
     }
 
     /// The ACL file operations asked for since the last call, oldest first.
@@ -395,6 +404,7 @@ impl<D: Dir> Router<D> {
     pub fn has_effects(&self) -> bool {
         self.mail.wake_pending()
             || !self.peer_sends.is_empty()
+            || !self.peer_dials.is_empty()
             || self.shutdown_requested
             || !self.acl_file_ops.is_empty()
     }

@@ -32,6 +32,8 @@ pub struct Host {
     to_wake: Vec<usize>,
     /// Wakes the object-store task when there is something to upload (a bucket configured).
     pub upload_wake: Option<Arc<tokio::sync::Notify>>,
+    /// Where the node's `PeerDial` addresses go (the cluster's dialer task); None standalone.
+    pub dial_tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 struct PeerLink {
@@ -60,6 +62,7 @@ impl Host {
             link_stats,
             to_wake: Vec::new(),
             upload_wake: None,
+            dial_tx: None,
         }
     }
 
@@ -186,6 +189,11 @@ impl Host {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
+        for addr in self.router.take_peer_dials() {
+            if let Some(tx) = &self.dial_tx {
+                let _ = tx.send(addr);
+            }
+        }
         let acl_ops = self.router.take_acl_file_ops();
         if !acl_ops.is_empty() {
             for op in acl_ops {
@@ -301,6 +309,11 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             port,
         }
+    }
+
+    /// Hands the host the channel its node's `PeerDial` addresses go to.
+    pub fn set_dial_tx(&self, tx: tokio::sync::mpsc::UnboundedSender<String>) {
+        self.host.lock().dial_tx = Some(tx);
     }
 
     pub fn next_conn_id(&self) -> ConnId {

@@ -88,6 +88,12 @@ struct Args {
     /// own --bind:--cluster-port. Without seeds the server runs standalone.
     #[arg(long, value_delimiter = ',')]
     seeds: Option<Vec<String>>,
+    /// Join a running partitioned cluster through one member's cluster address (host:port)
+    /// instead of listing --seeds: the node learns the other members from it, and the
+    /// slots it comes to own are streamed to it. Needs --node-id, --cluster-port and
+    /// --replication-factor (the cluster's).
+    #[arg(long, conflicts_with = "seeds")]
+    join: Option<String>,
     /// Shared secret proving membership on replica links (default: the environment variable
     /// LATTICE_CLUSTER_SECRET; without either, links are not authenticated). All replicas must
     /// agree on having one and on its value.
@@ -215,6 +221,9 @@ fn replication_factor_for(given: Option<usize>, members: usize) -> Result<usize,
         Some(n) => Ok(n),
     }
 }
+
+/// Never used: `--join` requires `--replication-factor`; named for the type's sake.
+const DEFAULT_JOIN_RF: usize = 3;
 
 /// Validates the cluster keys. None means standalone (no seeds).
 fn cluster_settings(
@@ -418,6 +427,13 @@ fn settings(args: Args) -> Result<Settings, String> {
     if args.seeds.is_some() {
         cluster.seeds = args.seeds;
     }
+    let join = args.join.is_some();
+    if let Some(contact) = args.join {
+        if args.replication_factor.is_none() && cluster.replication_factor.is_none() {
+            return Err("--join needs --replication-factor (the cluster's)".into());
+        }
+        cluster.seeds = Some(vec![contact]);
+    }
     if args.replication_factor.is_some() {
         cluster.replication_factor = args.replication_factor;
     }
@@ -492,7 +508,19 @@ fn settings(args: Args) -> Result<Settings, String> {
     if let Some(c) = &cluster {
         node.node_id = c.auth.node_id.0;
         node.cluster_size = c.peers.len() + 1;
-        node.replication_factor = replication_factor_for(replication_factor, node.cluster_size)?;
+        node.cluster_port = c
+            .listen
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(0);
+        if join {
+            // The member count is learned; the replicator's is set with the members.
+            node.join = true;
+            node.replication_factor = replication_factor.unwrap_or(DEFAULT_JOIN_RF);
+        } else {
+            node.replication_factor =
+                replication_factor_for(replication_factor, node.cluster_size)?;
+        }
         node.announce_host = match bind.as_str() {
             "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
             b => b.to_string(),

@@ -172,7 +172,9 @@ impl<M: Member> Cluster<M> {
         self.advance(3 * self.step_ms);
     }
 
-    fn set_link(&mut self, a: usize, b: usize, state: Link) {
+    /// Sets the link between members `a` and `b` (both directions); each end is told when it
+    /// fails or comes back.
+    pub fn set_link(&mut self, a: usize, b: usize, state: Link) {
         let was = self.links[a][b];
         self.links[a][b] = state;
         self.links[b][a] = state;
@@ -342,6 +344,15 @@ impl Cluster<Host> {
     /// Opens client connection `conn` on node `i`.
     pub fn connect(&mut self, i: usize, conn: u64) {
         self.on(i, |h, now| h.connect(now, conn));
+    }
+
+    /// Node `i`'s DBSIZE.
+    pub fn dbsize(&mut self, i: usize) -> usize {
+        let r = self.cmd(i, &["DBSIZE"]);
+        r.trim_start_matches(':')
+            .trim_end()
+            .parse()
+            .expect("DBSIZE answers an integer")
     }
 
     /// A number from node `i`'s INFO replication section.

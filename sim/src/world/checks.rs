@@ -108,6 +108,16 @@ impl World {
         let keys = cluster::keys();
         let now = self.now;
         let partitioned = self.cfg.partitioned();
+        if self.cfg.leave.is_some() {
+            // Once quiet, every slot group is held by all its owners and the leaver holds
+            // nothing: no slot has fewer owners than configured.
+            for h in 0..self.cfg.nodes {
+                let node = self.hosts[h].node_mut().expect("checked: running");
+                if let Some(why) = node.membership_unsettled() {
+                    return self.fail(format!("membership: n{h} is not settled at the end: {why}"));
+                }
+            }
+        }
         let mut views = Vec::new();
         for h in 0..self.cfg.nodes {
             let host = &mut self.hosts[h];
@@ -179,11 +189,30 @@ impl World {
         }
     }
 
-    /// Whether host `h` owns `key`'s slot under the run's placement.
+    /// Whether host `h` owns `key`'s slot under the run's placement (over the nodes that did
+    /// not leave).
     pub(super) fn owns(&self, h: usize, key: &[u8]) -> bool {
-        let ids: Vec<u32> = self.hosts.iter().map(|x| x.node_id()).collect();
+        let left = self.cfg.leave.map(|(n, _)| n);
+        let ids: Vec<u32> = (0..self.hosts.len())
+            .filter(|&i| Some(i) != left)
+            .map(|i| self.hosts[i].node_id())
+            .collect();
         let p = lattice_placement::Placement::new(&ids, self.cfg.replication_factor);
-        p.is_owner(ids[h], lattice_placement::key_slot(key))
+        p.is_owner(self.hosts[h].node_id(), lattice_placement::key_slot(key))
+    }
+
+    /// Membership runs, from the event: the node is asked to leave.
+    pub(super) fn on_leave(&mut self, node: usize) {
+        self.trace(TraceEvent::Process {
+            node: node as u32,
+            what: "leave",
+        });
+        let left = self.hosts[node]
+            .node_mut()
+            .is_some_and(|n| n.leave_cluster());
+        if !left {
+            self.fail(format!("membership: n{node} refused CLUSTER LEAVE"));
+        }
     }
 
     /// The end-of-run read of `args` on host `h` through `conn`: the run is over, so peer

@@ -76,6 +76,10 @@ enum Ev {
         node: usize,
     },
     Nemesis,
+    /// Membership runs: this node is asked to leave the cluster.
+    Leave {
+        node: usize,
+    },
     FaultEnd {
         id: u64,
     },
@@ -375,6 +379,9 @@ impl World {
             let t = self.rng.exp(self.cfg.nemesis_mean_us as f64) as u64;
             self.at(t, Ev::Nemesis);
         }
+        if let Some((node, at)) = self.cfg.leave {
+            self.at(at, Ev::Leave { node });
+        }
         let s = self.cfg.safety_us;
         self.at(s, Ev::Phase(Phase::Liveness));
         let l = s + self.cfg.liveness_us;
@@ -433,6 +440,7 @@ impl World {
             Ev::PeerTick => self.on_peer_tick(),
             Ev::Heartbeat { node } => self.on_heartbeat(node),
             Ev::Nemesis => self.on_nemesis(),
+            Ev::Leave { node } => self.on_leave(node),
             Ev::FaultEnd { id } => self.end_fault(id),
             Ev::Phase(p) => self.on_phase(p),
         }

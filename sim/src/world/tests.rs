@@ -245,3 +245,27 @@ fn the_planted_forward_bug_is_caught_in_partitioned_mode() {
     let caught = (0..20).find_map(|seed| short_partitioned(seed).failure);
     caught.expect("a reply relayed out of order must be caught within 20 partitioned runs");
 }
+
+/// A short membership run of `seed`: the node leaves early in the (shortened) faulty phase.
+fn short_membership(seed: u64) -> World {
+    let mut cfg = RunConfig::membership_from_seed(seed);
+    cfg.leave = cfg.leave.map(|(n, _)| (n, 300_000));
+    short_run_of(cfg)
+}
+
+#[cfg(not(feature = "planted-move-bug"))]
+#[test]
+fn membership_runs_pass_and_a_node_leaves() {
+    for seed in 0..3 {
+        let w = short_membership(seed);
+        assert_eq!(w.failure, None, "seed {seed}");
+        assert!(w.cfg.leave.is_some());
+    }
+}
+
+#[cfg(feature = "planted-move-bug")]
+#[test]
+fn the_planted_move_bug_is_caught_in_membership_mode() {
+    let caught = (0..20).find_map(|seed| short_membership(seed).failure);
+    caught.expect("a group dropped before its new owner acknowledged it must be caught within 20 membership runs");
+}

@@ -37,6 +37,36 @@ pub static COMMANDS: &[CommandSpec] = &[
                 myid,
             ),
             spec(
+                "cluster|meet",
+                -4,
+                &["admin", "stale"],
+                (0, 0, 0),
+                CLUSTER,
+                "3.0.0",
+                "Forces a node to handshake with another node.",
+                meet,
+            ),
+            spec(
+                "cluster|forget",
+                3,
+                &["admin", "stale"],
+                (0, 0, 0),
+                CLUSTER,
+                "3.0.0",
+                "Removes a node from the nodes table.",
+                forget,
+            ),
+            spec(
+                "cluster|leave",
+                2,
+                &["admin", "stale"],
+                (0, 0, 0),
+                CLUSTER,
+                "3.0.0",
+                "Lattice: drains this node's slots to their new owners, then leaves the cluster.",
+                leave,
+            ),
+            spec(
                 "cluster|keyslot",
                 3,
                 &["stale"],
@@ -154,6 +184,69 @@ fn read_mode(core: &mut Core, call: &mut Call) {
 
 const DISABLED: &str = "ERR This instance has cluster support disabled";
 
+/// CLUSTER MEET ip port [bus-port]: links this node with the member whose cluster port is
+/// `bus-port` (Redis's default, `port` + 10000, when not given); the two then exchange their
+/// member lists and everyone learns everyone (ARCHITECTURE, "Live membership").
+fn meet(core: &mut Core, call: &mut Call) {
+    if core.cluster.is_none() {
+        return call.error(DISABLED);
+    }
+    let host = String::from_utf8_lossy(call.arg(2)).into_owned();
+    let port = parse_i64(call.arg(3)).filter(|p| (1..=65535).contains(p));
+    let bus = match call.args.len() {
+        4 => port.map(|p| p + 10_000),
+        5 => parse_i64(call.arg(4)),
+        _ => return call.error("ERR syntax error"),
+    };
+    let (Some(_), Some(bus)) = (port, bus.filter(|p| (1..=65535).contains(p))) else {
+        return call.error(&format!(
+            "ERR Invalid node address specified: {host}:{}",
+            String::from_utf8_lossy(call.arg(3))
+        ));
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return call.error(&format!("ERR Invalid node address specified: {host}:{bus}"));
+    }
+    core.dials
+        .push_back((lattice_crdt::NodeId(0), format!("{host}:{bus}")));
+    call.ok();
+}
+
+/// CLUSTER FORGET <node-id>: `node-id` (40 hex digits, or the plain number) becomes a
+/// tombstone that gossip spreads, its slots are placed over the rest and their new owners
+/// take them from a holder.
+fn forget(core: &mut Core, call: &mut Call) {
+    let Some(c) = core.cluster.as_deref_mut() else {
+        return call.error(DISABLED);
+    };
+    let text = String::from_utf8_lossy(call.arg(2)).into_owned();
+    let id = if text.len() == 40 {
+        u32::from_str_radix(text.trim_start_matches('0'), 16).ok()
+    } else {
+        text.parse::<u32>().ok()
+    };
+    let Some(id) = id.filter(|&id| c.members.contains_key(&id)) else {
+        return call.error(&format!("ERR Unknown node {text}"));
+    };
+    match c.forget(id) {
+        Ok(()) => call.ok(),
+        Err(e) => call.error(e),
+    }
+}
+
+/// CLUSTER LEAVE (Lattice's own): the node stops owning slots, streams each group it holds to
+/// its new owners, and once every one acknowledged, marks itself left; it keeps forwarding
+/// commands meanwhile. INFO cluster shows the progress (`cluster_my_status`).
+fn leave(core: &mut Core, call: &mut Call) {
+    let Some(c) = core.cluster.as_deref_mut() else {
+        return call.error(DISABLED);
+    };
+    match c.leave() {
+        Ok(()) => call.ok(),
+        Err(e) => call.error(e),
+    }
+}
+
 /// A node's 40-character id, as Redis Cluster's ids look: the node id in hex, zero-padded.
 pub fn node_name(id: u32) -> String {
     format!("{id:040x}")
@@ -175,6 +268,7 @@ fn view(core: &Core) -> Option<View> {
         let members = c
             .members
             .iter()
+            .filter(|(_, m)| m.status != crate::cluster::Status::Left)
             .map(|(id, m)| (*id, m.host.clone(), m.port))
             .collect();
         let ranges = c.placement().map_or_else(Vec::new, ranges_of);
@@ -353,12 +447,21 @@ fn nodes(core: &mut Core, call: &mut Call) {
     let up = core.cluster.as_deref().map(|c| c.up.clone());
     let mut text = String::new();
     for (id, host, port) in &v.members {
-        let myself = if *id == v.me {
-            "myself,master"
-        } else {
-            "master"
-        };
         let connected = *id == v.me || up.as_ref().is_none_or(|u| u.contains(id));
+        // A member that is not reachable is flagged `fail` (failure detection is the link's:
+        // a link silent for its limit is down); a draining one `nofailover` (Lattice: it
+        // serves its slots' data until the new owners hold it, and owns none).
+        let leaving = core.cluster.as_deref().is_some_and(|c| {
+            c.members
+                .get(id)
+                .is_some_and(|m| m.status == crate::cluster::Status::Leaving)
+        });
+        let myself = format!(
+            "{}master{}{}",
+            if *id == v.me { "myself," } else { "" },
+            if connected { "" } else { ",fail" },
+            if leaving { ",nofailover" } else { "" },
+        );
         let _ = write!(
             text,
             "{} {host}:{port}@0 {myself} - 0 0 0 {}",
@@ -433,7 +536,7 @@ pub fn info_section(core: &Core, t: &mut String) {
             t,
             "cluster_partitioned:1\r\ncluster_replication_factor:{}\r\ncluster_members_known:{}\r\ncluster_state:{}\r\ncluster_forwarded:{}\r\ncluster_forward_retries:{}\r\ncluster_forward_timeouts:{}\r\ncluster_forward_failures:{}\r\ncluster_served_for_peers:{}\r\n",
             c.rf,
-            c.members.len(),
+            c.live_members(),
             if c.placement().is_some() { "ok" } else { "fail" },
             s.forwarded,
             s.forward_retries,
@@ -441,6 +544,41 @@ pub fn info_section(core: &Core, t: &mut String) {
             s.forward_failures,
             s.served_for_peers,
         );
+        let members: Vec<String> = c
+            .members
+            .iter()
+            .map(|(id, m)| format!("{id}:{}", m.status.name()))
+            .collect();
+        let me = c.me();
+        let _ = write!(
+            t,
+            "cluster_members:{}\r\ncluster_my_status:{}\r\ncluster_my_epoch_lattice:{}\r\ncluster_groups_owned:{}\r\ncluster_groups_held:{}\r\ncluster_groups_incoming:{}\r\ncluster_groups_draining:{}\r\ncluster_groups_sent:{}\r\ncluster_groups_received:{}\r\ncluster_groups_dropped:{}\r\n",
+            members.join(","),
+            me.status.name(),
+            me.epoch,
+            c.owned().len(),
+            me.held.len(),
+            c.incoming().len(),
+            c.draining().len(),
+            s.groups_sent,
+            s.groups_received,
+            s.groups_dropped,
+        );
+        if let Some(r) = core.repl.as_deref() {
+            let m = r.move_stats;
+            let _ = write!(
+                t,
+                "cluster_moves_in_progress:{}\r\ncluster_move_streams_done:{}\r\ncluster_move_streams_restarted:{}\r\ncluster_move_bytes_sent:{}\r\ncluster_move_keys_sent:{}\r\ncluster_move_bytes_received:{}\r\ncluster_move_keys_received:{}\r\ncluster_move_keys_dropped:{}\r\n",
+                r.moves_out().count(),
+                m.streams_done,
+                m.streams_restarted,
+                m.bytes_sent,
+                m.keys_sent,
+                m.bytes_received,
+                m.keys_received,
+                m.keys_dropped,
+            );
+        }
     }
 }
 

@@ -153,6 +153,33 @@ impl Node {
             .map_or_else(Vec::new, |r| r.memory())
     }
 
+    /// CLUSTER LEAVE from a driver (the simulator's membership mode): false when this node is
+    /// not a partitioned member that is up.
+    pub fn leave_cluster(&mut self) -> bool {
+        self.core
+            .cluster
+            .as_deref_mut()
+            .is_some_and(|c| c.leave().is_ok())
+    }
+
+    /// Why this node's membership is not settled (a group still incoming or draining, a
+    /// leave not finished), or None: once every node is settled every slot group is held by
+    /// all its owners.
+    #[must_use]
+    pub fn membership_unsettled(&self) -> Option<String> {
+        let c = self.core.cluster.as_deref()?;
+        c.placement()?;
+        let (incoming, draining) = (c.incoming().len(), c.draining().len());
+        let status = c.me().status;
+        let leaving = status == crate::cluster::Status::Leaving;
+        (incoming > 0 || draining > 0 || leaving).then(|| {
+            format!(
+                "{} with {incoming} groups incoming and {draining} draining",
+                status.name()
+            )
+        })
+    }
+
     /// The hybrid timestamp `(wall_ms, logical, node_id)` of the string write that currently
     /// wins on `key` here, for checkers that verify last-writer-wins outcomes.
     #[must_use]

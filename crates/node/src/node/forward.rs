@@ -12,7 +12,7 @@ use lattice_resp::{Protocol, ReplyWriter};
 
 use super::Node;
 use crate::client::{Client, ConnId, RelaySlot, ReplyMode};
-use crate::cluster::{peer_conn, Forwarded, Member, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS};
+use crate::cluster::{peer_conn, Forwarded, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS};
 use crate::repl::wire::{self, Body};
 use lattice_crdt::NodeId;
 
@@ -32,49 +32,9 @@ impl Node {
         };
         c.up.insert(peer.0);
         c.link_changed(peer.0);
+        // Streams to it (or asks) may be due now.
+        c.next_check_ms = 0;
         self.send_members(&[peer]);
-    }
-
-    fn send_members(&mut self, to: &[NodeId]) {
-        let Some(c) = self.core.cluster.as_deref() else {
-            return;
-        };
-        let members = wire::Members {
-            members: c
-                .members
-                .iter()
-                .map(|(id, m)| wire::Member {
-                    id: *id,
-                    host: m.host.clone(),
-                    port: u32::from(m.port),
-                })
-                .collect(),
-        };
-        if let Some(r) = self.core.repl.as_mut() {
-            for &peer in to {
-                r.send_control(peer, Body::Members(members.clone()));
-            }
-        }
-    }
-
-    pub(super) fn cluster_members(&mut self, m: wire::Members) {
-        let Some(c) = self.core.cluster.as_deref_mut() else {
-            return;
-        };
-        let learned = c.learn(m.members.into_iter().filter_map(|m| {
-            let port = u16::try_from(m.port).ok()?;
-            Some((m.id, Member { host: m.host, port }))
-        }));
-        if !learned {
-            return;
-        }
-        let placement = c.placement().cloned();
-        let ups: Vec<NodeId> = c.up.iter().map(|&p| NodeId(p)).collect();
-        if let Some(r) = self.core.repl.as_mut() {
-            r.set_ownership(placement);
-        }
-        // Gossip what was new on; a member list only grows, so this ends.
-        self.send_members(&ups);
     }
 
     /// The link to `peer` dropped: its forwarded reads go to the next live owner; its writes

@@ -39,6 +39,8 @@ pub mod hint;
 pub mod hot;
 mod keymap;
 pub mod merkle;
+mod moves;
+pub use moves::MoveStats;
 pub mod state;
 pub mod wire;
 
@@ -108,10 +110,10 @@ pub const SLICE_KEYS: usize = crate::config::REPL_SLICE_KEYS;
 /// Slices sent to one peer and not yet acknowledged, at most: the back-pressure of a transfer.
 /// The next slice goes when the peer says it merged one, so a slow or busy receiver slows the
 /// sender down instead of filling the link's queue (and, past its bound, losing the link).
-const SLICE_WINDOW: usize = 4;
+pub(crate) const SLICE_WINDOW: usize = 4;
 /// An unacknowledged slice is taken as lost after this long (its leaves still differ, and the
 /// next round finds them): a lost acknowledgement must not stop the transfer for good.
-const SLICE_TIMEOUT_MS: u64 = 2_000;
+pub(crate) const SLICE_TIMEOUT_MS: u64 = 2_000;
 /// A peer is repairing a difference with us (see `Peer::repairing_until_ms`) until this long
 /// after the last digests or states it sent that showed one.
 const AE_REPAIRING_MS: u64 = 500;
@@ -151,6 +153,10 @@ pub enum Effect {
     },
     /// A remote SPUBLISH to deliver to local shard channel subscribers.
     ShardPublish(Bytes, Bytes),
+    /// A move stream's last slice arrived: this replica holds these groups now.
+    MoveIn(crate::cluster::Groups),
+    /// A gaining owner asks for these groups.
+    MoveAsk(crate::cluster::Groups),
 }
 
 struct Unacked {
@@ -404,6 +410,39 @@ pub struct Replicator {
     /// The frontier's part of a compact state's encoding, built once per frontier (a cell:
     /// states are encoded from `&self` too, for persistence).
     compact_wire: RefCell<CompactWire>,
+    /// Live membership (see `moves`): per group, members besides its owners that keep it.
+    extra_keepers: BTreeMap<u16, Vec<u32>>,
+    /// Owned groups not held yet.
+    incoming: crate::cluster::Groups,
+    /// The members GC waits for (None: `cluster_size` peers, a static cluster).
+    members: Option<std::collections::BTreeSet<u32>>,
+    moves_out: BTreeMap<NodeId, moves::MoveOut>,
+    moves_in: BTreeMap<NodeId, moves::MoveIn>,
+    next_stream: u64,
+    /// Streams completed since the node last asked.
+    moved: Vec<(NodeId, crate::cluster::Groups)>,
+    dropping: crate::cluster::Groups,
+    drop_leaf: usize,
+    pub move_stats: moves::MoveStats,
+}
+
+/// Whether member `id` keeps `key`: every replica does when the cluster is not partitioned;
+/// else its slot's owners, and the members still draining its group (`extra`, see `moves`).
+fn keeper(
+    ownership: &Option<lattice_placement::Placement>,
+    extra: &BTreeMap<u16, Vec<u32>>,
+    id: u32,
+    key: &[u8],
+) -> bool {
+    let Some(p) = ownership else {
+        return true;
+    };
+    let slot = lattice_placement::key_slot(key);
+    p.is_owner(id, slot)
+        || (!extra.is_empty()
+            && extra
+                .get(&lattice_placement::Placement::group_of(slot))
+                .is_some_and(|v| v.contains(&id)))
 }
 
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
@@ -484,6 +523,16 @@ impl Replicator {
             hot: hot::HotReplicas::default(),
             no_frontier: VersionVector::new(),
             compact_wire: RefCell::new(CompactWire::default()),
+            extra_keepers: BTreeMap::new(),
+            incoming: Default::default(),
+            members: None,
+            moves_out: BTreeMap::new(),
+            moves_in: BTreeMap::new(),
+            next_stream: 0,
+            moved: Vec::new(),
+            dropping: Default::default(),
+            drop_leaf: 0,
+            move_stats: Default::default(),
         }
     }
 
@@ -946,6 +995,7 @@ impl Replicator {
             // The next link starts a new round, which finds whatever is still different.
             p.transfer = Transfer::default();
         }
+        self.moves_peer_down(peer);
         self.hot.peer_down(peer.0);
     }
 
@@ -1023,7 +1073,10 @@ impl Replicator {
                 encode_state_into(&st, &mut self.scratch);
                 let owners = placement.owners(lattice_placement::key_slot(&k));
                 for (i, id) in ups.iter().enumerate() {
-                    if owners.contains(&id.0) || self.hot.is_holder(&k, id.0) {
+                    if owners.contains(&id.0)
+                        || self.hot.is_holder(&k, id.0)
+                        || self.extra_keeper(id.0, &k)
+                    {
                         writers[i].0.push(&k, &self.scratch);
                     } else {
                         st.contexts().iter().for_each(|c| writers[i].1.merge(c));
@@ -1049,6 +1102,53 @@ impl Replicator {
         self.ownership = Some(placement);
     }
 
+    /// The states of the keys `keep` accepts, walking the Merkle leaves from `leaf` (the first
+    /// `resume` keys of it already sent) until a slice's bounds (`SLICE_BYTES`, `slice_keys`)
+    /// or `max_leaves` leaves: the blobs, their bytes, and where the next slice resumes
+    /// (`merkle::LEAVES` as the leaf once the walk is over).
+    fn walk_slice(
+        &mut self,
+        mut leaf: usize,
+        mut resume: usize,
+        slice_keys: usize,
+        max_leaves: usize,
+        keep: impl Fn(&Replicator, &Bytes) -> bool,
+        db: &Db,
+    ) -> (Vec<KeyBlob>, usize, usize, usize) {
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut leaves = 0;
+        'leaves: while leaf < merkle::LEAVES && leaves < max_leaves {
+            leaves += 1;
+            let list = self.keys.leaf_entries(leaf, db);
+            let mut i = resume.min(list.len());
+            while i < list.len() {
+                if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
+                    resume = i;
+                    break 'leaves;
+                }
+                let (k, e) = &list[i];
+                i += 1;
+                if !keep(self, k) {
+                    continue;
+                }
+                let blob = key_blob(
+                    k,
+                    &e.state,
+                    self.compact_wire.get_mut(),
+                    &self.frontier,
+                    db,
+                    &mut self.scratch,
+                );
+                bytes += blob.state.len() + k.len();
+                entries.push(blob);
+            }
+            leaf += 1;
+            resume = 0;
+        }
+        (entries, bytes, leaf, resume)
+    }
+
     /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
     /// node when the membership it knows changes the placement.
     pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {
@@ -1057,9 +1157,7 @@ impl Replicator {
 
     /// Whether this replica keeps `key` (it owns its slot, or the cluster is not partitioned).
     pub fn owns(&self, key: &[u8]) -> bool {
-        self.ownership
-            .as_ref()
-            .is_none_or(|p| p.is_owner(self.node.0, lattice_placement::key_slot(key)))
+        keeper(&self.ownership, &self.extra_keepers, self.node.0, key)
     }
 
     /// Whether this replica keeps a received state of `key`: it owns it, or holds a copy of
@@ -1101,7 +1199,7 @@ impl Replicator {
             next = next.min(d);
         }
         for p in self.peers.values().filter(|p| p.up) {
-            if p.transfer.ready() {
+            if p.transfer.ready() || self.move_ready() {
                 // The next slice, after the client batches waiting now.
                 next = next.min(now_ms + 1);
             }
@@ -1112,6 +1210,12 @@ impl Replicator {
             if let Some(&(_, sent)) = p.transfer.inflight.front() {
                 next = next.min(sent + SLICE_TIMEOUT_MS);
             }
+        }
+        if let Some(sent) = self.move_oldest_ms() {
+            next = next.min(sent + SLICE_TIMEOUT_MS);
+        }
+        if !self.dropping.is_empty() {
+            next = next.min(now_ms + 1);
         }
         next
     }
@@ -1227,6 +1331,9 @@ impl Replicator {
                 self.send_ae(id, root);
             }
         }
+        if !self.moves_out.is_empty() {
+            self.tick_moves(now_ms, db);
+        }
         if !self.gc_sweep.is_empty() {
             self.gc_step(db);
         }
@@ -1289,11 +1396,10 @@ impl Replicator {
                 }
                 // Only an owner sends a key (a hot key's copy is not this node's to spread), to
                 // a peer that keeps it.
-                let slot = lattice_placement::key_slot(key);
-                let owned = self.ownership.as_ref().is_none_or(|o| {
-                    o.is_owner(self.node.0, slot)
-                        && (o.is_owner(peer.0, slot) || self.hot.is_holder(key, peer.0))
-                });
+                let owned = self.ownership.is_none()
+                    || (keeper(&self.ownership, &self.extra_keepers, self.node.0, key)
+                        && (keeper(&self.ownership, &self.extra_keepers, peer.0, key)
+                            || self.hot.is_holder(key, peer.0)));
                 if !owned {
                     continue;
                 }
@@ -1412,10 +1518,12 @@ impl Replicator {
             self.gc_prev = None;
             return;
         }
+        let members = &self.members;
         let reports: Vec<&VersionVector> = self
             .peers
-            .values()
-            .filter_map(|p| p.seen.as_ref())
+            .iter()
+            .filter(|(id, _)| members.as_ref().is_none_or(|m| m.contains(&id.0)))
+            .filter_map(|(_, p)| p.seen.as_ref())
             .collect();
         if reports.len() + 1 < self.cluster_size {
             return; // a configured replica has not reported yet: nothing is stable
@@ -1492,14 +1600,17 @@ impl Replicator {
             }
             // Compacted: when the store holds the same string (no stream took the key), the
             // state can leave the value to it and be packed.
-            let same = e.state.is_compact_form()
-                && e.state
-                    .materialize(&Default::default(), None)
-                    .is_some_and(|v| {
-                        db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
-                            s.expire_at_ms().is_none() && state::same_content(&v, &s.value)
-                        })
-                    });
+            // A state that already left its value to the store (merged unchanged while it was
+            // listed for this visit, see `merge_blobs`) has nothing to compare.
+            let same = e.state.value_in_store()
+                || e.state.is_compact_form()
+                    && e.state
+                        .materialize(&Default::default(), None)
+                        .is_some_and(|v| {
+                            db.get_raw_hashed(id.0, &id.1).is_some_and(|s| {
+                                s.expire_at_ms().is_none() && state::same_content(&v, &s.value)
+                            })
+                        });
             if same {
                 e.state.drop_value();
                 self.keys.repack(id.0, &id.1, db);
@@ -1626,6 +1737,11 @@ impl Replicator {
             }),
             Some(Body::Functions(f)) => self.functions_received(peer, f.digest),
             Some(Body::Hot(h)) => self.on_hot(peer, h, now_ms, db),
+            Some(Body::MoveSlice(m)) => self.on_move_slice(peer, m, data.len(), db, &mut effects),
+            Some(Body::MoveAck(a)) => self.on_move_ack(peer, a, now_ms, db),
+            Some(Body::MoveAsk(a)) => effects.push(Effect::MoveAsk(
+                crate::cluster::Groups::from_bytes(&a.groups),
+            )),
             None => self.stats.bad_messages += 1,
         }
         effects
@@ -1700,11 +1816,15 @@ impl Replicator {
             // the copy, so against it the copy would count elements it never received as
             // removed (ARCHITECTURE, "Hot keys"). Every state and delta arrives with its
             // sender's frontier spelled out in its contexts, so nothing is lost without it.
-            let frontier = if self.hot.holds(&b.key) && !self.owns(&b.key) {
-                &self.no_frontier
-            } else {
-                &self.frontier
-            };
+            // A group this replica gains is merged against no frontier either, for the same
+            // reason: its seen-set took the dots of the group's keys as skipped contexts while
+            // it did not own them (ARCHITECTURE, "Live membership").
+            let frontier =
+                if (self.hot.holds(&b.key) && !self.owns(&b.key)) || self.incoming_key(&b.key) {
+                    &self.no_frontier
+                } else {
+                    &self.frontier
+                };
             let entry = self.keys.get_or_insert_with(h, &b.key, db, KeyEntry::fresh);
             let stored = stored_for(db, h, &b.key, &entry.state);
             // A delta into a large collection: the store is patched instead of rebuilt (and a
@@ -1774,7 +1894,8 @@ impl Replicator {
     /// No GC yet: this (fully replicated) replica has not equalled every peer's tree since it
     /// started.
     fn gc_held(&self) -> bool {
-        self.catching_up && self.ownership.is_none() && self.cluster_size > 1
+        (self.catching_up && self.ownership.is_none() && self.cluster_size > 1)
+            || !self.incoming.is_empty()
     }
 
     /// Our tree equalled `peer`'s: once it has equalled every peer's since the start, GC runs.

@@ -28,7 +28,10 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18")]
+    #[prost(
+        oneof = "Body",
+        tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18"
+    )]
     pub body: Option<Body>,
 }
 
@@ -63,6 +66,16 @@ pub enum Body {
     /// Anti-entropy: a `States` slice was merged; the sender may send the next one.
     #[prost(message, tag = "14")]
     SliceAck(SliceAck),
+    /// Live membership: one acknowledged slice of a slot-group move (ARCHITECTURE, "Live
+    /// membership").
+    #[prost(message, tag = "15")]
+    MoveSlice(MoveSlice),
+    /// A `MoveSlice` was merged.
+    #[prost(message, tag = "16")]
+    MoveAck(MoveAck),
+    /// A gaining owner asks a holder to stream it these groups (no draining holder is left).
+    #[prost(message, tag = "17")]
+    MoveAsk(MoveAsk),
     /// Partitioned cluster, hot keys: a non-owner asks the owners for copies of keys hot on
     /// it, or gives them back; an owner grants them.
     #[prost(message, tag = "18")]
@@ -108,6 +121,50 @@ pub struct Member {
     pub host: String,
     #[prost(uint32, tag = "3")]
     pub port: u32,
+    /// Live membership (all absent from senders that predate it, which reads as an `up`
+    /// member at epoch 0 holding nothing announced): where peers dial it (0: unknown).
+    #[prost(uint32, tag = "4")]
+    pub cluster_port: u32,
+    /// `cluster::Status` as a number.
+    #[prost(uint32, tag = "5")]
+    pub status: u32,
+    /// The member's own version of its record: the higher one wins.
+    #[prost(uint64, tag = "6")]
+    pub epoch: u64,
+    /// The slot groups it holds completely, a bitmap (bit g of byte g / 8).
+    #[prost(bytes = "bytes", tag = "7")]
+    pub held: bytes::Bytes,
+}
+
+/// One slice of a move: states of keys in `groups` (a bitmap of slot groups, bit g of byte
+/// g / 8). Slices of one `stream` are numbered from 1; `last` marks the final one, after
+/// which the receiver holds every key the sender held in those groups when it listed them.
+#[derive(Clone, PartialEq, Message)]
+pub struct MoveSlice {
+    #[prost(uint64, tag = "1")]
+    pub stream: u64,
+    #[prost(uint64, tag = "2")]
+    pub slice: u64,
+    #[prost(bytes = "bytes", tag = "3")]
+    pub groups: bytes::Bytes,
+    #[prost(message, repeated, tag = "4")]
+    pub entries: Vec<KeyBlob>,
+    #[prost(bool, tag = "5")]
+    pub last: bool,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct MoveAck {
+    #[prost(uint64, tag = "1")]
+    pub stream: u64,
+    #[prost(uint64, tag = "2")]
+    pub slice: u64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct MoveAsk {
+    #[prost(bytes = "bytes", tag = "1")]
+    pub groups: bytes::Bytes,
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -79,9 +79,26 @@ pub async fn start(shared: Arc<Shared>, settings: ClusterSettings) -> Result<(),
         tls.clone(),
         listener,
     ));
+    // Members learned while running (gossip, CLUSTER MEET) are dialed once per address; the
+    // list is bounded by the member list, which the node bounds.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    shared.set_dial_tx(tx);
+    let mut dialed: Vec<String> = vec![settings.listen.clone()];
     for seed in settings.peers {
+        dialed.push(seed.clone());
         tokio::spawn(dial_loop(shared.clone(), auth.clone(), tls.clone(), seed));
     }
+    let (s2, a2, t2) = (shared.clone(), auth.clone(), tls.clone());
+    tokio::spawn(async move {
+        while let Some(addr) = rx.recv().await {
+            if dialed.contains(&addr) {
+                continue;
+            }
+            tracing::info!("cluster: dialing member {addr}");
+            dialed.push(addr.clone());
+            tokio::spawn(dial_loop(s2.clone(), a2.clone(), t2.clone(), addr));
+        }
+    });
     tokio::spawn(log_stats(shared));
     Ok(())
 }

@@ -1,0 +1,231 @@
+//! Live membership of a partitioned cluster through the node's real entry points: a node
+//! joins and takes exactly its share, a node leaves (CLUSTER LEAVE) and its slots reach
+//! their new owners before it lets them go, a failed node is forgotten (CLUSTER FORGET) and
+//! its share is rebuilt from the other owners, writes made while slots move survive, and a
+//! draining node never drops a group before its new owner acknowledged it (with
+//! `--features planted-move-bug` it does, and `an_old_owner_keeps_a_group_until_the_ack`
+//! fails).
+
+use std::collections::BTreeMap;
+
+use lattice_placement::{key_slot, Placement};
+use lattice_testkit::{bulk, info_field, Cluster, Link};
+
+/// `n` nodes that start together (replication factor `rf`) and `joiners` more that join
+/// later; only the first `n` are linked.
+fn net(n: usize, joiners: usize, rf: usize) -> Cluster {
+    let mut net = Cluster::unlinked(n + joiners, |i, config| {
+        config.replication_factor = rf;
+        config.announce_port = 7100 + i as u16;
+        if i < n {
+            config.cluster_size = n;
+        } else {
+            config.join = true;
+            config.cluster_size = 2;
+        }
+    });
+    net.step_ms = 20;
+    // Each input's full check walks every key: at a stride the test stays quick.
+    net.check_every = 16;
+    for a in 0..n {
+        for b in (a + 1)..n {
+            net.set_link(a, b, Link::Up);
+        }
+    }
+    net.settle();
+    net
+}
+
+/// The placement over members `ids` (node ids, from 1).
+fn placement(ids: &[u32], rf: usize) -> Placement {
+    Placement::new(ids, rf)
+}
+
+/// `keys` keys written through the first `via` nodes in turn, acknowledged and settled.
+fn load(net: &mut Cluster, keys: usize, via: usize) -> BTreeMap<String, String> {
+    let mut acked = BTreeMap::new();
+    for n in 0..keys {
+        let (k, v) = (format!("key:{n}"), format!("v{n}"));
+        write(net, n % via, &k, &v, &mut acked);
+    }
+    net.settle();
+    acked
+}
+
+fn cluster_info(net: &mut Cluster, i: usize) -> String {
+    net.cmd(i, &["INFO", "cluster"])
+}
+
+/// Whether no node has a group to receive or to drain.
+fn quiet(net: &mut Cluster, nodes: &[usize]) -> bool {
+    nodes.iter().all(|&i| {
+        let info = cluster_info(net, i);
+        info_field(&info, "cluster_groups_incoming") == 0
+            && info_field(&info, "cluster_groups_draining") == 0
+    })
+}
+
+/// Writes `key` = `value` through node `via`; records it when acknowledged.
+fn write(
+    net: &mut Cluster,
+    via: usize,
+    key: &str,
+    value: &str,
+    acked: &mut BTreeMap<String, String>,
+) {
+    let r = net.cmd(via, &["SET", key, value]);
+    if r == "+OK\r\n" {
+        acked.insert(key.to_string(), value.to_string());
+    }
+}
+
+/// Every acknowledged write reads back through every node in `via`, and every node in
+/// `nodes` holds exactly the keys `p` gives it (node index i is id i + 1).
+fn check(net: &mut Cluster, acked: &BTreeMap<String, String>, nodes: &[usize], p: &Placement) {
+    for (n, (k, v)) in acked.iter().enumerate() {
+        let via = nodes[n % nodes.len()];
+        assert_eq!(net.cmd(via, &["GET", k]), bulk(v), "{k} through node {via}");
+    }
+    for &i in nodes {
+        let expected = acked
+            .keys()
+            .filter(|k| p.is_owner(i as u32 + 1, key_slot(k.as_bytes())))
+            .count();
+        assert_eq!(net.dbsize(i), expected, "node {i} holds exactly its keys");
+    }
+}
+
+/// Moves time on until the moves end (30 s of virtual time at most), writing three keys each
+/// step through the nodes in `via` (writes during the move), then lets a second pass;
+/// returns the virtual milliseconds the moves took.
+fn run_moves(
+    net: &mut Cluster,
+    nodes: &[usize],
+    via: &[usize],
+    acked: &mut BTreeMap<String, String>,
+) -> u64 {
+    let mut waited = 0;
+    let mut n = 0;
+    loop {
+        for _ in 0..3 {
+            let v = via[n % via.len()];
+            write(net, v, &format!("during:{n}"), &format!("w{n}"), acked);
+            n += 1;
+        }
+        net.advance(net.step_ms);
+        waited += net.step_ms;
+        if waited % 200 == 0 && quiet(net, nodes) {
+            net.advance(1_000);
+            return waited;
+        }
+        assert!(waited < 30_000, "moves not done after {waited} ms");
+    }
+}
+
+#[test]
+fn a_joining_node_takes_exactly_its_share_and_nothing_is_lost() {
+    let mut net = net(5, 1, 3);
+    let mut acked = load(&mut net, 600, 5);
+    check(
+        &mut net,
+        &acked,
+        &[0, 1, 2, 3, 4],
+        &placement(&[1, 2, 3, 4, 5], 3),
+    );
+    // Node 6 joins: its links come up (the server dials the member it was given, which
+    // gossips it to the rest, and they dial it).
+    net.heal(5);
+    let took = run_moves(
+        &mut net,
+        &[0, 1, 2, 3, 4, 5],
+        &[0, 1, 2, 3, 4, 5],
+        &mut acked,
+    );
+    let p6 = placement(&[1, 2, 3, 4, 5, 6], 3);
+    check(&mut net, &acked, &[0, 1, 2, 3, 4, 5], &p6);
+    let info = cluster_info(&mut net, 5);
+    assert_eq!(info_field(&info, "cluster_groups_incoming"), 0);
+    let share = info_field(&info, "cluster_groups_held");
+    assert_eq!(
+        share as usize,
+        p6.slot_count(6) / 64,
+        "the newcomer holds its groups"
+    );
+    // Only the newcomer's share moved: each of its groups had exactly one sender.
+    let sent: u64 = (0..5)
+        .map(|i| info_field(&cluster_info(&mut net, i), "cluster_groups_dropped"))
+        .sum();
+    assert_eq!(
+        sent, share,
+        "one old owner let go of each group the newcomer took"
+    );
+    eprintln!(
+        "join: {took} ms of virtual time, {} keys acknowledged",
+        acked.len()
+    );
+}
+
+#[test]
+fn a_leaving_node_drains_before_it_goes() {
+    let mut net = net(6, 0, 3);
+    let mut acked = load(&mut net, 600, 6);
+    assert_eq!(net.cmd(2, &["CLUSTER", "LEAVE"]), "+OK\r\n");
+    assert_eq!(
+        net.cmd(2, &["CLUSTER", "LEAVE"]),
+        "-ERR This node is already leaving the cluster\r\n"
+    );
+    let rest = [0, 1, 3, 4, 5];
+    run_moves(
+        &mut net,
+        &[0, 1, 2, 3, 4, 5],
+        &[0, 1, 3, 4, 5, 2],
+        &mut acked,
+    );
+    let info = cluster_info(&mut net, 2);
+    assert!(info.contains("cluster_my_status:left"), "{info}");
+    assert_eq!(net.dbsize(2), 0, "the leaver dropped everything");
+    let p5 = placement(&[1, 2, 4, 5, 6], 3);
+    check(&mut net, &acked, &rest, &p5);
+    // The leaver is gone from what clients see.
+    let nodes = net.cmd(0, &["CLUSTER", "NODES"]);
+    assert_eq!(nodes.matches("master").count(), 5, "{nodes}");
+    // It still answers (forwarding) until it is stopped.
+    assert_eq!(net.cmd(2, &["GET", "key:1"]), bulk("v1"));
+}
+
+#[test]
+fn a_failed_node_is_forgotten_and_its_share_rebuilt() {
+    let mut net = net(5, 0, 3);
+    let mut acked = load(&mut net, 500, 5);
+    net.cut(4);
+    net.advance(500);
+    assert_eq!(
+        net.cmd(0, &["CLUSTER", "FORGET", "99"]),
+        "-ERR Unknown node 99\r\n"
+    );
+    let id5 = format!("{:040x}", 5);
+    assert_eq!(net.cmd(0, &["CLUSTER", "FORGET", &id5]), "+OK\r\n");
+    let rest = [0, 1, 2, 3];
+    run_moves(&mut net, &rest, &rest, &mut acked);
+    let p4 = placement(&[1, 2, 3, 4], 3);
+    check(&mut net, &acked, &rest, &p4);
+    let nodes = net.cmd(1, &["CLUSTER", "NODES"]);
+    assert!(!nodes.contains(&id5), "{nodes}");
+}
+
+/// Replication factor 1: the draining node holds the only copy. The link to one gaining
+/// owner loses everything for a while: its streams go unacknowledged, so it keeps the group
+/// (and restarts the stream) until the link works again.
+#[test]
+fn an_old_owner_keeps_a_group_until_the_ack() {
+    let mut net = net(3, 0, 1);
+    let mut acked = load(&mut net, 300, 3);
+    net.set_link(1, 2, Link::Silent);
+    assert_eq!(net.cmd(1, &["CLUSTER", "LEAVE"]), "+OK\r\n");
+    net.advance(5_000);
+    net.set_link(1, 2, Link::Up);
+    run_moves(&mut net, &[0, 1, 2], &[0, 2], &mut acked);
+    let info = cluster_info(&mut net, 1);
+    assert!(info.contains("cluster_my_status:left"), "{info}");
+    check(&mut net, &acked, &[0, 2], &placement(&[1, 3], 1));
+}

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Real-process test of live membership (docs/TESTING.md, "Live membership"): a partitioned
+cluster of lattice-server processes grows by one node and shrinks by two under a write load.
+
+1. --nodes nodes (default 5) start with --replication-factor RF (default 3) from --seeds, and
+   --keys keys are loaded through them.
+2. A writer thread keeps writing new keys (pipelines of --pipeline SETs) through the nodes that
+   stay, recording every acknowledged write and the longest time with no reply.
+3. A node joins with --join (one member's cluster address): the time until the ownership is
+   balanced again (no node receiving or draining a slot group) is measured.
+4. Two nodes leave (CLUSTER LEAVE): the time until both report `left` and nothing moves is
+   measured; they are then stopped.
+5. With the writer stopped: every node's DBSIZE equals the number of acknowledged keys whose
+   slot CLUSTER SLOTS gives it, and every acknowledged write reads back through every node.
+
+Prints the figures issue 18's must-show 2 asks for: time until balanced, bytes moved against
+the bytes of the moved slots' keys, the longest gap with no reply, lost writes. Exits 1 on any
+failure. Servers run on 127.0.0.1 (free ports, or from --base-port on) and are stopped at the
+end.
+"""
+
+import argparse
+import importlib.util
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import redis
+from redis.crc import key_slot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROCS = {}
+
+_spec = importlib.util.spec_from_file_location("partition_test", os.path.join(ROOT, "scripts", "partition-test.py"))
+partition_test = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(partition_test)
+fail = partition_test.fail
+owners_by_slot = partition_test.owners_by_slot
+free_port = partition_test.free_port
+
+
+class Ports:
+    """Free ports, or consecutive ones from a base (a range set aside for the run)."""
+
+    def __init__(self, base):
+        self.next = base
+
+    def take(self):
+        if not self.next:
+            return free_port()
+        self.next += 1
+        return self.next - 1
+
+
+def launch(binary, work, node_id, port, cport, rf, cluster_args):
+    log = open(os.path.join(work, "node%d.log" % node_id), "wb")
+    PROCS[node_id] = subprocess.Popen(
+        [binary, "--port", str(port), "--cluster-port", str(cport), "--node-id", str(node_id),
+         "--replication-factor", str(rf), "--threads", "1",
+         "--dir", os.path.join(work, "d%d" % node_id)] + cluster_args,
+        stdout=log, stderr=log)
+    return redis.Redis(port=port, socket_timeout=20)
+
+
+def wait_for(what, cond, timeout, work, clients=None):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if cond():
+                return
+        except redis.exceptions.ConnectionError:
+            pass
+        if time.time() > deadline:
+            for i, c in (clients or {}).items():
+                info = cluster_info(c)
+                print("  node %d: %s" % (i, {k: v for k, v in info.items()
+                                             if k.startswith(("cluster_groups", "cluster_move", "cluster_my",
+                                                              "cluster_members", "cluster_state"))}))
+            fail("%s did not happen within %d s (logs in %s)" % (what, timeout, work))
+        time.sleep(0.05)
+
+
+def cluster_info(c):
+    return c.info("cluster")
+
+
+def balanced(clients, members):
+    """Every node knows `members` live members and none receives or drains a group."""
+    for c in clients:
+        i = cluster_info(c)
+        if i.get("cluster_state") != "ok" or i.get("cluster_members_known") != members:
+            return False
+        if i.get("cluster_groups_incoming") or i.get("cluster_groups_draining"):
+            return False
+        if b"disconnected" in c.execute_command("CLUSTER", "NODES"):
+            return False
+    return True
+
+
+def moved_bytes(clients):
+    return sum(cluster_info(c).get("cluster_move_bytes_sent", 0) for c in clients)
+
+
+class Writer(threading.Thread):
+    """Writes new keys through the given nodes, records what was acknowledged."""
+
+    def __init__(self, ports, pipeline):
+        super().__init__(daemon=True)
+        self.clients = [redis.Redis(port=p, socket_timeout=20) for p in ports]
+        self.pipeline = pipeline
+        self.acked = {}
+        self.errors = 0
+        self.max_gap = 0.0
+        self.stop = threading.Event()
+
+    def run(self):
+        n = 0
+        last = time.time()
+        rng = random.Random(6)
+        while not self.stop.is_set():
+            c = rng.choice(self.clients)
+            p = c.pipeline(transaction=False)
+            batch = [("w:%d" % (n + j), "v%d" % (n + j)) for j in range(self.pipeline)]
+            n += self.pipeline
+            for k, v in batch:
+                p.set(k, v)
+            try:
+                replies = p.execute(raise_on_error=False)
+            except redis.exceptions.RedisError:
+                self.errors += len(batch)
+                continue
+            now = time.time()
+            self.max_gap = max(self.max_gap, now - last)
+            last = now
+            for (k, v), r in zip(batch, replies):
+                if r is True:
+                    self.acked[k] = v
+                else:
+                    self.errors += 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    partition_test.cluster_args(ap)
+    ap.add_argument("--pipeline", type=int, default=10)
+    ap.add_argument("--base-port", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=60)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="lattice-membership.")
+    ports = Ports(args.base_port)
+    t0 = time.time()
+    try:
+        n = args.nodes
+        port = {i: ports.take() for i in range(1, n + 2)}
+        cport = {i: ports.take() for i in range(1, n + 2)}
+        seeds = ",".join("127.0.0.1:%d" % cport[i] for i in range(1, n + 1))
+        clients = {i: launch(args.binary, work, i, port[i], cport[i], args.rf, ["--seeds", seeds])
+                   for i in range(1, n + 1)}
+        wait_for("the cluster coming up", lambda: balanced(clients.values(), n), 30, work)
+
+        # 1. The load before any change.
+        values = {}
+        rng = random.Random(18)
+        for at in range(0, args.keys, 100):
+            p = rng.choice(list(clients.values())).pipeline(transaction=False)
+            chunk = [("key:%d" % i, "v-%d" % i) for i in range(at, min(at + 100, args.keys))]
+            for k, v in chunk:
+                p.set(k, v)
+            if not all(r is True for r in p.execute()):
+                fail("a SET of the initial load was not acknowledged")
+            values.update(chunk)
+        leavers = [n - 1, n]
+        stay = [i for i in range(1, n + 1) if i not in leavers]
+
+        # 2. Writes through the nodes that stay, all along.
+        writer = Writer([port[i] for i in stay], args.pipeline)
+        writer.start()
+        time.sleep(1)
+
+        # 3. A node joins.
+        new = n + 1
+        before = owners_by_slot(clients[1])
+        bytes0 = moved_bytes(clients.values())
+        t = time.time()
+        clients[new] = launch(args.binary, work, new, port[new], cport[new], args.rf,
+                              ["--join", "127.0.0.1:%d" % cport[1]])
+        wait_for("the join balancing", lambda: balanced(clients.values(), n + 1), args.timeout, work,
+                 clients)
+        join_s = time.time() - t
+        join_bytes = moved_bytes(clients.values()) - bytes0
+        after_join = owners_by_slot(clients[1])
+
+        # 4. Two nodes leave.
+        t = time.time()
+        for i in leavers:
+            if clients[i].execute_command("CLUSTER", "LEAVE") != b"OK":
+                fail("CLUSTER LEAVE on node %d" % i)
+        rest = [i for i in clients if i not in leavers]
+        wait_for("the leaves", lambda: all(cluster_info(clients[i]).get("cluster_my_status") == "left"
+                                           for i in leavers)
+                 and balanced([clients[i] for i in rest], len(rest)), args.timeout, work, clients)
+        leave_s = time.time() - t
+        leave_bytes = moved_bytes(clients.values()) - bytes0 - join_bytes
+        time.sleep(1)
+        writer.stop.set()
+        writer.join()
+        for i in leavers:
+            PROCS[i].send_signal(signal.SIGTERM)
+            PROCS[i].wait(timeout=10)
+            del clients[i]
+        after_leave = owners_by_slot(clients[1])
+
+        # 5. Every key on exactly its owners, every acknowledged write readable.
+        values.update(writer.acked)
+        keys = sorted(values)
+        slots = {k: key_slot(k.encode()) for k in keys}
+        expected = {i: sum(1 for k in keys if port[i] in after_leave[slots[k]]) for i in clients}
+        sizes = {}
+        try:
+            wait_for("DBSIZE matching the placement",
+                     lambda: sizes.update({i: clients[i].dbsize() for i in clients}) or sizes == expected,
+                     30, work, clients)
+        except SystemExit:
+            print("  DBSIZE %s, expected %s" % (sizes, expected))
+            for i, c in clients.items():
+                mine = set(k.decode() for k in c.keys("*"))
+                owned = set(k for k in keys if port[i] in after_leave[slots[k]])
+                extra, missing = sorted(mine - owned), sorted(owned - mine)
+                print("  node %d: %d keys it does not own (%s), %d of its own missing (%s)"
+                      % (i, len(extra), extra[:5], len(missing), missing[:5]))
+            raise
+        missing = set()
+        order = sorted(clients)
+        for k, i, v in partition_test.read_back([clients[i] for i in order], keys, values.get):
+            if len(missing) < 10:
+                print("  GET %s through node %d answered %r" % (k, order[i], v))
+            missing.add(k)
+        lost = len(missing)
+
+        def moved_key_bytes(old, new_owners):
+            # Each key's bytes once per owner that gained its slot.
+            total = 0
+            for k in keys:
+                s = slots[k]
+                gained = len([o for o in new_owners[s] if o not in old[s]])
+                total += gained * (len(k) + len(values[k]))
+            return total
+
+        print("%d nodes, replication factor %d, %d keys loaded, %d more acknowledged during the "
+              "changes (%d writes refused or failed)"
+              % (n, args.rf, args.keys, len(writer.acked), writer.errors))
+        print("join of node %d: balanced after %.2f s; %d bytes moved for %d bytes of keys in "
+              "moved slots" % (new, join_s, join_bytes, moved_key_bytes(before, after_join)))
+        print("leave of nodes %s: done after %.2f s; %d bytes moved for %d bytes of keys in "
+              "moved slots" % (leavers, leave_s, leave_bytes, moved_key_bytes(after_join, after_leave)))
+        print("longest gap with no reply to the writer: %.3f s" % writer.max_gap)
+        for i in clients:
+            print("  node %d: DBSIZE %d (expected %d)" % (i, sizes[i], expected[i]))
+        print("lost acknowledged writes: %d (of %d keys, read through each of %d nodes)"
+              % (lost, len(keys), len(clients)))
+        if lost:
+            fail("acknowledged writes are missing")
+        print("membership test passed in %.1f s" % (time.time() - t0))
+    finally:
+        for p in PROCS.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in PROCS.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
