@@ -3,7 +3,11 @@
 # so a hot-path change can be judged without benchmark noise.
 #
 #   scripts/callgrind.sh [--server lattice|redis] [--pipeline P] [--requests N] [--tests set,get]
-#                        [--cluster] [--keys K] [--data-size D]
+#                        [--cluster] [--keys K] [--data-size D] [--appendonly yes|no]
+#                        [--appendfsync always|everysec|no]
+#
+# --appendonly / --appendfsync: Lattice's persistence settings (default: its own defaults,
+# appendonly yes and everysec), so the cost of persistence is the difference of two runs.
 #
 # --cluster: the lattice server under callgrind is node 1 of a 3-node cluster (the two other
 # replicas run normally), so the count is the writer's cost with replication on.
@@ -22,6 +26,8 @@ TESTS=set,get
 CLUSTER=0
 KEYS=100000
 DATA=64
+APPENDONLY=
+APPENDFSYNC=
 while [ $# -gt 0 ]; do
     case "$1" in
         --server) SERVER="$2"; shift 2 ;;
@@ -31,7 +37,9 @@ while [ $# -gt 0 ]; do
         --cluster) CLUSTER=1; shift ;;
         --keys) KEYS="$2"; shift 2 ;;
         --data-size) DATA="$2"; shift 2 ;;
-        *) sed -n '2,11p' "$0"; exit 2 ;;
+        --appendonly) APPENDONLY="$2"; shift 2 ;;
+        --appendfsync) APPENDFSYNC="$2"; shift 2 ;;
+        *) sed -n '2,16p' "$0"; exit 2 ;;
     esac
 done
 command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)"; exit 2; }
@@ -39,13 +47,20 @@ command -v callgrind_control >/dev/null || { echo "callgrind_control is required
 OUT="$ROOT/target/callgrind"
 mkdir -p "$OUT"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
+PORT=${CALLGRIND_PORT:-$(free_port)}
 case "$SERVER" in
     lattice)
         BIN="${LATTICE_BIN:-$ROOT/target/release/lattice-server}"
         [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p lattice-server"; exit 2; }
         DIR=$(mktemp -d)
         CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1)
+        if [ -n "$APPENDONLY$APPENDFSYNC" ]; then
+            {
+                [ -n "$APPENDONLY" ] && printf 'appendonly = "%s"\n' "$APPENDONLY"
+                [ -n "$APPENDFSYNC" ] && printf 'appendfsync = "%s"\n' "$APPENDFSYNC"
+            } > "$DIR.toml"
+            CMD+=(--config "$DIR.toml")
+        fi
         if [ "$CLUSTER" = 1 ]; then
             CPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
             SEEDS="127.0.0.1:${CPORTS[0]},127.0.0.1:${CPORTS[1]},127.0.0.1:${CPORTS[2]}"
