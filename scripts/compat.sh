@@ -271,8 +271,11 @@ start_server() {
         # does Redis with io-threads), so those tests would race; one thread restores the order.
         "$LATTICE_BIN" --port "$port" --bind 127.0.0.1 --dir "$SERVER_TMP" --threads 1 >"$logfile" 2>&1 9>&- &
     else
+        # Redis 7 refuses DEBUG unless enabled; --with-debug runs the tests that use it.
+        local debug=()
+        [ "$WITH_DEBUG" = 1 ] && debug=(--enable-debug-command yes)
         "$REDIS_BIN" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-            --daemonize no --dir "$SERVER_TMP" >"$logfile" 2>&1 9>&- &
+            --daemonize no --dir "$SERVER_TMP" "${debug[@]}" >"$logfile" 2>&1 9>&- &
     fi
     SERVER_PID=$!
     for i in $(seq 1 200); do

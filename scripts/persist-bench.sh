@@ -43,7 +43,7 @@ stop() { redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || true; wait 2>/dev
 
 # Nanoseconds of CPU the server's threads have run (schedstat: exact, where utime+stime counts
 # 10 ms ticks, too coarse for a short run at P=16).
-cpu_ns() { cat /proc/"$SERVER_PID"/task/*/schedstat | awk '{s += $1} END {print s}'; }
+cpu_ns() { cat /proc/"$SERVER_PID"/task/*/schedstat | awk '{s += $1} END {printf "%.0f\n", s}'; }
 
 declare -A R
 echo "== throughput (redis-benchmark -n $N -c 50 -r 100000, requests/s) and server CPU per request"
