@@ -111,8 +111,9 @@ pub enum Output {
     },
     /// DEBUG RELOAD / DEBUG LOADAOF: after carrying out every output before this one, sync
     /// the log and read the data directory back through recovery: [`crate::Node::reload_begin`],
-    /// each payload to [`crate::Node::load`], [`Input::Loaded`], then
-    /// [`crate::Node::reload_done`] with the outcome (which answers the client).
+    /// each payload to [`crate::Node::load`], then [`crate::Node::reload_done`] with the
+    /// outcome (which answers the client). No [`Input::Loaded`]: the node's sequence numbers
+    /// and durable point stay as they are.
     Reload,
     /// SHUTDOWN: after carrying out every output before this one and syncing the log, stop
     /// the process.

@@ -126,14 +126,28 @@ impl<D: Dir> Persister<D> {
             return;
         }
         self.report(node, now);
-        node.reload_begin(now);
-        let result = self
-            .store
-            .reload(|payload| node.load(now, payload).map(|_| ()));
+        // Read whole before the node is emptied: a read that fails half-way (a directory
+        // operation of recovery refused by a full disk, say) must leave the dataset as it was,
+        // not half loaded (the durability simulation found a later snapshot persisting such a
+        // half). The copy is of the directory's size, for a debugging command.
+        let mut payloads = Vec::new();
+        let result = self.store.reload(|payload| {
+            payloads.push(payload.to_vec());
+            Ok(())
+        });
+        let result = result.and_then(|rec| {
+            node.reload_begin(now);
+            for p in &payloads {
+                node.load(now, p)?;
+            }
+            Ok(rec)
+        });
         let result = match result {
             Ok(rec) => {
-                node.handle(now, loaded_input(&self.store, &rec));
-                self.reported = self.reported.max(rec.last_seq);
+                // No `Input::Loaded`: the node's sequence numbers are the files' already (every
+                // record was framed before the reload), and its durable point must stay what
+                // was reported (under `s3-durability sync` synced is not yet acknowledged, and
+                // a write refused for a past disk fault waits for the next `Persisted`).
                 self.log.push(format!(
                     "reloaded {} keys of the snapshot and {} records after it",
                     rec.snapshot_keys, rec.records
