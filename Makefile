@@ -178,8 +178,12 @@ compat: deps
 ## compat-quick fails on any [err] (--strict). The one test skipped on Lattice reads INFO's
 ## rdb_changes_since_last_save, Redis's count of writes since the last RDB save: Lattice has
 ## no RDB and reports 0 (docs/ARCHITECTURE.md §29). With --with-save it runs the needs:save
-## tests that only SAVE (unit/other); those that also need DEBUG RELOAD stay out with
-## needs:debug, and save-test does what they check with real restarts.
+## tests (unit/other); save-test also checks what they check with real restarts.
+## unit/other and unit/functions also run their needs:debug tests (--with-debug): those reload
+## the dataset with DEBUG RELOAD / LOADAOF, which Lattice does for real from its data
+## directory. Three stay out on Lattice: one sets aof-use-rdb-preamble (Lattice has no RDB
+## preamble), two use DEBUG RELOAD NOFLUSH / MERGE (a Lattice reload always replaces the
+## dataset; those options are refused).
 ## unit/acl runs its main block (tagged external:skip for the shared state it changes) on its
 ## own fresh server; the three tests skipped there set rules on DEBUG, a command Lattice does
 ## not have.
@@ -188,7 +192,12 @@ compat-quick: deps
 	./scripts/compat.sh --server lattice --quick --strict \
 	  --skip-lattice "SETBIT/BITFIELD only increase dirty when the value changed" \
 	  --with-save \
-	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/functions unit/pubsub unit/slowlog unit/info-command unit/tracking unit/other"
+	  --suites "unit/type/string unit/type/incr unit/expire unit/keyspace unit/multi unit/bitops unit/bitfield unit/hyperloglog unit/geo unit/pubsub unit/slowlog unit/info-command unit/tracking"
+	./scripts/compat.sh --server lattice --quick --strict --with-save --with-debug \
+	  --skip-lattice "EXPIRES after AOF reload (without rewrite)" \
+	  --skip-lattice "FUNCTION - test debug reload different options" \
+	  --skip-lattice "FUNCTION - test debug reload with nosave and noflush" \
+	  --suites "unit/other unit/functions"
 	./scripts/compat.sh --server lattice --quick --strict --unskip-first-block \
 	  --skip-lattice "ACLs can block all DEBUG subcommands except one" \
 	  --skip-lattice "ACL GETUSER is able to translate back command permissions" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: build lattice-server (release), install redis-server, redis-tools and matplotlib
-# when missing, then run bench/bench.py and the replication load (scripts/repl-load.sh;
-# REPL_N=0 skips it). Arguments are passed on to bench.py, e.g.
+# when missing, then run bench/bench.py, the persistence section (scripts/persist-bench.sh;
+# PERSIST_N=0 skips it) and the replication load (scripts/repl-load.sh; REPL_N=0 skips it). Arguments are passed on to bench.py, e.g.
 #   ./bench/run.sh --quick
 #   ./bench/run.sh --commands set,get --skip-memory --skip-zadd
 set -euo pipefail
@@ -58,6 +58,15 @@ else
 fi
 
 "$PY" bench/bench.py "$@"
+
+# Persistence: SET/INCR/LPUSH with persistence off, everysec and always, Lattice and Redis side
+# by side (throughput, the everysec/off ratio of each, server CPU per request), and recovery
+# of PERSIST_KEYS keys (scripts/persist-bench.sh; PERSIST_N requests per test, 0 skips).
+if [ "${PERSIST_N:-200000}" != 0 ]; then
+  out="bench/results/$(date -u +%Y-%m-%d)-persistence.txt"
+  echo "== persistence (PERSIST_N=${PERSIST_N:-200000}), also in $out" >&2
+  ./scripts/persist-bench.sh "${PERSIST_N:-200000}" "${PERSIST_KEYS:-1000000}" | tee "$out"
+fi
 
 # Replication at real data sizes: the 1M-key load into a 3-node cluster, side by side with
 # Redis primary + 2 replicas and a standalone node (scripts/repl-load.sh; REPL_N keys, 0 skips).

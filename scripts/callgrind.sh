@@ -3,7 +3,11 @@
 # so a hot-path change can be judged without benchmark noise.
 #
 #   scripts/callgrind.sh [--server lattice|redis] [--pipeline P] [--requests N] [--tests set,get]
-#                        [--cluster] [--keys K] [--data-size D] [--tls]
+#                        [--cluster] [--keys K] [--data-size D] [--tls] [--appendonly yes|no]
+#                        [--appendfsync always|everysec|no]
+#
+# --appendonly / --appendfsync: Lattice's persistence settings (default: its own defaults,
+# appendonly yes and everysec), so the cost of persistence is the difference of two runs.
 #
 # --cluster: the lattice server under callgrind is node 1 of a 3-node cluster (the two other
 # replicas run normally), so the count is the writer's cost with replication on.
@@ -26,6 +30,8 @@ CLUSTER=0
 KEYS=100000
 DATA=64
 TLS=0
+APPENDONLY=
+APPENDFSYNC=
 while [ $# -gt 0 ]; do
     case "$1" in
         --server) SERVER="$2"; shift 2 ;;
@@ -36,7 +42,9 @@ while [ $# -gt 0 ]; do
         --keys) KEYS="$2"; shift 2 ;;
         --data-size) DATA="$2"; shift 2 ;;
         --tls) TLS=1; shift ;;
-        *) sed -n '2,13p' "$0"; exit 2 ;;
+        --appendonly) APPENDONLY="$2"; shift 2 ;;
+        --appendfsync) APPENDFSYNC="$2"; shift 2 ;;
+        *) sed -n '2,18p' "$0"; exit 2 ;;
     esac
 done
 command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)"; exit 2; }
@@ -44,7 +52,7 @@ command -v callgrind_control >/dev/null || { echo "callgrind_control is required
 OUT="$ROOT/target/callgrind"
 mkdir -p "$OUT"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
+PORT=${CALLGRIND_PORT:-$(free_port)}
 BENCH_TARGET=(-p "$PORT")
 if [ "$TLS" = 1 ]; then
     CERTS=$(mktemp -d)
@@ -61,6 +69,13 @@ case "$SERVER" in
         [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p lattice-server"; exit 2; }
         DIR=$(mktemp -d)
         CMD=("$BIN" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --threads 1 ${TLS_SERVER[@]+"${TLS_SERVER[@]}"})
+        if [ -n "$APPENDONLY$APPENDFSYNC" ]; then
+            {
+                [ -n "$APPENDONLY" ] && printf 'appendonly = "%s"\n' "$APPENDONLY"
+                [ -n "$APPENDFSYNC" ] && printf 'appendfsync = "%s"\n' "$APPENDFSYNC"
+            } > "$DIR.toml"
+            CMD+=(--config "$DIR.toml")
+        fi
         if [ "$CLUSTER" = 1 ]; then
             CPORTS=("$(free_port)" "$(free_port)" "$(free_port)")
             SEEDS="127.0.0.1:${CPORTS[0]},127.0.0.1:${CPORTS[1]},127.0.0.1:${CPORTS[2]}"

@@ -5,7 +5,7 @@
 #   scripts/compat.sh [--server lattice|redis|both] [--suites "unit/type/string unit/expire ..."]
 #                     [--quick] [--strict] [--skip-lattice NAME] [--timeout SECS] [--lattice-bin PATH]
 #                     [--redis-bin PATH] [--build] [--no-durable] [--lenient] [--with-save]
-#                     [--unskip-first-block]
+#                     [--unskip-first-block] [--with-debug]
 #
 # Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
 # Output of each run: target/compat/<server>/<suite>.log, the [err] lines with the start of
@@ -28,6 +28,10 @@
 #   --with-save     also run the tests tagged needs:save (SAVE against the running server;
 #                   those that also need DEBUG RELOAD stay out with needs:debug). Restarts
 #                   after a save are checked by scripts/save-test.py, which owns its servers.
+#   --with-debug    also run the tests tagged needs:debug. Lattice's DEBUG has RELOAD [NOSAVE]
+#                   and LOADAOF (a real reload from the data directory) and refuses every other
+#                   subcommand, so use it on suites whose needs:debug tests only reload (the
+#                   others fail on Lattice; --skip-lattice names those that cannot apply).
 #   --lenient       run from a copy of the suite whose external-server setup tolerates a
 #                   failing `FUNCTION FLUSH` (the harness sends it before every start_server
 #                   block; without FUNCTION support every suite aborts before its first test)
@@ -65,10 +69,11 @@ DURABLE=1
 LENIENT=0
 UNSKIP=0
 WITH_SAVE=0
+WITH_DEBUG=0
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -83,6 +88,7 @@ while [ $# -gt 0 ]; do
         --lenient) LENIENT=1; shift ;;
         --unskip-first-block) UNSKIP=1; shift ;;
         --with-save) WITH_SAVE=1; shift ;;
+        --with-debug) WITH_DEBUG=1; shift ;;
         --lattice-bin) LATTICE_BIN="$2"; shift 2 ;;
         --redis-bin) REDIS_BIN="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -100,7 +106,10 @@ if [ "$QUICK" = 1 ] && [ "$TIMEOUT_SET" = 0 ]; then
     TIMEOUT=180
 fi
 
-TAGS="-needs:debug -needs:repl -needs:config-maxmemory -needs:reset"
+TAGS="-needs:repl -needs:config-maxmemory -needs:reset"
+if [ "$WITH_DEBUG" = 0 ]; then
+    TAGS="-needs:debug $TAGS"
+fi
 if [ "$WITH_SAVE" = 0 ]; then
     TAGS="$TAGS -needs:save"
 fi
@@ -262,8 +271,11 @@ start_server() {
         # does Redis with io-threads), so those tests would race; one thread restores the order.
         "$LATTICE_BIN" --port "$port" --bind 127.0.0.1 --dir "$SERVER_TMP" --threads 1 >"$logfile" 2>&1 9>&- &
     else
+        # Redis 7 refuses DEBUG unless enabled; --with-debug runs the tests that use it.
+        local debug=()
+        [ "$WITH_DEBUG" = 1 ] && debug=(--enable-debug-command yes)
         "$REDIS_BIN" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-            --daemonize no --dir "$SERVER_TMP" >"$logfile" 2>&1 9>&- &
+            --daemonize no --dir "$SERVER_TMP" "${debug[@]}" >"$logfile" 2>&1 9>&- &
     fi
     SERVER_PID=$!
     for i in $(seq 1 200); do

@@ -556,6 +556,7 @@ impl Adapter {
                 | Output::SnapshotBegin { .. }
                 | Output::SnapshotChunk { .. }
                 | Output::SnapshotEnd { .. }
+                | Output::Reload
                 | Output::Shutdown => {}
                 // No aclfile is configured here, so ACL LOAD and SAVE refuse before asking.
                 Output::AclFile(_) => {}

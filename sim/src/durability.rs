@@ -335,6 +335,8 @@ impl Run {
             }
             let driver = self.driver.as_mut().expect("booted");
             driver.flush(&mut self.node, now);
+            // The end of the server's turn: the records written (the sync comes later).
+            driver.write(&mut self.node, now);
             if driver.sync_wanted && self.sync_due.is_none() {
                 // An fsync takes time: a crash may come before it completes.
                 self.sync_due = Some(self.now + self.rng.range(0, 2000));

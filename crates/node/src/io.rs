@@ -116,6 +116,12 @@ pub enum Output {
     SnapshotEnd {
         keys: u64,
     },
+    /// DEBUG RELOAD / DEBUG LOADAOF: after carrying out every output before this one, sync
+    /// the log and read the data directory back through recovery: [`crate::Node::reload_begin`],
+    /// each payload to [`crate::Node::load`], then [`crate::Node::reload_done`] with the
+    /// outcome (which answers the client). No [`Input::Loaded`]: the node's sequence numbers
+    /// and durable point stay as they are.
+    Reload,
     /// SHUTDOWN: after carrying out every output before this one and syncing the log, stop
     /// the process.
     Shutdown,

@@ -10,10 +10,12 @@
 //! it, so a client is only told OK about a write that is on disk.
 //!
 //! Record payload (also a snapshot chunk's): a sequence of operations, each
-//! `0` (every key removed), `1 varint-len key varint-deadline+1 varint-len dump` (the key's
-//! state: deadline 0 = none, the value in the DUMP encoding), `2 varint-len key` (removed),
-//! `3 ...` (a command, below), or `4 varint-len key varint-len state` (a clustered node: the
-//! key's replicated state in the encoding anti-entropy ships).
+//! `0` (every key removed), `6 varint-len key varint-deadline+1 varint-len value` (the key's
+//! state: deadline 0 = none, the value in the DUMP encoding without DUMP's version and CRC-64,
+//! the frame's checksum covering it), `2 varint-len key` (removed), `3 ...` (a command,
+//! below), `4 ...` (the function libraries) or `5 varint-len key varint-len state` (a
+//! clustered node: the key's replicated state in the encoding anti-entropy ships). `1` is
+//! operation 6 with the whole DUMP payload, written before operation 6 existed and still read.
 //!
 //! A clustered node logs replicated states, not values: recovery merges each one into the
 //! replicator exactly as an anti-entropy state from a peer is merged, and the store follows
@@ -46,10 +48,13 @@ const SNAPSHOT_SLICE_BYTES: usize = 1 << 20;
 /// Under `everysec`/`no`, writes are refused (MISCONF) while the disk fails and more than this
 /// many bytes of records wait for it: the backlog the driver keeps is bounded.
 pub const MAX_UNSYNCED_BYTES_ON_FAULT: u64 = 64 << 20;
+/// The record buffer is kept for the next record up to this capacity.
+const SCRATCH_KEEP_BYTES: usize = 64 << 10;
 /// Frame overhead per record in the log (header and checksum), for INFO's size estimate.
 const FRAME_BYTES: u64 = 18;
 
 const OP_CLEAR: u8 = 0;
+/// The key's state with the value as a full DUMP payload: written by older versions, read.
 const OP_SET: u8 = 1;
 const OP_DEL: u8 = 2;
 /// `3 varint-count (varint-len arg)*`: a command to run again (see `Flag::LoggedAsCommand`).
@@ -59,6 +64,11 @@ const OP_CMD: u8 = 3;
 const OP_FUNCTIONS: u8 = 4;
 /// `5 varint-len key varint-len state`: a clustered node's replicated state of a key.
 const OP_REPL: u8 = 5;
+/// `6 varint-len key varint-deadline+1 varint-len value`: the key's state, the value in
+/// `dump::put_body`'s encoding (DUMP without its footer: the frame is checksummed already,
+/// and the byte-wise CRC-64 was most of the cost of logging a small key; 10 bytes less per
+/// key on disk).
+const OP_VALUE: u8 = 6;
 
 /// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
@@ -77,13 +87,25 @@ fn put_repl(out: &mut Vec<u8>, key: &[u8], state: &[u8]) {
 }
 
 fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
-    out.push(OP_SET);
+    out.push(OP_VALUE);
     put_varint(out, e.key().len() as u64);
     out.extend_from_slice(e.key());
     put_varint(out, e.expire_at_ms().map_or(0, |d| d.saturating_add(1)));
-    let payload = dump::dump(&e.value);
-    put_varint(out, payload.len() as u64);
-    out.extend_from_slice(&payload);
+    // The value is encoded in place and its length put before it afterwards (moving it by
+    // the varint's few bytes), rather than through a buffer of its own per key.
+    let start = out.len();
+    dump::put_body(out, &e.value);
+    let len = out.len() - start;
+    if len < 0x80 {
+        out.insert(start, len as u8);
+    } else {
+        let mut prefix = Vec::with_capacity(10);
+        put_varint(&mut prefix, len as u64);
+        let k = prefix.len();
+        out.resize(out.len() + k, 0);
+        out.copy_within(start..start + len, start + k);
+        out[start..start + k].copy_from_slice(&prefix);
+    }
 }
 
 impl Core {
@@ -196,7 +218,7 @@ impl Core {
             return self.persist_flush_replicated();
         }
         let now_ms = self.now.as_millis();
-        let mut data = Vec::with_capacity(64 * p.dirty.len() + p.commands.len());
+        let mut data = std::mem::take(&mut p.scratch);
         if p.clear {
             data.push(OP_CLEAR);
             p.clear = false;
@@ -249,7 +271,7 @@ impl Core {
             keys.sort_unstable();
             keys.dedup();
         }
-        let mut data = Vec::with_capacity(64 * keys.len());
+        let mut data = std::mem::take(&mut self.persist.scratch);
         if std::mem::take(&mut self.persist.clear) {
             data.push(OP_CLEAR);
         }
@@ -275,12 +297,17 @@ impl Core {
                 }
             }
         }
-        if !data.is_empty() {
+        if data.is_empty() {
+            self.persist.scratch = data;
+        } else {
             self.emit_record(data, false, now_ms);
         }
     }
 
-    fn emit_record(&mut self, data: Vec<u8>, resume: bool, now_ms: u64) {
+    /// Emits the record encoded in `data` (taken from `Persist::scratch`, which gets it back
+    /// for the next record: one buffer that has grown to the usual record's size, rather than
+    /// a new one growing per record).
+    fn emit_record(&mut self, mut data: Vec<u8>, resume: bool, now_ms: u64) {
         let p = &mut self.persist;
         p.seq += 1;
         let bytes = data.len() as u64 + FRAME_BYTES;
@@ -288,9 +315,14 @@ impl Core {
         p.note_unsynced(now_ms, bytes);
         p.out.push_back(Output::Append {
             seq: p.seq,
-            data: Bytes::from(data),
+            data: Bytes::copy_from_slice(&data),
             resume,
         });
+        // Kept up to a bound: one huge record must not pin its buffer for good.
+        if data.capacity() <= SCRATCH_KEEP_BYTES {
+            data.clear();
+            p.scratch = data;
+        }
         if self.acks_wait_for_persisted() {
             self.request_sync(now_ms);
         }
@@ -327,11 +359,12 @@ impl Core {
         let Some(c) = self.clients.get_mut(&conn) else {
             return false;
         };
-        // SAVE's caller: its reply (and what it pipelined after) waits for the snapshot.
-        let saving = p
-            .snapshot
-            .as_ref()
-            .is_some_and(|s| s.waiters.contains(&conn));
+        // SAVE's caller: its reply (and what it pipelined after) waits for the snapshot;
+        // DEBUG RELOAD's, for the files read back.
+        let saving = p.reloading == Some(conn)
+            || p.snapshot
+                .as_ref()
+                .is_some_and(|s| s.waiters.contains(&conn));
         if c.held_replies == 0 && !saving && !p.must_hold(always) {
             return false;
         }
@@ -529,35 +562,23 @@ impl Core {
             self.persist.waiting.clear();
             self.persist.clear = false;
         }
+        let reload = self.persist.reloading.filter(|c| s.waiters.contains(c));
         for conn in s.waiters {
-            let Some(c) = self.clients.get_mut(&conn) else {
+            if Some(conn) == reload && reply.is_ok() {
+                // DEBUG RELOAD: answered once the files are read back.
                 continue;
-            };
-            let mut out = bytes::BytesMut::new();
-            let mut w = lattice_resp::ReplyWriter::new(&mut out, c.proto);
-            match &reply {
-                Ok(()) => w.simple(b"OK"),
-                Err(e) => w.error(format!("ERR snapshot failed: {e}").as_bytes()),
             }
-            let p = &mut self.persist;
-            p.released.push_back(Output::Write {
-                conn,
-                data: out.freeze(),
-            });
-            // What the caller pipelined after SAVE follows its reply.
-            let mut rest = VecDeque::new();
-            for h in std::mem::take(&mut p.held) {
-                if h.1 == conn && h.0 == u64::MAX {
-                    c.held_replies -= 1;
-                    p.released.push_back(Output::Write { conn, data: h.2 });
-                } else {
-                    rest.push_back(h);
-                }
-            }
-            p.held = rest;
-            if c.held_replies == 0 && c.closing && !c.pending {
-                c.pending = true;
-                self.pending_push(conn);
+            let reply = reply
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| format!("ERR snapshot failed: {e}"));
+            self.answer_waiter(conn, reply);
+        }
+        if reload.is_some() {
+            if reply.is_ok() {
+                self.request_reload();
+            } else {
+                self.persist.reloading = None;
             }
         }
         if self.persist.shutdown_after_save {
@@ -565,6 +586,85 @@ impl Core {
             if reply.is_ok() {
                 self.persist_shutdown();
             }
+        }
+    }
+
+    /// Answers a client that waited for the driver (SAVE, DEBUG RELOAD): its reply, then what
+    /// it pipelined after, which was held behind it.
+    fn answer_waiter(&mut self, conn: ConnId, reply: Result<(), String>) {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return;
+        };
+        let mut out = bytes::BytesMut::new();
+        let mut w = lattice_resp::ReplyWriter::new(&mut out, c.proto);
+        match &reply {
+            Ok(()) => w.simple(b"OK"),
+            Err(e) => w.error(e.as_bytes()),
+        }
+        let p = &mut self.persist;
+        p.released.push_back(Output::Write {
+            conn,
+            data: out.freeze(),
+        });
+        let mut rest = VecDeque::new();
+        for h in std::mem::take(&mut p.held) {
+            if h.1 == conn && h.0 == u64::MAX {
+                c.held_replies -= 1;
+                p.released.push_back(Output::Write { conn, data: h.2 });
+            } else {
+                rest.push_back(h);
+            }
+        }
+        p.held = rest;
+        if c.held_replies == 0 && c.closing && !c.pending {
+            c.pending = true;
+            self.pending_push(conn);
+        }
+    }
+
+    /// DEBUG RELOAD (`save`: a snapshot first, as Redis saves its RDB first) or DEBUG LOADAOF
+    /// / RELOAD NOSAVE (the files as they are): `conn` waits until the driver has read the
+    /// data directory back through recovery. False when it cannot start (the caller says
+    /// why).
+    pub(crate) fn start_reload(&mut self, conn: ConnId, save: bool) -> bool {
+        let p = &self.persist;
+        if !p.active || p.snapshot.is_some() || p.reloading.is_some() || self.repl.is_some() {
+            return false;
+        }
+        self.persist.reloading = Some(conn);
+        if save {
+            self.start_snapshot(SnapshotKind::Save, Some(conn));
+        } else {
+            self.request_reload();
+        }
+        true
+    }
+
+    /// Every change captured so far goes out in a record before the driver reads back.
+    fn request_reload(&mut self) {
+        self.persist_flush();
+        self.persist.out.push_back(Output::Reload);
+    }
+
+    /// See [`crate::Node::reload_begin`]: the keyspace and the function libraries emptied
+    /// without logging (they come back from the files), and nothing captured until
+    /// [`Core::reload_done`].
+    pub(crate) fn reload_begin(&mut self) {
+        self.persist_flush();
+        self.persist.active = false;
+        self.persist.logging = false;
+        self.db.clear();
+        crate::cmd::function::clear_for_reload(self);
+    }
+
+    /// See [`crate::Node::reload_done`].
+    pub(crate) fn reload_done(&mut self, result: Result<(), String>) {
+        self.enable_persistence();
+        if let Some(conn) = self.persist.reloading.take() {
+            self.answer_waiter(
+                conn,
+                result.map_err(|e| format!("ERR Error trying to load the data directory: {e}")),
+            );
         }
     }
 
@@ -656,12 +756,16 @@ impl Core {
             at += 1;
             match op {
                 OP_CLEAR => self.db.clear(),
-                OP_SET => {
+                OP_SET | OP_VALUE => {
                     let key = get_bytes(data, &mut at)?;
                     let deadline = get_varint(data, &mut at)?;
                     let payload = get_bytes(data, &mut at)?;
-                    let value = dump::restore(payload)
-                        .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(key)))?;
+                    let value = if op == OP_SET {
+                        dump::restore(payload)
+                    } else {
+                        dump::restore_body(payload)
+                    }
+                    .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(key)))?;
                     let deadline = deadline.checked_sub(1);
                     if self.repl.is_some() && !matches!(value, lattice_store::Value::Stream(_)) {
                         return Err(format!(
@@ -881,6 +985,7 @@ mod tests {
             &[super::OP_CMD, 0][..],
             &[super::OP_CMD],
             &[super::OP_SET, 9],
+            &[super::OP_VALUE, 1, b'k', 0, 1, 99],
         ] {
             assert!(node.load(now, payload).is_err(), "{payload:?} loaded");
             node.check_invariants();

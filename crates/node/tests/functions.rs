@@ -251,3 +251,42 @@ fn libraries_survive_a_restart() {
     let mut r = Harness::durable(&d.records);
     assert_eq!(r.cmd(1, &["FUNCTION", "LIST"]), "*0\r\n");
 }
+
+/// DEBUG RELOAD reads the data directory back (keys and libraries), so a reload followed by
+/// reads checks persistence: a change whose record never reached the directory is gone after
+/// it, and one that did comes back.
+#[test]
+fn debug_reload_reads_the_data_directory_back() {
+    let mut d = Harness::durable(&[]);
+    d.host.publish_snapshots = true;
+    assert_eq!(d.cmd(1, &["FUNCTION", "LOAD", LIB]), bulk("mylib"));
+    d.cmd(1, &["SET", "a", "1"]);
+    d.cmd(1, &["RPUSH", "l", "x", "y"]);
+    assert_eq!(d.cmd(1, &["DEBUG", "RELOAD"]), "+OK\r\n");
+    assert_eq!(d.cmd(1, &["GET", "a"]), bulk("1"));
+    assert_eq!(
+        d.cmd(1, &["LRANGE", "l", "0", "-1"]),
+        "*2\r\n$1\r\nx\r\n$1\r\ny\r\n"
+    );
+    assert_eq!(d.cmd(1, &["FCALL", "reader", "1", "a"]), bulk("1"));
+
+    // The record of `b` is lost from the directory: LOADAOF must not find it.
+    d.cmd(1, &["SET", "b", "2"]);
+    d.records.pop().expect("the record of SET b");
+    d.cmd(1, &["SET", "c", "3"]);
+    assert_eq!(d.cmd(1, &["DEBUG", "LOADAOF"]), "+OK\r\n");
+    assert_eq!(d.cmd(1, &["GET", "b"]), "$-1\r\n");
+    assert_eq!(d.cmd(1, &["GET", "c"]), bulk("3"));
+    assert_eq!(d.cmd(1, &["GET", "a"]), bulk("1"));
+
+    // Unsupported subcommands and options are errors, never a silent OK.
+    assert!(d
+        .cmd(1, &["DEBUG", "SLEEP", "0"])
+        .starts_with("-ERR DEBUG SLEEP is not supported"));
+    assert!(d
+        .cmd(1, &["DEBUG", "RELOAD", "NOFLUSH"])
+        .starts_with("-ERR"));
+    assert!(Harness::with_clients(1)
+        .cmd(1, &["DEBUG", "RELOAD"])
+        .starts_with("-ERR persistence is off"));
+}

@@ -9,6 +9,10 @@ use lattice_node::{Input, Micros, Node, Output};
 use crate::upload::{AckMode, Call, ObjectReply, Uploader};
 use crate::{Dir, Kind, Store};
 
+/// Framed records a drain leaves for the end of the turn at most; past this many bytes they
+/// are written at once (one large MSET or a long pipeline's batch do not wait in memory).
+pub const WRITE_AT_BYTES: usize = 1 << 20;
+
 /// The figures recovery reports, for the start-up log line.
 pub struct Loaded {
     /// The last record loaded (the log continues after it).
@@ -17,6 +21,18 @@ pub struct Loaded {
     pub records: u64,
     /// Repairs made (torn tails cut, leftovers removed), for the driver's log.
     pub notes: Vec<String>,
+}
+
+/// What the node hears once recovery read the directory back.
+fn loaded_input<D: Dir>(store: &Store<D>, rec: &crate::store::Recovered) -> Input {
+    let (log_bytes, snapshot_bytes) = store.sizes();
+    Input::Loaded {
+        last_seq: rec.last_seq,
+        log_bytes,
+        snapshot_bytes,
+        keys: rec.snapshot_keys,
+        records: rec.records,
+    }
 }
 
 /// Writes a node's persistence outputs.
@@ -29,6 +45,9 @@ pub struct Persister<D: Dir> {
     /// The node asked for a sync: done once at the end of the event loop's turn, for every
     /// batch the turn ran (group commit).
     pub sync_wanted: bool,
+    /// Records are framed but not yet written: one `write` at the end of the event loop's
+    /// turn carries every batch the turn ran ([`Persister::end_turn`]).
+    pub write_wanted: bool,
     /// Events worth a line in the driver's log (failures, recoveries, snapshots), taken with
     /// [`Persister::take_log`].
     log: Vec<String>,
@@ -40,17 +59,7 @@ impl<D: Dir> Persister<D> {
     /// Recovers `dir` into `node` (through [`Node::load`]), then turns persistence on.
     pub fn recover(dir: D, node: &mut Node, now: Micros) -> Result<(Persister<D>, Loaded), String> {
         let (store, rec) = Store::recover(dir, |payload| node.load(now, payload).map(|_| ()))?;
-        let (log_bytes, snapshot_bytes) = store.sizes();
-        node.handle(
-            now,
-            Input::Loaded {
-                last_seq: rec.last_seq,
-                log_bytes,
-                snapshot_bytes,
-                keys: rec.snapshot_keys,
-                records: rec.records,
-            },
-        );
+        node.handle(now, loaded_input(&store, &rec));
         node.enable_persistence();
         let loaded = Loaded {
             last_seq: rec.last_seq,
@@ -64,6 +73,7 @@ impl<D: Dir> Persister<D> {
                 store,
                 failing: false,
                 sync_wanted: false,
+                write_wanted: false,
                 log: Vec::new(),
                 upload: None,
             },
@@ -99,9 +109,58 @@ impl<D: Dir> Persister<D> {
                 node.handle(now, Input::SnapshotDone { result });
                 self.report(node, now);
             }
+            Output::Reload => self.reload(node, now),
             other => return Some(other),
         }
         None
+    }
+
+    /// DEBUG RELOAD / LOADAOF: the log written and synced, then the directory read back into
+    /// the emptied node through the recovery the start uses.
+    fn reload(&mut self, node: &mut Node, now: Micros) {
+        // Synced before the dataset is emptied: a failing disk leaves the data in place.
+        if let Err(e) = self.store.sync() {
+            let message = format!("syncing the log failed: {e}");
+            self.failed(node, now, e);
+            node.reload_done(now, Err(message));
+            return;
+        }
+        self.report(node, now);
+        // Read whole before the node is emptied: a read that fails half-way (a directory
+        // operation of recovery refused by a full disk, say) must leave the dataset as it was,
+        // not half loaded (the durability simulation found a later snapshot persisting such a
+        // half). The copy is of the directory's size, for a debugging command.
+        let mut payloads = Vec::new();
+        let result = self.store.reload(|payload| {
+            payloads.push(payload.to_vec());
+            Ok(())
+        });
+        let result = result.and_then(|rec| {
+            node.reload_begin(now);
+            for p in &payloads {
+                node.load(now, p)?;
+            }
+            Ok(rec)
+        });
+        let result = match result {
+            Ok(rec) => {
+                // No `Input::Loaded`: the node's sequence numbers are the files' already (every
+                // record was framed before the reload), and its durable point must stay what
+                // was reported (under `s3-durability sync` synced is not yet acknowledged, and
+                // a write refused for a past disk fault waits for the next `Persisted`).
+                self.log.push(format!(
+                    "reloaded {} keys of the snapshot and {} records after it",
+                    rec.snapshot_keys, rec.records
+                ));
+                self.log.extend(rec.notes);
+                Ok(())
+            }
+            Err(e) => {
+                self.log.push(format!("reload failed: {e}"));
+                Err(e)
+            }
+        };
+        node.reload_done(now, result);
     }
 
     /// Hands a snapshot just published to the uploader (or tells it the snapshot failed).
@@ -204,8 +263,30 @@ impl<D: Dir> Persister<D> {
         }
     }
 
-    /// End of a drained batch: one write for its records.
+    /// End of a drained batch. Its records wait for the end of the turn ([`Self::end_turn`]),
+    /// so a turn serving many connections makes one `write` rather than one per batch (a
+    /// system call per request was most of what `everysec` cost at pipeline depth 1; Redis
+    /// too writes its AOF buffer once per event loop iteration). Past
+    /// [`WRITE_AT_BYTES`] they are written at once: the buffer stays bounded.
     pub fn flush(&mut self, node: &mut Node, now: Micros) {
+        let buffered = self.store.buffered();
+        if buffered == 0 {
+            return;
+        }
+        // While the disk fails every drain retries at once, as before the deferral: a turn
+        // end that keeps asking for a write that keeps failing would never end in drivers
+        // that drain until no turn-end work is left (the simulator).
+        if buffered < WRITE_AT_BYTES && !self.failing {
+            self.write_wanted = true;
+            return;
+        }
+        self.write(node, now);
+    }
+
+    /// Writes every framed record (one `write`); the turn's end does it, or a drain whose
+    /// records passed [`WRITE_AT_BYTES`].
+    pub fn write(&mut self, node: &mut Node, now: Micros) {
+        self.write_wanted = false;
         if self.store.buffered() == 0 {
             return;
         }
@@ -213,6 +294,23 @@ impl<D: Dir> Persister<D> {
             self.failed(node, now, e);
         }
         self.report(node, now);
+    }
+
+    /// True when the end of the turn has work: records to write or a sync the node asked for.
+    pub fn turn_end_wanted(&self) -> bool {
+        self.sync_wanted || self.write_wanted
+    }
+
+    /// The end of the event loop's turn: a sync if the node asked for one (it writes first),
+    /// else one write of the records the turn's batches framed. A failed write is retried by
+    /// the next drain's turn (the records stay buffered).
+    pub fn end_turn(&mut self, node: &mut Node, now: Micros) {
+        if self.sync_wanted {
+            self.write_wanted = false;
+            self.sync(node, now);
+        } else if self.write_wanted {
+            self.write(node, now);
+        }
     }
 
     fn failed(&mut self, node: &mut Node, now: Micros, e: io::Error) {

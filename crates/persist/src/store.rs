@@ -99,8 +99,36 @@ impl<D: Dir> Store<D> {
     /// and noted; corruption anywhere else is an error naming the file and offset.
     pub fn recover(
         mut dir: D,
-        mut apply: impl FnMut(&[u8]) -> Result<(), String>,
+        apply: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(Store<D>, Recovered), String> {
+        let rec = read_back(&mut dir, apply)?;
+        Ok((Store::after_recovery(dir, &rec), rec))
+    }
+
+    /// DEBUG RELOAD and DEBUG LOADAOF: everything written and synced, then the files read
+    /// back through the same recovery as at start-up. Refused while a snapshot is being
+    /// written (the node never asks then).
+    pub fn reload(
+        &mut self,
+        apply: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<Recovered, String> {
+        if self.snapshot.is_some() {
+            return Err("a snapshot is being written".into());
+        }
+        self.sync().map_err(|e| format!("syncing the log: {e}"))?;
+        let rec = read_back(&mut self.dir, apply)?;
+        self.reset(&rec);
+        Ok(rec)
+    }
+}
+
+/// See [`Store::recover`]: the snapshot the manifest names, then the log after it, handed to
+/// `apply`; leftovers removed and a torn tail cut.
+fn read_back<D: Dir>(
+    dir: &mut D,
+    mut apply: impl FnMut(&[u8]) -> Result<(), String>,
+) -> Result<Recovered, String> {
+    {
         let io = |what: &str, e: io::Error| format!("{what}: {e}");
         let names = dir
             .list()
@@ -210,21 +238,45 @@ impl<D: Dir> Store<D> {
             }
             rec.log_bytes += keep as u64;
         }
-        let store = Store {
+        Ok(rec)
+    }
+}
+
+impl<D: Dir> Store<D> {
+    /// The store over `dir` once recovery read `rec` from it: the next record starts a new
+    /// segment.
+    fn after_recovery(dir: D, rec: &Recovered) -> Store<D> {
+        let mut store = Store {
             dir,
             segment: None,
             segment_bytes: 0,
-            sealed_bytes: rec.log_bytes,
+            sealed_bytes: 0,
             buf: Vec::new(),
-            framed_seq: rec.last_seq,
-            written_seq: rec.last_seq,
-            synced_seq: rec.last_seq,
+            framed_seq: 0,
+            written_seq: 0,
+            synced_seq: 0,
             snapshot: None,
-            snapshot_bytes: rec.snapshot_bytes,
-            snapshot_seq: rec.snapshot_seq,
+            snapshot_bytes: 0,
+            snapshot_seq: 0,
             max_segment_bytes: MAX_SEGMENT_BYTES,
         };
-        Ok((store, rec))
+        store.reset(rec);
+        store
+    }
+
+    /// Positions after recovery read `rec`: the files hold records up to `rec.last_seq`, all
+    /// durable, and the next record starts a new segment.
+    fn reset(&mut self, rec: &Recovered) {
+        self.segment = None;
+        self.segment_bytes = 0;
+        self.sealed_bytes = rec.log_bytes;
+        self.buf.clear();
+        self.framed_seq = rec.last_seq;
+        self.written_seq = rec.last_seq;
+        self.synced_seq = rec.last_seq;
+        self.snapshot = None;
+        self.snapshot_bytes = rec.snapshot_bytes;
+        self.snapshot_seq = rec.snapshot_seq;
     }
 
     /// Smaller segments, so tests cross segment boundaries.

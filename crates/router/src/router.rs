@@ -296,7 +296,8 @@ impl<D: Dir> Router<D> {
             | Output::Sync { .. }
             | Output::SnapshotBegin { .. }
             | Output::SnapshotChunk { .. }
-            | Output::SnapshotEnd { .. } => {}
+            | Output::SnapshotEnd { .. }
+            | Output::Reload => {}
         }
         false
     }
@@ -337,21 +338,20 @@ impl<D: Dir> Router<D> {
         self.shutdown_requested
     }
 
-    /// The node asked for a sync that has not been done yet.
+    /// The end of the turn has work: records framed but not written, or a sync the node
+    /// asked for ([`Router::complete_sync`] does both).
     pub fn sync_wanted(&self) -> bool {
-        self.persist.as_ref().is_some_and(|p| p.sync_wanted)
+        self.persist.as_ref().is_some_and(|p| p.turn_end_wanted())
     }
 
-    /// The group commit at the end of a loop's turn: one sync for the records of every batch
-    /// since the last. Returns the persister's log lines; the caller then drains (the sync
+    /// The group commit at the end of a loop's turn: one write (and, when the node asked,
+    /// one sync) for the records of every batch since the last. Returns the persister's log lines; the caller then drains (the sync
     /// releases held replies).
     pub fn complete_sync(&mut self, now: Micros) -> Vec<String> {
         let now = self.now(now.0);
         match self.persist.as_mut() {
             Some(p) => {
-                if p.sync_wanted {
-                    p.sync(&mut self.node, now);
-                }
+                p.end_turn(&mut self.node, now);
                 p.take_log()
             }
             None => Vec::new(),

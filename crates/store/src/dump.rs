@@ -186,20 +186,32 @@ fn put_stream(out: &mut Vec<u8>, st: &Stream) {
 /// Serialises `value` into a payload that [`restore`] turns back into an equal value.
 pub fn dump(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + value.heap_bytes());
+    put_body(&mut out, value);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Appends `value`'s type and body to `out`: a payload without the version and checksum,
+/// which [`restore_body`] reads back. For containers that checksum their contents already
+/// (the persistence log's frames): the byte-wise CRC-64 of the footer was most of the cost
+/// of logging a small key.
+pub fn put_body(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Str(Str::Raw(b)) => {
             out.push(T_STR_RAW);
-            put_bytes(&mut out, b);
+            put_bytes(out, b);
         }
         Value::Str(Str::Int(n)) => {
             out.push(T_STR_INT);
-            put_int(&mut out, *n);
+            put_int(out, *n);
         }
         Value::List(l) => {
             out.push(T_LIST);
-            put_len(&mut out, l.len());
+            put_len(out, l.len());
             for e in l.iter() {
-                put_bytes(&mut out, e);
+                put_bytes(out, e);
             }
         }
         Value::Hash(h) => {
@@ -208,25 +220,25 @@ pub fn dump(value: &Value) -> Vec<u8> {
             } else {
                 T_HASH_TABLE
             });
-            put_len(&mut out, h.len());
+            put_len(out, h.len());
             for (f, v) in h.iter() {
-                put_bytes(&mut out, f);
-                put_bytes(&mut out, v);
+                put_bytes(out, f);
+                put_bytes(out, v);
             }
         }
         Value::Set(s) if s.is_intset() => {
             out.push(T_SET_INTSET);
-            put_len(&mut out, s.len());
+            put_len(out, s.len());
             for m in s.iter() {
                 let n = crate::value::parse_canonical_i64(&m).expect("intset members are integers");
-                put_int(&mut out, n);
+                put_int(out, n);
             }
         }
         Value::Set(s) => {
             out.push(T_SET_TABLE);
-            put_len(&mut out, s.len());
+            put_len(out, s.len());
             for m in s.iter() {
-                put_bytes(&mut out, &m);
+                put_bytes(out, &m);
             }
         }
         Value::ZSet(z) => {
@@ -235,21 +247,17 @@ pub fn dump(value: &Value) -> Vec<u8> {
             } else {
                 T_ZSET_LISTPACK
             });
-            put_len(&mut out, z.len());
+            put_len(out, z.len());
             for (m, s) in z.iter() {
-                put_bytes(&mut out, m);
-                put_score(&mut out, s);
+                put_bytes(out, m);
+                put_score(out, s);
             }
         }
         Value::Stream(st) => {
             out.push(T_STREAM);
-            put_stream(&mut out, st);
+            put_stream(out, st);
         }
     }
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -369,9 +377,13 @@ fn verify(payload: &[u8]) -> Res<&[u8]> {
 /// Decodes a payload made by [`dump`]. The value comes back equal to the one dumped, with
 /// the same encoding and iteration order.
 pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
-    let mut r = Reader {
-        buf: verify(payload)?,
-    };
+    restore_body(verify(payload)?)
+}
+
+/// Decodes what [`put_body`] wrote (a payload without its footer), with the same checks as
+/// [`restore`] but for the footer's.
+pub fn restore_body(body: &[u8]) -> Result<Value, DumpError> {
+    let mut r = Reader { buf: body };
     let value = match r.u8()? {
         T_STR_RAW => Value::Str(Str::Raw(r.bytes()?.to_vec())),
         T_STR_INT => Value::Str(Str::Int(r.int()?)),

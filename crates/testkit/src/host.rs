@@ -136,6 +136,18 @@ impl Host {
                     self.node.handle(now, Input::Persisted { seq })
                 }
                 Output::AclFile(op) => acl_ops.push(op),
+                Output::Reload => {
+                    // Read back as the driver does: every record of the directory, in order.
+                    self.node.reload_begin(now);
+                    let mut result = Ok(());
+                    for chunk in &self.records {
+                        if let Err(e) = self.node.load(now, chunk) {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                    self.node.reload_done(now, result);
+                }
                 _ => {}
             }
         }

@@ -157,6 +157,13 @@ pub(crate) fn merge_remote(core: &mut Core, blob: &[u8]) -> bool {
     changed
 }
 
+/// DEBUG RELOAD: the set emptied before the files are read back (a snapshot holds the set
+/// only when it is not empty).
+pub(crate) fn clear_for_reload(core: &mut Core) {
+    let s = &mut core.scripts;
+    s.libraries.reset_to(&s.lua, &s.hook, Vec::new());
+}
+
 /// Recovery: the set becomes exactly the recorded one.
 pub(crate) fn load_recorded(core: &mut Core, blob: &[u8]) -> Result<(), String> {
     let entries = library::decode_entries(blob)?;

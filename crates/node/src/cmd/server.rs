@@ -254,7 +254,82 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Returns the Unix timestamp of the last successful save to disk.",
         lastsave,
     ),
+    spec(
+        "debug",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        (0, 0, 0),
+        SERVER,
+        "1.0.0",
+        "A container for debugging commands (Lattice: RELOAD and LOADAOF).",
+        debug,
+    ),
 ];
+
+/// DEBUG: only what reads the data directory back for real. RELOAD takes a snapshot and
+/// reloads the dataset from the files through the recovery the start uses (so a test that
+/// reloads and then reads checks persistence); RELOAD NOSAVE and LOADAOF reload from the
+/// files as they are. Every other subcommand is an error naming what is supported, never a
+/// silent OK.
+fn debug(core: &mut Core, call: &mut Call) {
+    let sub = call.arg(1);
+    if is(sub, "reload") {
+        let mut save = true;
+        for a in &call.args[2..] {
+            if is(a, "nosave") {
+                save = false;
+            } else if is(a, "noflush") || is(a, "merge") {
+                return call.error(
+                    "ERR DEBUG RELOAD NOFLUSH and MERGE are not supported: a reload replaces the dataset with what the files hold",
+                );
+            } else {
+                return call.syntax_error();
+            }
+        }
+        return debug_reload(core, call, save);
+    }
+    if is(sub, "loadaof") && call.argc() == 2 {
+        return debug_reload(core, call, false);
+    }
+    if is(sub, "help") && call.argc() == 2 {
+        return call.help(&[
+            "DEBUG <subcommand> [<arg> ...]. Subcommands are:",
+            "RELOAD [NOSAVE]",
+            "    Save a snapshot (unless NOSAVE) and reload the dataset from the data directory.",
+            "LOADAOF",
+            "    Sync the log and reload the dataset from the data directory.",
+            "HELP",
+            "    Print this help.",
+        ]);
+    }
+    let sub = String::from_utf8_lossy(&sub[..sub.len().min(64)]).into_owned();
+    call.error(&format!(
+        "ERR DEBUG {sub} is not supported by Lattice (supported: RELOAD [NOSAVE], LOADAOF, HELP)"
+    ));
+}
+
+fn debug_reload(core: &mut Core, call: &mut Call, save: bool) {
+    if call.in_exec {
+        return call.error(NOT_IN_MULTI);
+    }
+    if !core.persist.active {
+        return call.error(NO_DISK);
+    }
+    if core.repl.is_some() {
+        return call.error("ERR DEBUG RELOAD is not supported on a cluster replica");
+    }
+    if !save && !core.config.appendonly {
+        return call.error(
+            "ERR DEBUG LOADAOF and RELOAD NOSAVE need appendonly yes (the log is not being written)",
+        );
+    }
+    if core.persist.snapshot_in_progress() {
+        return call.error("ERR Background save already in progress");
+    }
+    if !core.start_reload(call.conn, save) {
+        call.error("ERR a reload is already in progress");
+    }
+}
 
 /// Without a data directory (a clustered node, or a driver with no disk) there is nothing
 /// to save to: answering OK would claim data is on disk when it is not.

@@ -87,6 +87,20 @@ impl Node {
         self.core.install_acl_file(&path, text)
     }
 
+    /// [`crate::Output::Reload`] (DEBUG RELOAD): the dataset is emptied, without logging, for
+    /// the driver to feed the files back through [`Node::load`] and [`crate::Input::Loaded`].
+    pub fn reload_begin(&mut self, now: Micros) {
+        self.advance(now);
+        self.core.reload_begin();
+    }
+
+    /// The driver read the files back (or why not): persistence resumes and the DEBUG caller
+    /// is answered. On an error the dataset holds what was read before it.
+    pub fn reload_done(&mut self, now: Micros, result: Result<(), String>) {
+        self.advance(now);
+        self.core.reload_done(result);
+    }
+
     /// Recovery: applies one snapshot chunk or log record read back from disk, through the
     /// same code that applies RESTORE payloads. Nothing is logged for it.
     pub fn load(&mut self, now: Micros, data: &[u8]) -> Result<u64, String> {

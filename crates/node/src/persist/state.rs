@@ -47,6 +47,8 @@ pub struct Persist {
     /// Commands logged as such (OP_CMD), in order; they go before the key states of the same
     /// record, whose states already include their effect.
     pub(crate) commands: Vec<u8>,
+    /// The buffer the next record is encoded in (see `Core::emit_record`).
+    pub(crate) scratch: Vec<u8>,
     pub(crate) clear: bool,
     /// The function library set changed since the last record.
     pub(crate) functions: bool,
@@ -66,6 +68,9 @@ pub struct Persist {
     pub(crate) unsynced_bytes: u64,
     /// SHUTDOWN waits for its snapshot.
     pub(crate) shutdown_after_save: bool,
+    /// DEBUG RELOAD / LOADAOF: the client waiting for the driver to read the files back
+    /// (after the snapshot, for RELOAD); its reply and what it pipelined after are held.
+    pub(crate) reloading: Option<ConnId>,
     // Figures for INFO persistence.
     pub log_bytes: u64,
     pub base_bytes: u64,
