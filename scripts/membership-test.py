@@ -268,15 +268,7 @@ def main():
             fail("acknowledged writes are missing")
         print("membership test passed in %.1f s" % (time.time() - t0))
     finally:
-        for p in PROCS.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in PROCS.values():
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        partition_test.stop(list(PROCS.values()))
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -81,6 +81,19 @@ def start(binary, work, n, rf):
     return ports, clients
 
 
+def stop(procs):
+    """SIGTERM every server still running, then wait for each (SIGKILL after 5 s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def owners_by_slot(client):
     """slot -> list of client ports owning it, from CLUSTER SLOTS."""
     owners = [None] * 16384
@@ -232,15 +245,7 @@ def main():
               % (victim + 1, len(sample)))
         print("partition test passed in %.1f s" % (time.time() - t0))
     finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in PROCS:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(PROCS)
         shutil.rmtree(work, ignore_errors=True)
 
 
