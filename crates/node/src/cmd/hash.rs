@@ -170,26 +170,7 @@ fn hmget(core: &mut Core, call: &mut Call) {
 }
 
 fn hdel(core: &mut Core, call: &mut Call) {
-    let key = call.arg(1);
-    let now_ms = call.now_ms;
-    let h = match typed::write::<Hash>(core, key, now_ms) {
-        Err(WrongType) => return call.wrong_type(),
-        Ok(None) => return call.out.integer(0),
-        Ok(Some(h)) => h,
-    };
-    let mut deleted = 0;
-    for f in &call.args[2..] {
-        if h.remove(f) {
-            deleted += 1;
-        }
-        if h.is_empty() {
-            break;
-        }
-    }
-    if deleted > 0 {
-        typed::removed_from::<Hash>(core, key, "hdel");
-    }
-    call.out.integer(deleted);
+    typed::remove_members::<Hash>(core, call, "hdel", |h, f| h.remove(f));
 }
 
 fn hlen(core: &mut Core, call: &mut Call) {

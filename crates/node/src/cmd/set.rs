@@ -114,28 +114,7 @@ fn sadd(core: &mut Core, call: &mut Call) {
 }
 
 fn srem(core: &mut Core, call: &mut Call) {
-    let key = call.arg(1);
-    let now_ms = call.now_ms;
-    let removed = match typed::write::<Set>(core, key, now_ms) {
-        Err(WrongType) => return call.wrong_type(),
-        Ok(None) => 0,
-        Ok(Some(s)) => {
-            let mut n = 0;
-            for m in &call.args[2..] {
-                if s.remove(m) {
-                    n += 1;
-                }
-                if s.is_empty() {
-                    break;
-                }
-            }
-            n
-        }
-    };
-    if removed > 0 {
-        typed::removed_from::<Set>(core, key, "srem");
-    }
-    call.out.integer(removed);
+    typed::remove_members::<Set>(core, call, "srem", |s, m| s.remove(m));
 }
 
 fn smembers(core: &mut Core, call: &mut Call) {

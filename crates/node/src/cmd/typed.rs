@@ -4,6 +4,7 @@
 
 use lattice_store::{Db, Hash, List, Set, Str, Value, ZSet};
 
+use crate::command::Call;
 use crate::ctx::Core;
 use crate::events::{EVENT_GENERIC, EVENT_HASH, EVENT_LIST, EVENT_SET, EVENT_STRING, EVENT_ZSET};
 
@@ -94,4 +95,36 @@ pub(crate) fn removed_from<T: Typed>(core: &mut Core, key: &[u8], event: &str) {
     if emptied {
         core.notify(EVENT_GENERIC, "del", key);
     }
+}
+
+/// SREM, ZREM and HDEL: removes each member named after the key from the `T` at `call.arg(1)`
+/// with `remove` (true when the member was there), stops early once the collection is empty,
+/// reports the removal as `event` and replies with the count (0 for a missing key).
+pub(crate) fn remove_members<T: Typed>(
+    core: &mut Core,
+    call: &mut Call,
+    event: &str,
+    mut remove: impl FnMut(&mut T, &[u8]) -> bool,
+) {
+    let key = call.arg(1);
+    let removed = match write::<T>(core, key, call.now_ms) {
+        Err(WrongType) => return call.wrong_type(),
+        Ok(None) => 0,
+        Ok(Some(t)) => {
+            let mut n = 0;
+            for m in &call.args[2..] {
+                if remove(t, m) {
+                    n += 1;
+                }
+                if t.is_empty() {
+                    break;
+                }
+            }
+            n
+        }
+    };
+    if removed > 0 {
+        removed_from::<T>(core, key, event);
+    }
+    call.out.integer(removed);
 }

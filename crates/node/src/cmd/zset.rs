@@ -553,27 +553,7 @@ pub(crate) fn zadd_generic(core: &mut Core, call: &mut Call, f: AddFlags, pairs:
 // Single-member reads and removal
 
 fn zrem(core: &mut Core, call: &mut Call) {
-    let key = call.arg(1);
-    let removed = match typed::write::<ZSet>(core, key, call.now_ms) {
-        Err(WrongType) => return call.wrong_type(),
-        Ok(None) => 0,
-        Ok(Some(z)) => {
-            let mut n = 0;
-            for m in &call.args[2..] {
-                if z.remove(m).is_some() {
-                    n += 1;
-                }
-                if z.is_empty() {
-                    break;
-                }
-            }
-            n
-        }
-    };
-    if removed > 0 {
-        typed::removed_from::<ZSet>(core, key, "zrem");
-    }
-    call.out.integer(removed);
+    typed::remove_members::<ZSet>(core, call, "zrem", |z, m| z.remove(m).is_some());
 }
 
 fn zcard(core: &mut Core, call: &mut Call) {
