@@ -6,8 +6,10 @@
 //! side drops a link that stayed silent for [`LINK_SILENCE_LIMIT`].
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +43,14 @@ pub(super) const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 /// the network heals, while a new link is dialed at once and starts with an anti-entropy round.
 /// Dropping a link to a paused peer costs a redial and that round, never data.
 pub(super) const LINK_SILENCE_LIMIT: Duration = Duration::from_secs(3);
+/// A dialer whose peer has been silent this long (two missed heartbeats) dials a fresh link
+/// beside the silent one, one attempt at a time, and moves to it as soon as its handshake
+/// completes. A partition that drops packets leaves both directions of the old connection in
+/// TCP's retransmission backoff, which doubles with each loss: after a cut of 1.5-3 s the next
+/// retransmission can come seconds after the network healed. A fresh connection is up one
+/// round trip after the heal, and a completed handshake proves the peer process answers, so a
+/// peer that is only slow (its kernel acks, its process is busy) keeps its link.
+pub(super) const PROBE_AFTER_SILENCE: Duration = Duration::from_millis(1000);
 /// Slices per vectored write; Linux's IOV_MAX is 1024.
 const MAX_IOVECS: usize = 512;
 /// Frames, and payload bytes, handed to the node per lock acquisition (at least one frame), so
@@ -327,14 +337,21 @@ pub(super) async fn serve_incoming(
     );
 }
 
+/// A fresh connection to the same peer, dialed while its link is silent: the link to move to,
+/// or None when the attempt failed (the caller tries again later).
+pub(super) type Probe<'a> = Pin<Box<dyn Future<Output = Option<LinkStream>> + Send + 'a>>;
+
 /// Runs one established outgoing link: registers its queue, tells the node `PeerUp`, writes until
-/// the link fails, then tells the node `PeerDown`.
-pub(super) async fn run_outgoing(
+/// the link fails, then tells the node `PeerDown`. `probe` dials a replacement while the peer is
+/// silent ([`PROBE_AFTER_SILENCE`]); a replacement that answered is returned for the caller to
+/// run next.
+pub(super) async fn run_outgoing<'p>(
     shared: &Arc<Shared>,
     socket: LinkStream,
     peer: NodeId,
     seed: &str,
-) {
+    probe: &(dyn Fn() -> Probe<'p> + Sync),
+) -> Option<LinkStream> {
     let stats = &shared.link_stats;
     let queue = Arc::new(PeerQueue::new(MAX_QUEUE_BYTES));
     let generation = {
@@ -345,7 +362,7 @@ pub(super) async fn run_outgoing(
                 "cluster: {seed} is node {} which another seed already links to; ignoring it",
                 peer.0
             );
-            return;
+            return None;
         };
         host.handle(Input::PeerUp { peer });
         host.drain(None, &mut Vec::new(), None);
@@ -355,7 +372,7 @@ pub(super) async fn run_outgoing(
     LinkStats::add(&stats.outgoing_established, 1);
     LinkStats::add(&stats.outgoing_up, 1);
     tracing::info!("cluster: outgoing link to node {} ({seed}) up", peer.0);
-    let reason = write_loop(socket, &queue, stats).await;
+    let (reason, replacement) = write_loop_probing(socket, &queue, stats, Some(probe)).await;
     {
         let mut host = shared.host.lock();
         host.remove_peer(peer, generation);
@@ -369,25 +386,56 @@ pub(super) async fn run_outgoing(
         "cluster: outgoing link to node {} ({seed}) down: {reason}",
         peer.0
     );
+    replacement
 }
 
 /// Sends queued messages until the link fails; returns why it did. The peer never sends on this
 /// connection, so anything readable (data or EOF) means it is gone or broken.
+#[cfg(test)]
 pub(super) async fn write_loop(socket: LinkStream, queue: &PeerQueue, stats: &LinkStats) -> String {
+    write_loop_probing(socket, queue, stats, None).await.0
+}
+
+/// [`write_loop`], and while the peer is silent, dials replacements with `probe`: ends with the
+/// first one that answers.
+pub(super) async fn write_loop_probing<'p>(
+    socket: LinkStream,
+    queue: &PeerQueue,
+    stats: &LinkStats,
+    probe: Option<&(dyn Fn() -> Probe<'p> + Sync)>,
+) -> (String, Option<LinkStream>) {
     match socket {
         // Plain TCP splits without a lock between the halves.
         LinkStream::Plain(s) => {
             let (rd, wr) = s.into_split();
-            write_halves(rd, wr, queue, stats).await
+            write_halves(rd, wr, queue, stats, probe).await
         }
         LinkStream::Tls(s) => {
             let (rd, wr) = tokio::io::split(*s);
-            write_halves(rd, wr, queue, stats).await
+            write_halves(rd, wr, queue, stats, probe).await
         }
     }
 }
 
-async fn write_halves<R, W>(mut rd: R, mut wr: W, queue: &PeerQueue, stats: &LinkStats) -> String
+/// Completes with the probe in flight (clearing it), never when there is none.
+async fn probe_done(probing: &mut Option<Probe<'_>>) -> Option<LinkStream> {
+    match probing.as_mut() {
+        Some(p) => {
+            let found = p.await;
+            *probing = None;
+            found
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn write_halves<'p, R, W>(
+    mut rd: R,
+    mut wr: W,
+    queue: &PeerQueue,
+    stats: &LinkStats,
+    probe: Option<&(dyn Fn() -> Probe<'p> + Sync)>,
+) -> (String, Option<LinkStream>)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -395,7 +443,7 @@ where
     let mut frames = Vec::new();
     let mut chunks = VecDeque::new();
     // The acceptor only ever sends heartbeat bytes on this connection.
-    let mut probe = [0u8; 64];
+    let mut heard = [0u8; 64];
     // Ticks twice per interval: a heartbeat goes out at the first tick at least an interval
     // after the last write. Ticking once per interval skipped every other heartbeat (the tick
     // came a hair before the interval was up), so an idle link beat once per two intervals.
@@ -403,7 +451,15 @@ where
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_heard = tokio::time::Instant::now();
     let mut last_sent = tokio::time::Instant::now();
-    let silent = || format!("peer silent for {LINK_SILENCE_LIMIT:?}");
+    // The replacement being dialed while the peer is silent (one at a time).
+    let mut probing: Option<Probe<'p>> = None;
+    let silent = || (format!("peer silent for {LINK_SILENCE_LIMIT:?}"), None);
+    let replaced = |s: LinkStream| {
+        (
+            format!("peer silent for over {PROBE_AFTER_SILENCE:?}; a fresh link to it answered"),
+            Some(s),
+        )
+    };
     let read_reason = |read: io::Result<usize>| match read {
         Ok(0) => Some("closed by peer".to_string()),
         Ok(_) => None,
@@ -412,24 +468,34 @@ where
     loop {
         if queue.take(&mut frames).is_err() {
             LinkStats::add(&stats.queue_overflows, 1);
-            return format!("outgoing queue exceeded {MAX_QUEUE_BYTES} bytes");
+            return (
+                format!("outgoing queue exceeded {MAX_QUEUE_BYTES} bytes"),
+                None,
+            );
         }
         // Bytes of this batch that are not in the queue's accounting (a heartbeat).
         let mut unqueued = 0;
         if frames.is_empty() {
             tokio::select! {
                 _ = queue.wake.notified() => continue,
-                read = rd.read(&mut probe) => {
+                read = rd.read(&mut heard) => {
                     if let Some(reason) = read_reason(read) {
-                        return reason;
+                        return (reason, None);
                     }
                     last_heard = tokio::time::Instant::now();
+                    continue;
+                }
+                found = probe_done(&mut probing) => {
+                    if let Some(s) = found {
+                        return replaced(s);
+                    }
                     continue;
                 }
                 _ = heartbeat.tick() => {
                     if last_heard.elapsed() > LINK_SILENCE_LIMIT {
                         return silent();
                     }
+                    start_probe(&mut probing, probe, last_heard);
                     if last_sent.elapsed() < HEARTBEAT_INTERVAL {
                         continue;
                     }
@@ -450,19 +516,25 @@ where
                 _ = queue.wake.notified() => {
                     if queue.overflowed() {
                         LinkStats::add(&stats.queue_overflows, 1);
-                        return format!("outgoing queue exceeded {MAX_QUEUE_BYTES} bytes");
+                        return (format!("outgoing queue exceeded {MAX_QUEUE_BYTES} bytes"), None);
                     }
                 }
-                read = rd.read(&mut probe) => {
+                read = rd.read(&mut heard) => {
                     if let Some(reason) = read_reason(read) {
-                        return reason;
+                        return (reason, None);
                     }
                     last_heard = tokio::time::Instant::now();
+                }
+                found = probe_done(&mut probing) => {
+                    if let Some(s) = found {
+                        return replaced(s);
+                    }
                 }
                 _ = heartbeat.tick() => {
                     if last_heard.elapsed() > LINK_SILENCE_LIMIT {
                         return silent();
                     }
+                    start_probe(&mut probing, probe, last_heard);
                 }
             }
         };
@@ -473,7 +545,21 @@ where
                 LinkStats::add(&stats.frames_sent, n_frames);
                 LinkStats::add(&stats.bytes_sent, n as u64);
             }
-            Err(e) => return format!("write failed: {e}"),
+            Err(e) => return (format!("write failed: {e}"), None),
+        }
+    }
+}
+
+/// Starts dialing a replacement when the peer has been silent past [`PROBE_AFTER_SILENCE`] and
+/// no attempt is in flight.
+fn start_probe<'a>(
+    probing: &mut Option<Probe<'a>>,
+    probe: Option<&(dyn Fn() -> Probe<'a> + Sync)>,
+    last_heard: tokio::time::Instant,
+) {
+    if let Some(dial) = probe {
+        if probing.is_none() && last_heard.elapsed() > PROBE_AFTER_SILENCE {
+            *probing = Some(dial());
         }
     }
 }

@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::host::Shared;
 pub use handshake::Auth;
 use handshake::{dial_handshake, HandshakeError};
-use link::{run_outgoing, serve_incoming};
+use link::{run_outgoing, serve_incoming, Probe};
 pub use link::{PeerQueue, MAX_FRAME_BYTES};
 pub use stats::LinkStats;
 use stats::LinkStatsSnapshot;
@@ -40,14 +40,18 @@ pub use stream::LinkTls;
 
 /// A peer gets this long to complete the handshake; a silent connection must not hold a task.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// A dial that the network black-holes gives up after this long and goes to backoff.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// A dial that the network black-holes gives up after this long and goes to backoff. Shorter
+/// than TCP's first SYN retransmission (1 s), so that a dial sent into a partition is followed,
+/// after the backoff, by a fresh SYN instead of a retransmission a second later: a healed link
+/// is found within a backoff step. A connect between replicas takes a round trip (well under
+/// this within a region).
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Redial backoff: first wait, doubling per failure up to the cap (with jitter), so a peer that
 /// is down costs a few connection attempts per second at most, and one that returns is found
-/// within the cap. The cap bounds how long a healed partition stays unrepaired: at 5 s the
-/// fault tests saw convergence after a heal take up to 4 s.
+/// within the cap. The cap, with the connect timeout, bounds how long a healed partition stays
+/// unrepaired.
 const BACKOFF_MIN_MS: u64 = 100;
-const BACKOFF_MAX_MS: u64 = 1_000;
+const BACKOFF_MAX_MS: u64 = 500;
 /// Incoming connections still in their handshake at once, at most: each costs a task and a
 /// socket for up to the handshake timeout, and anyone who can reach the port can open them.
 /// Beyond this, new connections are closed at once (real peers retry with backoff).
@@ -189,6 +193,22 @@ fn jittered(ms: u64) -> Duration {
     Duration::from_millis(ms / 2 + r % (ms / 2 + 1))
 }
 
+/// One attempt at a replacement link to `peer` (see `link::PROBE_AFTER_SILENCE`): the link when
+/// the handshake completed with that same node.
+fn probe_dial<'a>(
+    auth: &'a Auth,
+    tls: Option<&'a LinkTls>,
+    seed: &'a str,
+    peer: NodeId,
+) -> Probe<'a> {
+    Box::pin(async move {
+        match dial(auth, tls, seed).await {
+            Ok((socket, id)) if id == peer => Some(socket),
+            _ => None,
+        }
+    })
+}
+
 /// Keeps one outgoing link to the replica at `seed` up for the life of the process.
 async fn dial_loop(shared: Arc<Shared>, auth: Arc<Auth>, tls: Option<Arc<LinkTls>>, seed: String) {
     let stats = &shared.link_stats;
@@ -201,7 +221,12 @@ async fn dial_loop(shared: Arc<Shared>, auth: Arc<Auth>, tls: Option<Arc<LinkTls
             Ok((socket, peer)) => {
                 backoff_ms = BACKOFF_MIN_MS;
                 last_error.clear();
-                run_outgoing(&shared, socket, peer, &seed).await;
+                // A replacement dialed while the link was silent runs next, at once.
+                let probe = || probe_dial(&auth, tls.as_deref(), &seed, peer);
+                let mut link = Some(socket);
+                while let Some(socket) = link.take() {
+                    link = run_outgoing(&shared, socket, peer, &seed, &probe).await;
+                }
             }
             Err(DialError::Connect(e)) => {
                 let error = e.to_string();
@@ -385,6 +410,53 @@ mod tests {
             "link_throughput: {} frames in {} vectored writes",
             s.frames_sent, s.write_calls
         );
+    }
+
+    /// A link whose peer went silent while a fresh connection to it completes its handshake
+    /// (a partition that healed while the old connection waits for TCP's backed-off
+    /// retransmission) moves to the fresh one after the probe delay, before the silence limit;
+    /// probes that fail leave the old link to the limit.
+    #[tokio::test]
+    async fn a_silent_link_moves_to_a_fresh_one_that_answers() {
+        use link::{write_loop_probing, PROBE_AFTER_SILENCE};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let acceptor = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                accept_handshake(&mut s, &Auth::for_tests(2, None))
+                    .await
+                    .unwrap();
+                // Never a heartbeat: every link to this peer goes silent.
+                held.push(s);
+            }
+        });
+        let auth = Auth::for_tests(1, None);
+        let (socket, _) = match dial(&auth, None, &addr).await {
+            Ok(x) => x,
+            Err(_) => panic!("dial failed"),
+        };
+        let stats = LinkStats::default();
+        let queue = PeerQueue::new(MAX_QUEUE_BYTES);
+        let probe = || probe_dial(&auth, None, &addr, NodeId(2));
+        let started = tokio::time::Instant::now();
+        let (reason, fresh) = write_loop_probing(socket, &queue, &stats, Some(&probe)).await;
+        let took = started.elapsed();
+        assert!(fresh.is_some(), "{reason}");
+        assert!(
+            took >= PROBE_AFTER_SILENCE && took < LINK_SILENCE_LIMIT,
+            "{took:?}"
+        );
+        // A probe that reaches another node (or nothing) never replaces the link.
+        let (socket, _) = match dial(&auth, None, &addr).await {
+            Ok(x) => x,
+            Err(_) => panic!("dial failed"),
+        };
+        let wrong = || probe_dial(&auth, None, &addr, NodeId(3));
+        let (reason, fresh) = write_loop_probing(socket, &queue, &stats, Some(&wrong)).await;
+        assert!(fresh.is_none() && reason.contains("silent"), "{reason}");
+        acceptor.abort();
     }
 
     /// A peer that completed the handshake and then went silent (a host gone without a reset)
