@@ -6,7 +6,8 @@ against the same GET sent to a node that does not (and forwards it to the owner)
 
 Three lattice-server processes (release build, one event-loop thread each), replication factor
 1, so the key has exactly one owner. For P=1 and P=16 (redis-benchmark, 1 client):
-- latency and throughput as redis-benchmark reports them (say the load average with them);
+- latency and throughput as redis-benchmark reports them (say the load average with them), and
+  the CPU time (user + system, /proc) the owner and the forwarding node spent per request;
 - with --callgrind, the owner and the forwarding node run under valgrind's callgrind and the
   instructions per request are counted on each (after a warm-up, counters zeroed): the owner
   alone for a direct GET, forwarder + owner for a forwarded one. Repeatable whatever else the
@@ -48,6 +49,16 @@ def bench(port, p, n):
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",...
     row = [x.strip('"') for x in out.strip().splitlines()[-1].split(",")]
     return float(row[1]), float(row[4]), float(row[6])
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks(pid):
+    """User plus system CPU time of a process so far, in clock ticks."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def irs(dump_glob):
@@ -101,6 +112,10 @@ def main():
                 if time.time() > deadline:
                     sys.exit("cluster did not come up (%s)" % work)
                 time.sleep(0.2)
+        # A key read this hard through a non-owner would be copied there (hot keys,
+        # ARCHITECTURE §56) and served without the hop this script measures.
+        for p in ports:
+            cli(p, "config", "set", "hotkey-threshold", "0")
 
     def stop():
         for p in procs:
@@ -134,15 +149,20 @@ def main():
             for p in (1, 16):
                 for name, entry in (("owner", owner), ("non-owner", other)):
                     bench(ports[entry], p, args.requests // 4)  # warm-up
+                    before = [cpu_ticks(procs[i].pid) for i in (owner, other)]
                     rps, p50, p99 = bench(ports[entry], p, args.requests)
-                    rows.append((name, p, "%.0f" % rps, "%.3f" % p50, "%.3f" % p99))
+                    after = [cpu_ticks(procs[i].pid) for i in (owner, other)]
+                    us = [(a - b) * 1e6 / TICKS / args.requests for a, b in zip(after, before)]
+                    rows.append((name, p, "%.0f" % rps, "%.3f" % p50, "%.3f" % p99,
+                                 "%.1f" % us[0], "%.1f" % us[1], "%.1f" % sum(us)))
             with open("/proc/loadavg") as f:
                 load = f.read().split()[:3]
             print("load average: %s" % " ".join(load))
-            print("| GET sent to | P | requests/s | p50 ms | p99 ms |")
-            print("|---|---|---|---|---|")
+            print("| GET sent to | P | requests/s | p50 ms | p99 ms | CPU us/request on the owner "
+                  "| on the forwarding node | total |")
+            print("|---|---|---|---|---|---|---|---|")
             for r in rows:
-                print("| %s | %d | %s | %s | %s |" % r)
+                print("| %s | %d | %s | %s | %s | %s | %s | %s |" % r)
             return
         stop()
         start([owner, other])
@@ -163,8 +183,8 @@ def main():
                         bench(ports[entry], p, args.requests)
                         break
                     except subprocess.CalledProcessError as e:
-                        print("(attempt %d failed: %s; retrying)" % (attempt + 1, e.stdout.strip()[-200:]),
-                              file=sys.stderr)
+                        print("(attempt %d failed: %s; retrying)"
+                              % (attempt + 1, (e.stdout + e.stderr).strip()[-300:]), file=sys.stderr)
                         time.sleep(5)
                 else:
                     sys.exit("the benchmark failed 3 times (%s)" % work)
