@@ -54,9 +54,14 @@ def rss_kib(pid):
     return 0
 
 
-def start(binary, work, n, rf):
-    ports = [free_port() for _ in range(n)]
-    cports = [free_port() for _ in range(n)]
+def start(binary, work, n, rf, base_port=None):
+    """Starts n nodes; client ports from base_port on (then cluster ports), else free ones."""
+    if base_port:
+        ports = list(range(base_port, base_port + n))
+        cports = list(range(base_port + n, base_port + 2 * n))
+    else:
+        ports = [free_port() for _ in range(n)]
+        cports = [free_port() for _ in range(n)]
     seeds = ",".join("127.0.0.1:%d" % p for p in cports)
     for i in range(n):
         log = open(os.path.join(work, "node%d.log" % (i + 1)), "wb")

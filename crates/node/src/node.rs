@@ -166,8 +166,16 @@ impl Node {
                     self.core.deliver_publish(&channel, &message);
                 }
                 crate::repl::Effect::Members(m) => self.cluster_members(m),
-                crate::repl::Effect::Forward(f) => self.cluster_serve_forward(peer, f),
-                crate::repl::Effect::ForwardReply(r) => self.cluster_forward_reply(peer, r),
+                crate::repl::Effect::Forwards(m) => {
+                    // Replies first: they release clients' replies here; the forwards are the
+                    // peer's clients' commands, run in the order they were sent.
+                    for r in m.replies {
+                        self.cluster_forward_reply(peer, r);
+                    }
+                    for f in m.forwards {
+                        self.cluster_serve_forward(peer, f);
+                    }
+                }
                 crate::repl::Effect::Functions {
                     peer,
                     digest,

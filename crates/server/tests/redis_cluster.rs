@@ -1,8 +1,16 @@
 //! redis-rs's cluster client against a partitioned cluster of real processes: five
 //! `lattice-server`s with replication factor 3. The client learns the slots from CLUSTER
-//! SLOTS and sends each command to its slot's first owner; a seeded mixed workload (strings,
-//! counters, hashes, sets, lists, expiry, hash-tagged multi-key commands) must see 0 errors and
-//! read back what a model of the same commands predicts. Part of `make partition-test`.
+//! SLOTS and sends each command to its slot's first owner. 20,000 keys are loaded through
+//! the client's pipelines, read back, and a seeded mixed workload (strings, counters, hashes,
+//! sets, lists, expiry, hash-tagged multi-key commands, reads of the loaded keys) must see 0
+//! errors and read back what a model of the same commands predicts. Part of `make
+//! partition-test`.
+//!
+//! Against a cluster already running (`scripts/partition-scale.py`, 1,000,000 keys), set
+//! `LATTICE_CLUSTER_PORTS=port,port,...` (client ports) and `LATTICE_LOADED_KEYS=N`: the keys
+//! `key:0` .. `key:N-1`, holding `v-key:<i>`, were loaded by the caller and are sampled instead
+//! of loaded; `LATTICE_OPS` sets the workload's length (default 5,000) and
+//! `LATTICE_KEY_PREFIX` prefixes the workload's own keys (so runs do not meet).
 
 mod common;
 
@@ -18,6 +26,12 @@ use redis::Commands;
 const NODES: usize = 5;
 const RF: usize = 3;
 const OPS: usize = 5_000;
+/// Keys the test loads into the cluster it starts (the small version of the 1M-key run).
+const LOADED: usize = 20_000;
+/// Loaded keys read back through the client, at most (all of them up to this).
+const SAMPLE: usize = 20_000;
+/// Commands per cluster pipeline.
+const PIPELINE: usize = 500;
 
 struct Procs(Vec<Child>);
 
@@ -88,6 +102,17 @@ fn start(dir: &std::path::Path) -> (Procs, Vec<u16>) {
     (procs, ports.into_iter().map(|(p, _)| p).collect())
 }
 
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
+    })
+}
+
+fn loaded_value(i: usize) -> String {
+    format!("v-key:{i}")
+}
+
 #[test]
 fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
     let dir = TempDir(std::env::temp_dir().join(format!(
@@ -96,7 +121,21 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
         free_port()
     )));
     std::fs::create_dir_all(&dir.0).unwrap();
-    let (_procs, ports) = start(&dir.0);
+    let external: Option<Vec<u16>> = std::env::var("LATTICE_CLUSTER_PORTS").ok().map(|v| {
+        v.split(',')
+            .map(|p| {
+                p.trim()
+                    .parse()
+                    .expect("LATTICE_CLUSTER_PORTS: client ports")
+            })
+            .collect()
+    });
+    let (_procs, ports) = match external {
+        Some(ports) => (Procs(Vec::new()), ports),
+        None => start(&dir.0),
+    };
+    let ops = env_usize("LATTICE_OPS").unwrap_or(OPS);
+    let prefix = std::env::var("LATTICE_KEY_PREFIX").unwrap_or_default();
     let urls: Vec<String> = ports
         .iter()
         .map(|p| format!("redis://127.0.0.1:{p}/"))
@@ -119,9 +158,55 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
         )
         .expect("CLUSTER SLOTS");
     assert!(
-        slots.len() >= NODES,
+        slots.len() >= ports.len(),
         "CLUSTER SLOTS lists {} ranges",
         slots.len()
+    );
+
+    // The loaded keys: written here through the client's pipelines (each command to its
+    // slot's owner), or by the caller; then a sample read back.
+    let loaded = match env_usize("LATTICE_LOADED_KEYS") {
+        Some(n) => n,
+        None => {
+            let t = Instant::now();
+            for at in (0..LOADED).step_by(PIPELINE) {
+                let mut p = redis::cluster::cluster_pipe();
+                for i in at..(at + PIPELINE).min(LOADED) {
+                    p.set(format!("key:{i}"), loaded_value(i)).ignore();
+                }
+                let r: redis::RedisResult<()> = p.query(&mut c);
+                r.unwrap_or_else(|e| panic!("loading keys {at}..: {e}"));
+            }
+            println!(
+                "redis-rs cluster pipelines: {LOADED} keys loaded in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            LOADED
+        }
+    };
+    let mut rng = Lcg(69);
+    let sample: Vec<usize> = if loaded <= SAMPLE {
+        (0..loaded).collect()
+    } else {
+        (0..SAMPLE)
+            .map(|_| rng.below(loaded as u64) as usize)
+            .collect()
+    };
+    let t = Instant::now();
+    for chunk in sample.chunks(PIPELINE) {
+        let mut p = redis::cluster::cluster_pipe();
+        for i in chunk {
+            p.get(format!("key:{i}"));
+        }
+        let got: Vec<Option<String>> = p.query(&mut c).expect("GET pipeline");
+        for (i, v) in chunk.iter().zip(got) {
+            assert_eq!(v, Some(loaded_value(*i)), "GET key:{i}");
+        }
+    }
+    println!(
+        "redis-rs cluster pipelines: {} of {loaded} loaded keys read back correctly in {:.1} s",
+        sample.len(),
+        t.elapsed().as_secs_f64()
     );
 
     let mut rng = Lcg(18);
@@ -136,16 +221,17 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
             errors.push(format!("{what}: {e}"));
         }
     };
-    for i in 0..OPS {
+    for i in 0..ops {
         let n = rng.below(200);
-        match rng.below(12) {
+        let p = &prefix;
+        match rng.below(13) {
             0 | 1 => {
-                let (k, v) = (format!("s:{n}"), format!("v{i}"));
+                let (k, v) = (format!("{p}s:{n}"), format!("v{i}"));
                 note(format!("SET {k}"), c.set(&k, &v));
                 strings.insert(k, v);
             }
             2 | 3 => {
-                let k = format!("s:{n}");
+                let k = format!("{p}s:{n}");
                 let r: redis::RedisResult<Option<String>> = c.get(&k);
                 note(
                     format!("GET {k}"),
@@ -153,7 +239,7 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
                 );
             }
             4 => {
-                let (k, by) = (format!("c:{n}"), rng.below(100) as i64 - 30);
+                let (k, by) = (format!("{p}c:{n}"), rng.below(100) as i64 - 30);
                 let r: redis::RedisResult<i64> = c.incr(&k, by);
                 let want = counters.entry(k.clone()).or_insert(0);
                 *want += by;
@@ -165,7 +251,7 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
             }
             5 => {
                 let (k, f, v) = (
-                    format!("h:{}", n % 40),
+                    format!("{p}h:{}", n % 40),
                     format!("f{}", n % 7),
                     format!("v{i}"),
                 );
@@ -173,7 +259,7 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
                 hashes.entry(k).or_default().insert(f, v);
             }
             6 => {
-                let k = format!("h:{}", n % 40);
+                let k = format!("{p}h:{}", n % 40);
                 let r: redis::RedisResult<BTreeMap<String, String>> = c.hgetall(&k);
                 let want = hashes.get(&k).cloned().unwrap_or_default();
                 note(
@@ -182,12 +268,12 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
                 );
             }
             7 => {
-                let (k, m) = (format!("set:{}", n % 30), format!("m{}", rng.below(50)));
+                let (k, m) = (format!("{p}set:{}", n % 30), format!("m{}", rng.below(50)));
                 note(format!("SADD {k}"), c.sadd(&k, &m));
                 sets.entry(k).or_default().insert(m);
             }
             8 => {
-                let k = format!("set:{}", n % 30);
+                let k = format!("{p}set:{}", n % 30);
                 let r: redis::RedisResult<BTreeSet<String>> = c.smembers(&k);
                 let want = sets.get(&k).cloned().unwrap_or_default();
                 note(
@@ -196,7 +282,7 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
                 );
             }
             9 => {
-                let (k, e) = (format!("l:{}", n % 20), format!("e{i}"));
+                let (k, e) = (format!("{p}l:{}", n % 20), format!("e{i}"));
                 note(format!("RPUSH {k}"), c.rpush(&k, &e));
                 lists.entry(k.clone()).or_default().push(e);
                 let r: redis::RedisResult<Vec<String>> = c.lrange(&k, 0, -1);
@@ -208,7 +294,7 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
             }
             10 => {
                 // Multi-key commands in one slot through a hash tag.
-                let tag = format!("{{u{}}}", n % 25);
+                let tag = format!("{{{p}u{}}}", n % 25);
                 let (a, b) = (format!("{tag}:a"), format!("{tag}:b"));
                 let (va, vb) = (format!("a{i}"), format!("b{i}"));
                 note(format!("MSET {a} {b}"), c.mset(&[(&a, &va), (&b, &vb)]));
@@ -218,8 +304,18 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
                     r.map(|got| assert_eq!(got, vec![Some(va), Some(vb)], "MGET {a} {b}")),
                 );
             }
+            11 if loaded > 0 => {
+                // A loaded key, through whichever owner the client picks.
+                let j = rng.below(loaded as u64) as usize;
+                let k = format!("key:{j}");
+                let r: redis::RedisResult<Option<String>> = c.get(&k);
+                note(
+                    format!("GET {k}"),
+                    r.map(|got| assert_eq!(got, Some(loaded_value(j)), "GET {k}")),
+                );
+            }
             _ => {
-                let k = format!("s:{n}");
+                let k = format!("{p}s:{n}");
                 let r: redis::RedisResult<i64> = c.expire(&k, 3600);
                 let want = i64::from(strings.contains_key(&k));
                 note(
@@ -237,10 +333,13 @@ fn redis_rs_cluster_client_runs_a_mixed_workload_without_errors() {
     }
     assert!(
         errors.is_empty(),
-        "{} of {OPS} operations failed, first: {:?} (logs in {})",
+        "{} of {ops} operations failed, first: {:?} (logs in {})",
         errors.len(),
         &errors[..errors.len().min(5)],
         dir.0.display()
     );
-    println!("redis-rs cluster client: {OPS} mixed operations on {NODES} nodes, RF {RF}: 0 errors");
+    println!(
+        "redis-rs cluster client: {ops} mixed operations on {} nodes: 0 errors",
+        ports.len()
+    );
 }

@@ -13,7 +13,7 @@ use lattice_resp::{Protocol, ReplyWriter};
 use super::Node;
 use crate::client::{Client, ConnId, RelaySlot, ReplyMode};
 use crate::cluster::{peer_conn, Forwarded, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS};
-use crate::repl::wire::{self, Body};
+use crate::repl::{wire, Replicator};
 use lattice_crdt::NodeId;
 
 /// The reply when no owner of a slot is reachable.
@@ -64,7 +64,7 @@ impl Node {
         match next {
             Some(owner) => {
                 c.redirect(id, owner);
-                self.send_forward(owner, id, &f);
+                send_forward(self.core.repl.as_deref_mut(), owner, id, &f);
             }
             None => {
                 c.finish(id);
@@ -72,19 +72,6 @@ impl Node {
                 let reply = error_reply(error, f.proto);
                 self.relay_reply(f.conn, id, reply);
             }
-        }
-    }
-
-    fn send_forward(&mut self, owner: u32, id: u64, f: &Forwarded) {
-        if let Some(r) = self.core.repl.as_mut() {
-            r.send_control(
-                NodeId(owner),
-                Body::Forward(wire::Forward {
-                    id,
-                    proto: f.proto,
-                    args: f.args.clone(),
-                }),
-            );
         }
     }
 
@@ -123,8 +110,9 @@ impl Node {
             resend_ms: 0,
             copies: 0,
         };
-        let id = c.start(f.clone());
-        self.send_forward(owner, id, &f);
+        let id = c.start(f);
+        let f = c.get(id).expect("just started");
+        send_forward(self.core.repl.as_deref_mut(), owner, id, f);
         Ok(id)
     }
 
@@ -181,7 +169,7 @@ impl Node {
                 .and_then(|c| c.get(id))
                 .cloned();
             if let Some(f) = f {
-                self.send_forward(peer, id, &f);
+                send_forward(self.core.repl.as_deref_mut(), peer, id, &f);
             }
         }
         for id in expired {
@@ -209,10 +197,7 @@ impl Node {
             // reply is still kept.
             if let Some(reply) = c.kept_reply(peer.0, f.id) {
                 if let Some(r) = self.core.repl.as_mut() {
-                    r.send_control(
-                        peer,
-                        Body::ForwardReply(wire::ForwardReply { id: f.id, reply }),
-                    );
+                    r.send_forward_reply(peer, wire::ForwardReply { id: f.id, reply });
                 }
             }
             return;
@@ -248,10 +233,7 @@ impl Node {
             c.keep_reply(peer.0, f.id, &reply);
         }
         if let Some(r) = self.core.repl.as_mut() {
-            r.send_control(
-                peer,
-                Body::ForwardReply(wire::ForwardReply { id: f.id, reply }),
-            );
+            r.send_forward_reply(peer, wire::ForwardReply { id: f.id, reply });
         }
     }
 
@@ -260,6 +242,20 @@ impl Node {
             .cluster
             .as_deref()
             .and_then(|c| c.next_deadline_ms())
+    }
+}
+
+/// Queues forward `id` for `owner` (the first copy, or a resend).
+fn send_forward(repl: Option<&mut Replicator>, owner: u32, id: u64, f: &Forwarded) {
+    if let Some(r) = repl {
+        r.send_forward(
+            NodeId(owner),
+            wire::Forward {
+                id,
+                proto: f.proto,
+                args: f.args.clone(),
+            },
+        );
     }
 }
 

@@ -41,6 +41,7 @@ mod keymap;
 pub mod merkle;
 mod moves;
 pub use moves::MoveStats;
+mod outbox;
 pub mod state;
 pub mod wire;
 
@@ -144,10 +145,9 @@ pub enum Effect {
     Publish(Bytes, Bytes),
     /// The members a peer knows (partitioned clusters).
     Members(wire::Members),
-    /// A command a peer forwards to this owner.
-    Forward(wire::Forward),
-    /// An owner's reply to a command this node forwarded.
-    ForwardReply(wire::ForwardReply),
+    /// Commands a peer forwards to this owner, and owners' replies to commands this node
+    /// forwarded.
+    Forwards(wire::Forwards),
     /// A peer's whole function library set, to merge; then answer with
     /// [`Replicator::functions_received`].
     Functions {
@@ -391,7 +391,7 @@ pub struct Replicator {
     /// Deferrals ended so far (a key captured or settled), so that a reader of `deferred` can
     /// tell when a key it found deferred may no longer be (see [`Replicator::deferrals_ended`]).
     deferrals_ended: u64,
-    outbox: VecDeque<(NodeId, Bytes)>,
+    outbox: outbox::Outbox,
     pub stats: ReplStats,
     /// Reused serialization buffer for key digests (no allocation per digest).
     scratch: Vec<u8>,
@@ -517,7 +517,7 @@ impl Replicator {
             deferred: HashTable::new(),
             deferred_intent: Intent::Assign,
             deferrals_ended: 0,
-            outbox: VecDeque::new(),
+            outbox: outbox::Outbox::default(),
             stats: ReplStats::default(),
             scratch: Vec::new(),
             stale_digests: Vec::new(),
@@ -902,7 +902,7 @@ impl Replicator {
         }));
         let ups: Vec<NodeId> = self.live_peers();
         for n in ups {
-            self.outbox.push_back((n, data.clone()));
+            self.outbox.push(n, data.clone());
         }
     }
 
@@ -913,7 +913,7 @@ impl Replicator {
         self.functions = entries;
         let data = self.envelope(self.functions_body(true));
         for n in self.live_peers() {
-            self.outbox.push_back((n, data.clone()));
+            self.outbox.push(n, data.clone());
         }
     }
 
@@ -1001,6 +1001,7 @@ impl Replicator {
         }
         self.moves_peer_down(peer);
         self.hot.peer_down(peer.0);
+        self.outbox.drop_forwards(peer);
     }
 
     /// Turns queued deltas into messages, one encoding shared by every live peer. Called after
@@ -1058,7 +1059,7 @@ impl Replicator {
                 tries: 0,
             },
         );
-        self.outbox.push_back((id, data));
+        self.outbox.push(id, data);
     }
 
     /// The partitioned flush: each live peer's batch holds the queued deltas of the slots it
@@ -1174,11 +1175,33 @@ impl Replicator {
     /// peer: not numbered or retransmitted; the sender's timeout covers a lost one.
     pub fn send_control(&mut self, peer: NodeId, body: Body) {
         let data = self.envelope(body);
-        self.outbox.push_back((peer, data));
+        self.outbox.push(peer, data);
+    }
+
+    /// Queues a command for `peer` to run, in the message that carries this turn's forwarding
+    /// traffic to it (`outbox`).
+    pub fn send_forward(&mut self, peer: NodeId, f: wire::Forward) {
+        self.outbox.push_forward(peer, f);
+    }
+
+    /// Queues the reply to a command `peer` forwarded here, as [`Replicator::send_forward`].
+    pub fn send_forward_reply(&mut self, peer: NodeId, r: wire::ForwardReply) {
+        self.outbox.push_forward_reply(peer, r);
     }
 
     pub fn poll_send(&mut self) -> Option<(NodeId, Bytes)> {
-        let (peer, data) = self.outbox.pop_front()?;
+        let (peer, data) = loop {
+            match self.outbox.pop()? {
+                (peer, outbox::Queued::Data(data)) => break (peer, data),
+                (peer, outbox::Queued::Forwards(m)) => {
+                    // Emptied by the link going down.
+                    if m.forwards.is_empty() && m.replies.is_empty() {
+                        continue;
+                    }
+                    break (peer, self.envelope(Body::Forwards(m)));
+                }
+            }
+        };
         if let Some(p) = self.peers.get_mut(&peer) {
             p.bytes_sent += data.len() as u64;
         }
@@ -1268,7 +1291,7 @@ impl Replicator {
             }
             if let Some(data) = resend {
                 p.retransmits += 1;
-                self.outbox.push_back((id, data));
+                self.outbox.push(id, data);
             }
             let p = self.peers.get_mut(&id).expect("listed");
             let t = &mut p.transfer;
@@ -1357,7 +1380,7 @@ impl Replicator {
             let report = self.seen_report(REPORT_ONLY_SEQ);
             let ups: Vec<NodeId> = self.live_peers();
             for n in ups {
-                self.outbox.push_back((n, report.clone()));
+                self.outbox.push(n, report.clone());
             }
         }
     }
@@ -1467,7 +1490,7 @@ impl Replicator {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.ae_bytes += data.len() as u64;
         }
-        self.outbox.push_back((peer, data));
+        self.outbox.push(peer, data);
     }
 
     /// Takes what of a peer's applied GC frontier this node has merged as its own applied
@@ -1687,7 +1710,7 @@ impl Replicator {
                 let (changed, _) = self.merge_blobs(&batch.entries, true, db);
                 effects.push(Effect::Keys(changed));
                 let data = self.seen_report(d.seq);
-                self.outbox.push_back((peer, data));
+                self.outbox.push(peer, data);
             }
             Some(Body::Ack(a)) => {
                 let p = self.peers.entry(peer).or_default();
@@ -1737,8 +1760,7 @@ impl Replicator {
             }
             Some(Body::Publish(p)) => effects.push(Effect::Publish(p.channel, p.message)),
             Some(Body::Members(m)) => effects.push(Effect::Members(m)),
-            Some(Body::Forward(f)) => effects.push(Effect::Forward(f)),
-            Some(Body::ForwardReply(r)) => effects.push(Effect::ForwardReply(r)),
+            Some(Body::Forwards(f)) => effects.push(Effect::Forwards(f)),
             Some(Body::Functions(f)) if f.full => effects.push(Effect::Functions {
                 peer,
                 digest: f.digest,

@@ -13,7 +13,9 @@ use prost::Message;
 /// 3: anti-entropy states go in numbered slices the receiver acknowledges (`States::slice`,
 /// `SliceAck`), so a sender paces a large transfer by the receiver's merging; `Digests`
 /// below the root name parents instead of every child.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4: forwarded commands and their replies travel in per-peer batches (`Forwards`, tag 19)
+/// instead of a message each (tags 11 and 12, no longer used).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest message the node emits or accepts (drivers enforce the same bound on frames).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -28,10 +30,7 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(
-        oneof = "Body",
-        tags = "5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18"
-    )]
+    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 13, 14, 15, 16, 17, 18, 19")]
     pub body: Option<Body>,
 }
 
@@ -54,12 +53,6 @@ pub enum Body {
     /// Partitioned cluster: the members the sender knows, with their client addresses.
     #[prost(message, tag = "10")]
     Members(Members),
-    /// Partitioned cluster: a client's command for a key the sender does not own.
-    #[prost(message, tag = "11")]
-    Forward(Forward),
-    /// The owner's reply to a `Forward`, in the client's protocol, byte for byte.
-    #[prost(message, tag = "12")]
-    ForwardReply(ForwardReply),
     /// The function library set: its digest alone (an anti-entropy probe) or whole.
     #[prost(message, tag = "13")]
     Functions(Functions),
@@ -80,6 +73,10 @@ pub enum Body {
     /// it, or gives them back; an owner grants them.
     #[prost(message, tag = "18")]
     Hot(Hot),
+    /// Partitioned cluster: clients' commands for keys the sender does not own, and the
+    /// owner's replies to the receiver's, gathered in one turn (see `repl::outbox`).
+    #[prost(message, tag = "19")]
+    Forwards(Forwards),
 }
 
 /// What a [`Hot`] message asks or says.
@@ -174,6 +171,16 @@ pub struct Members {
 }
 
 #[derive(Clone, PartialEq, Message)]
+pub struct Forwards {
+    /// In the order the sender's clients sent them: the receiver runs them in this order.
+    #[prost(message, repeated, tag = "1")]
+    pub forwards: Vec<Forward>,
+    #[prost(message, repeated, tag = "2")]
+    pub replies: Vec<ForwardReply>,
+}
+
+/// A client's command for a key the sender does not own.
+#[derive(Clone, PartialEq, Message)]
 pub struct Forward {
     /// The sender's number for this request (echoed in the reply).
     #[prost(uint64, tag = "1")]
@@ -185,6 +192,7 @@ pub struct Forward {
     pub args: Vec<bytes::Bytes>,
 }
 
+/// The owner's reply to a `Forward`, in the client's protocol, byte for byte.
 #[derive(Clone, PartialEq, Message)]
 pub struct ForwardReply {
     #[prost(uint64, tag = "1")]
