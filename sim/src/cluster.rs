@@ -213,6 +213,10 @@ pub struct History {
     /// hot-key tuning on makes non-owners take copies of them, serve reads from the copies
     /// and give them back as the load moves (0: reads spread over every key).
     pub hot_read_pct: u32,
+    /// Per host, the first incarnation whose acknowledged writes must survive its crashes
+    /// (`Host::durable_from`: a persisting replica whose every crash since kept its mode's
+    /// promise). Empty or `u32::MAX`: only a live incarnation's writes are certain.
+    pub durable_from: Vec<u32>,
 }
 
 /// The keys hot reads go to: written by counters, set adds, hashes and lists, so the copies
@@ -580,9 +584,19 @@ impl History {
         };
         match op.outcome {
             Outcome::Error(_) => Fate::Never,
-            Outcome::Acked if alive[host] == incarnation => Fate::Certain,
+            Outcome::Acked if alive[host] == incarnation || self.kept(host, incarnation) => {
+                Fate::Certain
+            }
             _ => Fate::Uncertain,
         }
+    }
+
+    /// The acknowledged writes of `host`'s `incarnation` survived its crash and every later
+    /// one: its disk or its bucket kept them (a crash that lost them ends this).
+    fn kept(&self, host: usize, incarnation: u32) -> bool {
+        self.durable_from
+            .get(host)
+            .is_some_and(|&from| incarnation >= from)
     }
 
     fn describe(op: &Op) -> String {
@@ -863,8 +877,11 @@ impl History {
                     continue;
                 };
                 by_value.insert(value, op);
-                // Executed by a replica that lives: its write survives even unacknowledged.
-                if alive[host] == incarnation && floor.is_none_or(|f| op.stamp > f.stamp) {
+                // Executed by a replica that lives: its write survives even unacknowledged;
+                // acknowledged by one whose crashes kept it, it survives too.
+                let survives = alive[host] == incarnation
+                    || (op.outcome == Outcome::Acked && self.kept(host, incarnation));
+                if survives && floor.is_none_or(|f| op.stamp > f.stamp) {
                     floor = Some(op);
                 }
             }

@@ -66,6 +66,11 @@ pub struct RunConfig {
     /// policy, and a crashed replica restarts from what its disk kept (a torn or lost tail
     /// included) instead of empty. None: replicas keep nothing across a crash.
     pub repl_disk: Option<&'static str>,
+    /// Replicated runs with a disk: every replica also uploads to a simulated bucket prefix
+    /// of its own under this `s3-durability` mode, the bucket's weather turns slow, failing
+    /// or hanging during the faults, and a crash may lose the disk, the replica then restoring
+    /// from its prefix before its peers repair the rest. None: no bucket.
+    pub repl_s3: Option<lattice_persist::AckMode>,
     /// Owners per slot; below `nodes` the cluster is partitioned (`--partitioned`): clients
     /// talk to nodes that do not own their keys, which forward to an owner.
     pub replication_factor: usize,
@@ -187,6 +192,7 @@ impl RunConfig {
             preload_keys: 0,
             slice_keys: 0,
             repl_disk: None,
+            repl_s3: None,
             check_every: 1,
         }
     }
@@ -246,6 +252,15 @@ impl RunConfig {
         if t.pct(50) {
             cfg.repl_disk = Some(*t.pick(&["always", "everysec", "no"]));
         }
+        // A stream of its own again: the seeds without a bucket run as they did before.
+        let mut u = Rand::new(seed ^ 0x5333_4255_434b_4554);
+        if cfg.repl_disk.is_some() && u.pct(50) {
+            cfg.repl_s3 = Some(if u.pct(50) {
+                lattice_persist::AckMode::Sync
+            } else {
+                lattice_persist::AckMode::Async
+            });
+        }
         cfg.check_every = REPLICATED_CHECK_EVERY;
         cfg
     }
@@ -263,6 +278,8 @@ impl RunConfig {
         cfg.replication_factor = r.range(2, cfg.nodes as u64 - 1) as usize;
         cfg.clocks.resize(cfg.nodes, (0, 0));
         cfg.injected.remove(&FaultClass::CrashRestart);
+        // Without crashes a bucket is never restored from: what it checks is not here.
+        cfg.repl_s3 = None;
         // The preload writes every key into the first node, which in a partitioned cluster
         // owns only some of them (the rest would be forwarded before any link is up).
         cfg.preload_keys = 0;
@@ -321,6 +338,9 @@ impl RunConfig {
         if self.replicated {
             if let Some(p) = self.repl_disk {
                 let _ = write!(s, "disk={p} ");
+            }
+            if let Some(m) = self.repl_s3 {
+                let _ = write!(s, "s3={} ", m.name());
             }
             if self.preload_keys > 0 {
                 let _ = write!(

@@ -73,7 +73,7 @@ impl SimDisk {
     }
 
     /// A disk holding `files`, all durable (a directory restored from the bucket).
-    fn restored(seed: u64, files: Vec<(String, Bytes)>) -> SimDisk {
+    pub(crate) fn restored(seed: u64, files: Vec<(String, Bytes)>) -> SimDisk {
         let mut disk = SimDisk::new(seed);
         for (name, data) in files {
             let durable = data.len();
@@ -182,6 +182,21 @@ impl Dir for SimDisk {
     }
 }
 
+/// The uploader's knobs scaled to the simulations' few kilobytes of log and seconds (the
+/// replicated simulation's replicas use them too).
+pub(crate) fn upload_config(mode: AckMode) -> UploadConfig {
+    UploadConfig {
+        mode,
+        piece_bytes: 2048,
+        piece_interval_us: 100_000,
+        max_backlog_bytes: 16 << 10,
+        call_timeout_us: 200_000,
+        timeout_us_per_mib: 0,
+        retry_min_us: 10_000,
+        retry_max_us: 400_000,
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Policy {
     Always,
@@ -213,7 +228,7 @@ pub struct Summary {
 }
 
 const KEYS: usize = 40;
-/// `Client::waiting` for a BGSAVE or BGREWRITEAOF (not a write).
+/// `Client::waiting` for a BGSAVE, BGREWRITEAOF or DEBUG RELOAD/LOADAOF (not a write).
 const ADMIN: usize = usize::MAX;
 const CLIENTS: usize = 4;
 const EVERYSEC_BOUND_US: u64 = 1_200_000;
@@ -260,20 +275,6 @@ impl Run {
         c
     }
 
-    /// The uploader's knobs scaled to the simulation's few kilobytes of log and seconds.
-    fn upload_config(mode: AckMode) -> UploadConfig {
-        UploadConfig {
-            mode,
-            piece_bytes: 2048,
-            piece_interval_us: 100_000,
-            max_backlog_bytes: 16 << 10,
-            call_timeout_us: 200_000,
-            timeout_us_per_mib: 0,
-            retry_min_us: 10_000,
-            retry_max_us: 400_000,
-        }
-    }
-
     fn boot(&mut self, disk: SimDisk, start: Start) -> Result<(), String> {
         let seed = self.rng.next();
         let sync = self.bucket.is_some() && self.s3_mode == AckMode::Sync;
@@ -286,7 +287,7 @@ impl Run {
         let (mut driver, _loaded) = Persister::recover(disk, &mut node, Micros(self.now))
             .map_err(|e| format!("recovery failed at t={}us: {e}", self.now))?;
         if self.bucket.is_some() {
-            let u = Uploader::new(Self::upload_config(self.s3_mode), start);
+            let u = Uploader::new(upload_config(self.s3_mode), start);
             driver.attach_uploader(u, &mut node);
         }
         self.node = node;
@@ -400,16 +401,24 @@ impl Run {
         if writes && self.clients[i].waiting.is_none() {
             let conn = self.clients[i].conn;
             if self.rng.pct(1) {
-                let cmd: &[u8] = if self.rng.pct(50) {
-                    b"BGSAVE"
+                // One step in 400 reads the directory back (DEBUG RELOAD saves first, LOADAOF
+                // does not): the node must go on from exactly what the files hold.
+                let cmd: &[&[u8]] = if self.rng.pct(25) {
+                    if self.rng.pct(50) {
+                        &[b"DEBUG", b"RELOAD"]
+                    } else {
+                        &[b"DEBUG", b"LOADAOF"]
+                    }
+                } else if self.rng.pct(50) {
+                    &[b"BGSAVE"]
                 } else {
-                    b"BGREWRITEAOF"
+                    &[b"BGREWRITEAOF"]
                 };
                 self.node.handle(
                     Micros(self.now),
                     Input::Request {
                         conn,
-                        args: args(&[cmd]),
+                        args: args(cmd),
                     },
                 );
                 // Its reply comes before the next write's, held or not.

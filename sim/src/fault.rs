@@ -36,6 +36,10 @@ pub enum FaultClass {
     StreamChunking,
     /// The nodes' own buggify sites fired.
     Buggify,
+    /// Replicated runs with a bucket: a crash took the disk too (restored from the bucket).
+    DiskLoss,
+    /// Replicated runs with a bucket: the object store turned slow, failing or hanging.
+    BucketStorm,
 }
 
 impl FaultClass {
@@ -56,6 +60,8 @@ impl FaultClass {
         FaultClass::PeerReorder,
         FaultClass::StreamChunking,
         FaultClass::Buggify,
+        FaultClass::DiskLoss,
+        FaultClass::BucketStorm,
     ];
 
     /// The classes the nemesis injects at random times (the others are rates or settings).
@@ -90,7 +96,15 @@ impl FaultClass {
             FaultClass::PeerReorder => "peer-reorder",
             FaultClass::StreamChunking => "stream-chunking",
             FaultClass::Buggify => "buggify",
+            FaultClass::DiskLoss => "disk-lost",
+            FaultClass::BucketStorm => "bucket-storm",
         }
+    }
+
+    /// Classes only some modes have (replicated runs with a bucket): a swarm without them
+    /// is not missing coverage.
+    pub fn optional(self) -> bool {
+        matches!(self, FaultClass::DiskLoss | FaultClass::BucketStorm)
     }
 }
 

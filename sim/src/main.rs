@@ -524,7 +524,7 @@ fn summary(
         let seeds = results.iter().filter(|(r, _)| r.faults.get(*c) > 0).count();
         let total: u64 = results.iter().map(|(r, _)| r.faults.get(*c)).sum();
         println!("  {:<28} {:>5} seeds {:>10}", c.name(), seeds, total);
-        if seeds == 0 {
+        if seeds == 0 && !c.optional() {
             missing.push(c.name());
         }
     }

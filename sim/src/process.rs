@@ -11,9 +11,10 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use lattice_node::{Buggify, Config, Input, Micros, Node, ProcessStats};
-use lattice_persist::Persister;
+use lattice_persist::{AckMode, Persister, Start, Uploader};
 use lattice_router::Router;
 
+use crate::bucket::SimBucket;
 use crate::clock::Clock;
 use crate::durability::SimDisk;
 use crate::model::Model;
@@ -61,6 +62,15 @@ pub struct Host {
     pub fsync: Option<&'static str>,
     /// Its disk while the node is down (while up, the node's persister holds it).
     pub disk: Option<SimDisk>,
+    /// Its prefix in the object store and the `s3-durability` mode (`RunConfig::repl_s3`).
+    pub bucket: Option<SimBucket>,
+    pub s3: Option<AckMode>,
+    /// The last crash took the disk with it: the next start restores from the bucket.
+    pub disk_lost: bool,
+    /// Writes acknowledged by this incarnation or a later one must survive every crash: each
+    /// crash since kept the mode's promise (an `always` disk that survived it, or `s3-durability
+    /// sync`). `u32::MAX` when the host promises nothing across a crash.
+    pub durable_from: u32,
     /// Owners per slot (`Config::replication_factor`).
     pub replication_factor: usize,
     /// `hotkey-threshold`, when set (partitioned runs).
@@ -92,6 +102,10 @@ impl Host {
             slice_keys: 0,
             fsync: None,
             disk: None,
+            bucket: None,
+            s3: None,
+            disk_lost: false,
+            durable_from: u32::MAX,
             replication_factor: usize::MAX,
             hotkey_threshold: None,
             steps_unchecked: None,
@@ -163,6 +177,7 @@ impl Host {
         config.cluster_size = self.cluster_size;
         if let Some(policy) = self.fsync {
             config.set("appendfsync", policy).expect("a valid policy");
+            config.ack_after_upload = self.s3 == Some(AckMode::Sync);
             // Small, so that runs compact the log into snapshots too.
             config
                 .set("auto-aof-rewrite-min-size", "65536")
@@ -197,12 +212,40 @@ impl Host {
         );
         let persister = match self.fsync {
             Some(_) => {
-                let disk = self
-                    .disk
-                    .take()
-                    .unwrap_or_else(|| SimDisk::new(seed ^ 0x4449_534B));
-                let (p, _) = Persister::recover(disk, &mut node, Micros(now))
+                // A first start (no disk yet) uploads from an empty prefix; a disk that
+                // survived continues its chain; a lost one is restored from the prefix.
+                let (disk, start) = match self.disk.take() {
+                    Some(d) => (d, Start::LocalData),
+                    None if std::mem::take(&mut self.disk_lost) => {
+                        let bucket = self
+                            .bucket
+                            .as_mut()
+                            .expect("only a bucket's host loses its disk");
+                        let (plan, files) = bucket
+                            .restore()
+                            .map_err(|e| format!("n{}: restore from the bucket: {e}", self.id))?;
+                        let start = Start::Restored {
+                            base_seq: plan.snapshot.map_or(0, |s| s.0),
+                            last_seq: plan.last_seq,
+                        };
+                        (SimDisk::restored(seed ^ 0x4449_534B, files), start)
+                    }
+                    None => (
+                        SimDisk::new(seed ^ 0x4449_534B),
+                        Start::Restored {
+                            base_seq: 0,
+                            last_seq: 0,
+                        },
+                    ),
+                };
+                let (mut p, _) = Persister::recover(disk, &mut node, Micros(now))
                     .map_err(|e| format!("recovery: n{} cannot load its disk: {e}", self.id))?;
+                if let Some(mode) = self.s3 {
+                    p.attach_uploader(
+                        Uploader::new(crate::durability::upload_config(mode), start),
+                        &mut node,
+                    );
+                }
                 Some(p)
             }
             None => None,
@@ -222,8 +265,9 @@ impl Host {
         Ok(())
     }
 
-    /// Drops the node and everything volatile. Returns the connections it had.
-    pub fn crash(&mut self) -> Vec<u64> {
+    /// Drops the node and everything volatile (and with `lose_disk`, on a host that uploads,
+    /// its disk too). Returns the connections it had.
+    pub fn crash(&mut self, lose_disk: bool) -> Vec<u64> {
         if let Some(r) = self.router.take() {
             self.buggify_fired_before += r.node().buggify_fired();
             // The disk outlives the process: what was synced stays, the rest may not.
@@ -231,6 +275,19 @@ impl Host {
                 let mut disk = p.into_dir();
                 disk.crash();
                 self.disk = Some(disk);
+            }
+            let lost = lose_disk && self.bucket.is_some();
+            if let Some(b) = self.bucket.as_mut() {
+                // A call in flight lands or not; its answer is lost with the process.
+                b.crash();
+            }
+            if lost {
+                self.disk = None;
+                self.disk_lost = true;
+            }
+            let kept = self.s3 == Some(AckMode::Sync) || (self.fsync == Some("always") && !lost);
+            if !kept {
+                self.durable_from = self.incarnation + 1;
             }
         }
         self.paused = false;

@@ -12,6 +12,10 @@ use crate::blocking::Blocked;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
 
+/// The connection recovery runs logged commands on (never a real client's id); the
+/// dispatcher admits its commands without maxmemory's check.
+pub(crate) const REPLAY_CONN: ConnId = ConnId(u64::MAX);
+
 /// What `CLIENT REPLY` asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyMode {

@@ -109,7 +109,11 @@ impl Core {
             other => other,
         };
         let admission = match admission {
-            Admission::Run(_) | Admission::Queue if self.config.maxmemory_bytes > 0 => {
+            // Not for the commands recovery replays: the files are loaded whole, past
+            // maxmemory if need be (as Redis loads its AOF), never refused or evicted from.
+            Admission::Run(_) | Admission::Queue
+                if self.config.maxmemory_bytes > 0 && conn != crate::client::REPLAY_CONN =>
+            {
                 let Ok(spec) = resolve(self, args) else {
                     unreachable!("admitted requests resolve")
                 };

@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use lattice_store::dump;
 
-use crate::client::ConnId;
+use crate::client::{ConnId, REPLAY_CONN};
 use crate::ctx::Core;
 use crate::io::{Input, Output};
 
@@ -417,9 +417,16 @@ impl Core {
 
     /// MISCONF for write commands while the disk fails: always under `always` and
     /// `s3-durability sync` (nothing could be acknowledged), and under the other policies once
-    /// the backlog passes its bound.
+    /// the backlog passes its bound. Never while persistence is off: then nothing is written
+    /// that could fail, and the logged commands a reload replays (DEBUG RELOAD after a disk
+    /// fault, whose error lasts until the next `Persisted`) must run, or the reload drops
+    /// them and loads half the files (the durability simulation lost an acknowledged RPUSH
+    /// this way, ARCHITECTURE §68).
     pub(crate) fn persist_refuses_writes(&self) -> Option<String> {
         let p = &self.persist;
+        if !p.active {
+            return None;
+        }
         let fault = p.fault.as_ref()?;
         if !self.config.appendonly {
             return None;
@@ -858,9 +865,6 @@ impl Core {
         }
     }
 }
-
-/// The connection recovery runs logged commands on (never a real client's id).
-pub(crate) const REPLAY_CONN: ConnId = ConnId(u64::MAX);
 
 impl Core {
     /// Runs logged commands through the ordinary dispatcher, as a client that is not there.

@@ -290,3 +290,29 @@ fn debug_reload_reads_the_data_directory_back() {
         .cmd(1, &["DEBUG", "RELOAD"])
         .starts_with("-ERR persistence is off"));
 }
+
+/// A reload while the node still counts a disk fault (it lasts until the next `Persisted`)
+/// replays every logged command: a write refusal (MISCONF) must not apply to the replay, or
+/// the reload stops half-way and the pushes logged as commands are gone from the dataset.
+#[test]
+fn a_reload_after_a_disk_fault_replays_every_logged_command() {
+    let mut d = Harness::durable(&[]);
+    assert_eq!(
+        d.cmd(1, &["CONFIG", "SET", "appendfsync", "always"]),
+        "+OK\r\n"
+    );
+    // Past 64 elements a push is logged as the command, not as the list's state.
+    for i in 1..=70 {
+        assert_eq!(
+            d.cmd(1, &["RPUSH", "l", &i.to_string()]),
+            format!(":{i}\r\n")
+        );
+    }
+    d.input(lattice_node::Input::PersistError {
+        message: "No space left on device".into(),
+    });
+    assert!(d.cmd(1, &["RPUSH", "l", "71"]).starts_with("-MISCONF"));
+    assert_eq!(d.cmd(1, &["DEBUG", "LOADAOF"]), "+OK\r\n");
+    assert_eq!(d.cmd(1, &["LLEN", "l"]), ":70\r\n");
+    assert_eq!(d.cmd(1, &["LINDEX", "l", "69"]), bulk("70"));
+}

@@ -44,6 +44,7 @@ impl World {
             Phase::Drain => self.trace(TraceEvent::Phase("drain")),
             Phase::End => {
                 self.trace(TraceEvent::Phase("end"));
+                self.check_uploads_drained();
                 self.check_liveness();
             }
         }
@@ -184,6 +185,7 @@ impl World {
             });
         }
         let alive: Vec<u32> = self.hosts.iter().map(|h| h.incarnation).collect();
+        self.history.durable_from = self.hosts.iter().map(|h| h.durable_from).collect();
         if let Err(e) = self.history.check_end(&alive, &views) {
             self.fail(e);
         }

@@ -238,7 +238,17 @@ impl World {
         });
         // Bytes held for a paused node now meet a dead one (connection requests are refused).
         let parked = std::mem::take(&mut self.hosts[n].parked);
-        let conns = self.hosts[n].crash();
+        // On a host with a bucket, every other crash takes the disk too: the replica
+        // restores from its prefix (drawn only there, so other runs stay as they were).
+        let lose_disk = self.hosts[n].bucket.is_some() && self.rng.pct(50);
+        if lose_disk {
+            self.faults.add(FaultClass::DiskLoss, 1);
+            self.trace(TraceEvent::Process {
+                node: n as u32,
+                what: "disk lost",
+            });
+        }
+        let conns = self.hosts[n].crash(lose_disk);
         for id in parked {
             if let Some(p) = self.pipe(id, true) {
                 p.parked = false;
@@ -339,6 +349,11 @@ impl World {
         self.net.unclog_all();
         self.net.slow_until = 0;
         self.peers.faults = PeerFaults::default();
+        for h in &mut self.hosts {
+            if let Some(b) = h.bucket.as_mut() {
+                b.weather = crate::bucket::Weather::Fine;
+            }
+        }
         self.unpark_partitioned();
         self.trace(TraceEvent::Fault("heal all".into()));
         self.sync_links();

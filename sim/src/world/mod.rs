@@ -25,14 +25,17 @@ mod peers;
 mod streams;
 #[cfg(test)]
 mod tests;
+mod upload;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use lattice_node::{ConnId, Input, Micros};
+use lattice_persist::AckMode;
 use lattice_resp::RequestParser;
 
+use crate::bucket::SimBucket;
 use crate::check::{Expect, ScanState, Verifier};
 use crate::client::Client;
 use crate::clock::Clock;
@@ -43,6 +46,7 @@ use crate::net::{NetState, PeerNetwork, Pipe};
 use crate::process::Host;
 use crate::rng::Rand;
 use crate::trace::{TraceEvent, Tracer};
+use upload::UPLOAD_STEP_US;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
@@ -82,6 +86,10 @@ enum Ev {
     },
     FaultEnd {
         id: u64,
+    },
+    /// A replica's object-store driver: a due answer delivered, the next call started.
+    Upload {
+        node: usize,
     },
     Phase(Phase),
 }
@@ -251,6 +259,15 @@ impl World {
                 host.hotkey_threshold = cfg.hotkey_threshold;
                 host.slice_keys = cfg.slice_keys;
                 host.fsync = if cfg.replicated { cfg.repl_disk } else { None };
+                if host.fsync.is_some() {
+                    host.s3 = cfg.repl_s3;
+                    host.bucket = cfg
+                        .repl_s3
+                        .map(|_| SimBucket::new(cfg.seed ^ (i as u64) << 48));
+                }
+                if host.fsync == Some("always") || host.s3 == Some(AckMode::Sync) {
+                    host.durable_from = 1;
+                }
                 host
             })
             .collect();
@@ -369,6 +386,12 @@ impl World {
                 self.at(first, Ev::Heartbeat { node: i });
             }
         }
+        for i in 0..self.hosts.len() {
+            if self.hosts[i].bucket.is_some() {
+                let t = self.rng.below(UPLOAD_STEP_US);
+                self.at(t, Ev::Upload { node: i });
+            }
+        }
         self.preload();
         self.sync_links();
         for c in 0..self.clients.len() {
@@ -442,6 +465,7 @@ impl World {
             Ev::Nemesis => self.on_nemesis(),
             Ev::Leave { node } => self.on_leave(node),
             Ev::FaultEnd { id } => self.end_fault(id),
+            Ev::Upload { node } => self.on_upload(node),
             Ev::Phase(p) => self.on_phase(p),
         }
     }
