@@ -21,6 +21,9 @@
 #   --skip-lattice NAME  skip the test named NAME on lattice only (runtest --skiptest); for a
 #                   test that cannot apply to Lattice, documented where the option is used.
 #                   Repeatable; Redis still runs it, so its ok count stays one higher.
+#                   The tests in LATTICE_SKIPS below are skipped on lattice as well (each
+#                   with its reason, printed before the run) unless --no-skips is given.
+#   --no-skips      run the tests of LATTICE_SKIPS on lattice too
 #   --timeout SECS  per-suite wall-clock limit (default 600); a suite killed by it is aborted
 #   --build         run `cargo build --release -p lattice-server` first
 #   --no-durable    do not pass --durable to runtest (then an exception inside a test aborts
@@ -70,10 +73,11 @@ LENIENT=0
 UNSKIP=0
 WITH_SAVE=0
 WITH_DEBUG=0
+NO_SKIPS=0
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,54p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -82,6 +86,7 @@ while [ $# -gt 0 ]; do
         --quick) QUICK=1; shift ;;
         --strict) STRICT=1; shift ;;
         --skip-lattice) SKIP_LATTICE+=(--skiptest "$2"); shift 2 ;;
+        --no-skips) NO_SKIPS=1; shift ;;
         --timeout) TIMEOUT="$2"; TIMEOUT_SET=1; shift 2 ;;
         --build) BUILD=1; shift ;;
         --no-durable) DURABLE=0; shift ;;
@@ -118,6 +123,50 @@ if [ "$QUICK" = 1 ]; then
 fi
 
 log() { echo "compat.sh: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------
+# Tests skipped on Lattice, one per line: "suite|test name|reason". Applied to the suites a
+# run includes (lattice only; redis-server runs them, so its ok count is higher by these),
+# and printed before the run. "cannot apply" marks a test of something Lattice does not have
+# by design; "not yet" marks a gap still open, with what closes it.
+# ---------------------------------------------------------------------------------------
+LATTICE_SKIPS=(
+    "unit/type/string|SETBIT/BITFIELD only increase dirty when the value changed|cannot apply: reads INFO rdb_changes_since_last_save, Redis's count of writes since the last RDB save; Lattice has no RDB and reports 0 (docs/ARCHITECTURE.md §29)"
+    "unit/other|EXPIRES after AOF reload (without rewrite)|cannot apply: sets aof-use-rdb-preamble; Lattice's log has no RDB preamble"
+    "unit/functions|FUNCTION - test debug reload different options|cannot apply: DEBUG RELOAD NOFLUSH / MERGE; a Lattice reload always replaces the dataset and refuses those options"
+    "unit/functions|FUNCTION - test debug reload with nosave and noflush|cannot apply: DEBUG RELOAD NOFLUSH; as above"
+    "unit/acl|ACLs can block all DEBUG subcommands except one|cannot apply: rules on DEBUG subcommands Lattice does not have"
+    "unit/acl|ACL GETUSER is able to translate back command permissions|cannot apply: the rules name DEBUG subcommands Lattice does not have"
+    "unit/acl|ACL #5998 regression: memory leaks adding / removing subcommands|cannot apply: adds and removes DEBUG subcommands Lattice does not have"
+    "unit/introspection|CONFIG SET rollback on apply error|cannot apply: sets port at run time and expects the listener to move; Lattice's port is fixed at start (its listeners are made once, before the event loops start)"
+    "unit/introspection-2|COMMAND LIST FILTERBY PATTERN - list all commands/subcommands|cannot apply: expects CONFIG REWRITE; Lattice's config file is TOML of its own options, not redis.conf, so there is no file CONFIG SET's parameters could be rewritten into"
+    "unit/introspection-2|MIGRATE command is marked with movablekeys|cannot apply: Lattice has no MIGRATE (moving keys between servers; a cluster places its keys itself), so COMMAND INFO MIGRATE is nil"
+    "unit/pause|Test scripts are blocked by pause RO|not yet: needs EVAL's #!lua shebang line, which the scripting work adds; unskip when it is merged"
+    "unit/pause|Test RO scripts are not blocked by pause RO|not yet: needs EVAL's #!lua flags=no-writes (scripting work)"
+    "unit/pause|Test read-only scripts in mutli-exec are not blocked by pause RO|not yet: needs EVAL's #!lua flags=no-writes (scripting work)"
+    "unit/pause|Test write scripts in mutli-exec are blocked by pause RO|not yet: needs EVAL's #!lua shebang line (scripting work)"
+    "unit/pause|Test may-replicate commands are rejected in RO scripts|not yet: needs EVAL's #!lua flags=no-writes (scripting work)"
+    "unit/type/stream-cgroups|Loading from legacy (Redis <= v6.2.x, rdb_ver < 10) persistence|not yet: RESTOREs a Redis 6.2 RDB stream payload (RDB version 9); Lattice's RESTORE reads only the payload versions its DUMP writes (the DUMP/RESTORE work)"
+)
+
+# Adds the skips for the suites of this run to SKIP_LATTICE and prints them.
+apply_skips() {
+    local line suite name reason n=0
+    [ "$NO_SKIPS" = 1 ] && return 0
+    for line in "${LATTICE_SKIPS[@]}"; do
+        suite="${line%%|*}"
+        name="${line#*|}"; name="${name%%|*}"
+        reason="${line##*|}"
+        [[ " $SUITES " == *" $suite "* ]] || continue
+        SKIP_LATTICE+=(--skiptest "$name")
+        SKIPPED_IN[$suite]=$(( ${SKIPPED_IN[$suite]:-0} + 1 ))
+        echo "compat.sh: skipped on lattice: $suite: \"$name\" ($reason)"
+        n=$((n + 1))
+    done
+    [ "$n" -gt 0 ] && echo "compat.sh: $n test(s) skipped on lattice (--no-skips runs them)"
+    return 0
+}
+declare -A SKIPPED_IN
 
 # ---------------------------------------------------------------------------------------
 # Redis 7.0.15 source (with tests/) from Debian, cached in target/redis-src/.
@@ -396,6 +445,10 @@ if [[ " $SERVERS " == *" redis "* ]] && [ ! -x "$REDIS_BIN" ]; then
     exit 2
 fi
 
+if [[ " $SERVERS " == *" lattice "* ]]; then
+    apply_skips
+fi
+
 for suite in $SUITES; do
     if [ ! -f "$SRC_DIR/tests/$suite.tcl" ]; then
         log "unknown suite $suite (no tests/$suite.tcl)"
@@ -416,8 +469,8 @@ cell() { # kind suite field
 
 status=0
 {
-    printf '%-22s | %10s | %11s | %8s | %9s | %s\n' suite "lattice ok" "lattice err" "redis ok" "redis err" "aborted?"
-    printf '%s\n' "-----------------------+------------+-------------+----------+-----------+---------------------"
+    printf '%-22s | %10s | %11s | %12s | %8s | %9s | %s\n' suite "lattice ok" "lattice err" "skipped (L)" "redis ok" "redis err" "aborted?"
+    printf '%s\n' "-----------------------+------------+-------------+--------------+----------+-----------+---------------------"
     for suite in $SUITES; do
         ab=""
         for kind in $SERVERS; do
@@ -427,8 +480,8 @@ status=0
             fi
         done
         [ -z "$ab" ] && ab=" no"
-        printf '%-22s | %10s | %11s | %8s | %9s |%s\n' "$suite" \
-            "$(cell lattice "$suite" ok)" "$(cell lattice "$suite" err)" \
+        printf '%-22s | %10s | %11s | %12s | %8s | %9s |%s\n' "$suite" \
+            "$(cell lattice "$suite" ok)" "$(cell lattice "$suite" err)" "${SKIPPED_IN[$suite]:-0}" \
             "$(cell redis "$suite" ok)" "$(cell redis "$suite" err)" "$ab"
     done
 } | tee "$OUT_DIR/summary.txt"
@@ -439,6 +492,7 @@ for suite in $SUITES; do
             status=1
         fi
         if [ "$STRICT" = 1 ] && [ "${ERR[lattice,$suite]}" != 0 ]; then
+            log "FAILED (--strict): $suite has ${ERR[lattice,$suite]} [err] on lattice (see $OUT_DIR/lattice/$suite.failed)"
             status=1
         fi
     fi

@@ -80,6 +80,11 @@ pub struct Client {
     pub shard_channels: BTreeSet<Bytes>,
     /// CLIENT TRACKING's options while tracking is on (`crate::tracking`).
     pub tracking: Option<Box<ClientTracking>>,
+    /// The connection's read buffer as the driver last reported it: bytes in it (while a
+    /// batch runs, the whole batch as read) and room left in its allocation (CLIENT LIST
+    /// `qbuf`, `qbuf-free`).
+    pub qbuf: u64,
+    pub qbuf_free: u64,
 }
 
 /// The state of a transaction being queued.
@@ -129,12 +134,15 @@ impl Client {
             via_peer: false,
             shard_channels: BTreeSet::new(),
             tracking: None,
+            qbuf: 0,
+            qbuf_free: 0,
         }
     }
 
     /// One line of CLIENT LIST / CLIENT INFO, in Redis's field order (fields we do not track
-    /// report Redis's idle defaults so parsers keep working).
-    pub fn info_line(&self, now_ms: u64) -> String {
+    /// report Redis's idle defaults so parsers keep working). `argv` is the request the
+    /// client is running (empty for the others), for `argv-mem`.
+    pub fn info_line(&self, now_ms: u64, argv: &[Bytes]) -> String {
         let age = now_ms.saturating_sub(self.created_ms) / 1000;
         let idle = now_ms.saturating_sub(self.last_interaction_ms) / 1000;
         let name = self
@@ -168,12 +176,32 @@ impl Client {
             flags.push('N');
         }
         let multi = self.multi.as_ref().map_or(-1, |m| m.queued.len() as i64);
+        let args_mem = |args: &[Bytes]| -> u64 {
+            args.iter()
+                .map(|a| (a.len() + std::mem::size_of::<Bytes>()) as u64)
+                .sum()
+        };
+        let argv_mem = args_mem(argv);
+        let multi_mem: u64 = self.multi.as_ref().map_or(0, |m| {
+            m.queued
+                .iter()
+                .map(|q| args_mem(q) + std::mem::size_of::<Vec<Bytes>>() as u64)
+                .sum()
+        });
+        // What the connection holds: its record, read buffer, request, transaction and
+        // replies not yet handed to the driver.
+        let tot_mem = std::mem::size_of::<Client>() as u64
+            + self.qbuf
+            + self.qbuf_free
+            + argv_mem
+            + multi_mem
+            + self.out.capacity() as u64;
         let resp = match self.proto {
             Protocol::Resp2 => 2,
             Protocol::Resp3 => 3,
         };
         format!(
-            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
+            "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={}",
             self.id.0,
             self.peer_addr,
             self.local_addr,
@@ -185,7 +213,12 @@ impl Client {
             self.patterns.len(),
             self.shard_channels.len(),
             multi,
+            self.qbuf,
+            self.qbuf_free,
+            argv_mem,
+            multi_mem,
             self.out.len(),
+            tot_mem,
             self.last_command,
             self.user
                 .as_deref()

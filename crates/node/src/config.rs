@@ -22,6 +22,8 @@ enum Kind {
         max: i64,
     },
     Memory,
+    /// A byte count, or a percentage of `maxmemory` (`maxmemory-clients`).
+    MemoryOrPercent,
     Bool,
     Enum(&'static [&'static str]),
     Str,
@@ -91,7 +93,12 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
         Kind::Str,
     ),
+    // Largest query buffer a client may hold; the server closes a client whose unparsed
+    // input grows past it (Redis's `client-query-buffer-limit`).
+    ("client-query-buffer-limit", "1073741824", Kind::Memory),
     ("close-on-replica-write", "yes", Kind::Bool),
+    // Lattice always runs in the foreground (a supervisor or container runs it).
+    ("daemonize", "no", Kind::Immutable),
     ("databases", "1", Kind::Immutable),
     ("dir", ".", Kind::Immutable),
     (
@@ -123,6 +130,16 @@ const PARAMS: &[(&str, &str, Kind)] = &[
         },
     ),
     ("hz", "10", Kind::Int { min: 1, max: 500 }),
+    // Redis's debugging delay per key loaded from an RDB file; hidden from CONFIG GET
+    // patterns as in Redis. Accepted and stored: Lattice loads no RDB file.
+    (
+        "key-load-delay",
+        "0",
+        Kind::Int {
+            min: i64::MIN,
+            max: i64::MAX,
+        },
+    ),
     (
         "latency-monitor-threshold",
         "0",
@@ -185,10 +202,18 @@ const PARAMS: &[(&str, &str, Kind)] = &[
     ),
     ("maxmemory", "0", Kind::Memory),
     ("maxmemory-policy", "noeviction", Kind::Enum(POLICIES)),
+    // Accepted and stored: Lattice does not evict clients for their memory.
+    ("maxmemory-clients", "0", Kind::MemoryOrPercent),
     ("maxmemory-samples", "5", Kind::Int { min: 1, max: 64 }),
     ("notify-keyspace-events", "", Kind::Str),
     ("port", "6379", Kind::Immutable),
     ("proto-max-bulk-len", "536870912", Kind::Memory),
+    // Accepted and stored: a node keeps no Redis replication backlog (replicas catch up by
+    // anti-entropy, ARCHITECTURE §57).
+    ("repl-backlog-size", "1048576", Kind::Memory),
+    // Redis's primary of this server: a Lattice node is never a Redis replica (§57), so
+    // empty, fixed.
+    ("replicaof", "", Kind::Immutable),
     ("requirepass", "", Kind::Str),
     ("save", "", Kind::Str),
     (
@@ -282,12 +307,17 @@ const PARAMS: &[(&str, &str, Kind)] = &[
 /// sets the one value.
 const ALIASES: &[(&str, &str)] = &[
     ("lua-time-limit", "busy-reply-threshold"),
+    ("slaveof", "replicaof"),
     ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
     ("hash-max-ziplist-value", "hash-max-listpack-value"),
     ("list-max-ziplist-size", "list-max-listpack-size"),
     ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
 ];
+
+/// Parameters a CONFIG GET pattern does not list (asked by their exact name only), as Redis
+/// hides its debugging parameters.
+const HIDDEN: &[&str] = &["key-load-delay"];
 
 /// The node's configuration. Construct with [`Config::default`] and [`Config::set`].
 /// The compact-encoding thresholds (`*-max-listpack-*`, `set-max-intset-entries`). Every write
@@ -324,6 +354,12 @@ pub struct Config {
     /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
     pub busy_reply_threshold_ms: u64,
     pub proto_max_bulk_len: u64,
+    /// `client-query-buffer-limit`: unparsed input a client may hold (the server closes it).
+    pub client_query_buffer_limit: u64,
+    /// `lazyfree-lazy-user-del`: DEL frees large values as UNLINK does.
+    pub lazyfree_lazy_user_del: bool,
+    /// `lazyfree-lazy-user-flush`: FLUSHALL/FLUSHDB without a mode free as with ASYNC.
+    pub lazyfree_lazy_user_flush: bool,
     /// Largest sparse HyperLogLog (header included) before PFADD turns it dense.
     pub hll_sparse_max_bytes: u64,
     /// Close clients idle for this long; 0 never.
@@ -407,6 +443,9 @@ impl Default for Config {
             hz: 0,
             busy_reply_threshold_ms: 0,
             proto_max_bulk_len: 0,
+            client_query_buffer_limit: 0,
+            lazyfree_lazy_user_del: false,
+            lazyfree_lazy_user_flush: false,
             hll_sparse_max_bytes: 0,
             timeout_s: 0,
             tracking_table_max_keys: 0,
@@ -532,6 +571,26 @@ impl Config {
                     ))
                 }
             },
+            Kind::MemoryOrPercent => {
+                let parsed = match value.strip_suffix('%') {
+                    Some(pct) => pct.parse::<u64>().ok().map(|p| (p, true)),
+                    None => parse_memory(value).map(|b| (b, false)),
+                };
+                match parsed {
+                    Some((p, true)) if p > 100 => {
+                        return Err(format!(
+                            "CONFIG SET failed (possibly related to argument '{pname}') - percentage argument must be less or equal to 100"
+                        ))
+                    }
+                    Some((p, true)) => format!("{p}%"),
+                    Some((b, false)) => b.to_string(),
+                    None => {
+                        return Err(format!(
+                            "CONFIG SET failed (possibly related to argument '{pname}') - argument must be a memory or percent value"
+                        ))
+                    }
+                }
+            }
             Kind::Bool => match value.to_ascii_lowercase().as_str() {
                 "yes" => "yes".to_string(),
                 "no" => "no".to_string(),
@@ -565,7 +624,9 @@ impl Config {
             .keys()
             .copied()
             .chain(ALIASES.iter().map(|(alias, _)| *alias));
+        let is_glob = pattern.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
         let mut found: Vec<(&'static str, &str)> = names
+            .filter(|n| !(is_glob && HIDDEN.contains(n)))
             .filter(|n| lattice_store::glob_match(pattern, n.as_bytes(), true))
             .filter_map(|n| Some((n, self.get(n)?)))
             .collect();
@@ -601,6 +662,9 @@ impl Config {
         self.hz = int(self, "hz").max(1);
         self.busy_reply_threshold_ms = int(self, "busy-reply-threshold");
         self.proto_max_bulk_len = int(self, "proto-max-bulk-len");
+        self.client_query_buffer_limit = int(self, "client-query-buffer-limit");
+        self.lazyfree_lazy_user_del = self.values["lazyfree-lazy-user-del"] == "yes";
+        self.lazyfree_lazy_user_flush = self.values["lazyfree-lazy-user-flush"] == "yes";
         self.hll_sparse_max_bytes = int(self, "hll-sparse-max-bytes");
         self.timeout_s = int(self, "timeout");
         self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
@@ -687,7 +751,11 @@ mod tests {
         assert_eq!(c.maxmemory_bytes, 2 * 1024 * 1024);
         c.set("appendonly", "YES").unwrap();
         assert_eq!(c.get("appendonly"), Some("yes"));
-        assert_eq!(c.matching(b"max*").len(), 4);
+        assert_eq!(
+            c.matching(b"max*").len(),
+            5,
+            "maxclients, maxmemory and its -clients, -policy, -samples"
+        );
         c.set("zset-max-ziplist-entries", "7").unwrap();
         assert_eq!(c.get("zset-max-listpack-entries"), Some("7"));
         assert_eq!(c.matching(b"zset-max-*-entries").len(), 2);

@@ -115,6 +115,11 @@ pub struct Core {
     pub(crate) eviction: crate::eviction::Eviction,
     /// Users and their permissions, the ACL log, ACL file requests (`crate::acl`).
     pub(crate) acl: crate::acl::Acl,
+    /// Values taken out of the keyspace, freed by the timer (`crate::ops::LazyFree`).
+    pub(crate) lazy_free: crate::ops::LazyFree,
+    /// A parked client's request is being retried: it was counted in its command's calls
+    /// when it first ran, as Redis counts a blocked command once.
+    pub(crate) retrying_parked: bool,
 }
 
 /// The ACL's view of the command table: every command and subcommand with what its
@@ -223,6 +228,8 @@ impl Core {
             persist: Persist::default(),
             slowlog: Default::default(),
             ran: None,
+            lazy_free: crate::ops::LazyFree::default(),
+            retrying_parked: false,
             timing: Default::default(),
             latency: Default::default(),
             waits: BTreeMap::new(),

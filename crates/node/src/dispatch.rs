@@ -382,7 +382,9 @@ impl Core {
         }
         self.stats.total_commands_processed += 1;
         let s = self.stats.commands.entry(spec.name);
-        s.calls += 1;
+        if !self.retrying_parked {
+            s.calls += 1;
+        }
         if call.failed() && !errors_before {
             s.failed_calls += 1;
         }

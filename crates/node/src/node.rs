@@ -241,6 +241,7 @@ impl Node {
             self.release_parked();
         }
         self.core.persist_tick();
+        self.core.lazy_free.free_some();
         self.core.settle_captures();
         if let Some(r) = self.core.repl.as_mut() {
             r.tick(now_ms, &mut self.core.db);
@@ -314,6 +315,10 @@ impl Node {
         }
         if let Some(d) = self.cluster_next_deadline_ms() {
             next = next.min(d);
+        }
+        if !self.core.lazy_free.queue.is_empty() {
+            // The next slice of lazy freeing, soon.
+            next = next.min(self.core.now.as_millis() + 1);
         }
         if self.core.snapshot_slicing() {
             // The next snapshot slice, soon (other inputs are served in between).

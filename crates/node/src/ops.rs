@@ -173,3 +173,52 @@ impl SlowLog {
         }
     }
 }
+
+// ---- lazy free ----
+
+/// Values whose freeing is worth deferring: Redis's `LAZYFREE_THRESHOLD`, in elements.
+pub const LAZYFREE_THRESHOLD: usize = 64;
+
+/// Elements freed per timer turn at most (a value is freed whole, so one large value may
+/// exceed it): bounds the time a turn spends freeing, as a command's time is bounded.
+pub const LAZYFREE_EFFORT_PER_TURN: usize = 200_000;
+
+/// Values UNLINK, FLUSHALL/FLUSHDB ASYNC (and DEL or a flush under `lazyfree-lazy-user-*`)
+/// took out of the keyspace, freed by the node's timer after the command has replied, where
+/// Redis frees them on a background thread: the command's time does not grow with the
+/// value's size. INFO `lazyfree_pending_objects` is the queue's length.
+#[derive(Default)]
+pub struct LazyFree {
+    pub queue: VecDeque<lattice_store::EntryBox>,
+    /// Objects freed from the queue since CONFIG RESETSTAT (INFO `lazyfreed_objects`).
+    pub freed: u64,
+}
+
+/// The work of freeing `v`: its elements (a stream's entries, groups and pending entries),
+/// 1 for a string.
+pub fn free_effort(v: &lattice_store::Value) -> usize {
+    use lattice_store::Value;
+    match v {
+        Value::Str(_) => 1,
+        Value::List(l) => l.len(),
+        Value::Hash(h) => h.len(),
+        Value::Set(s) => s.len(),
+        Value::ZSet(z) => z.len(),
+        Value::Stream(s) => s.len() + s.groups().values().map(|g| 1 + g.pel.len()).sum::<usize>(),
+    }
+}
+
+impl LazyFree {
+    /// Frees queued values, oldest first, until `LAZYFREE_EFFORT_PER_TURN` elements went.
+    pub fn free_some(&mut self) {
+        let mut effort = 0;
+        while effort < LAZYFREE_EFFORT_PER_TURN {
+            let Some(e) = self.queue.pop_front() else {
+                return;
+            };
+            effort += free_effort(&e.value);
+            drop(e);
+            self.freed += 1;
+        }
+    }
+}

@@ -228,6 +228,10 @@ impl Core {
         }
         let p = &mut self.persist;
         data.append(&mut p.commands);
+        // As the scratch buffer: a huge logged command must not pin its buffer for good.
+        if p.commands.capacity() > SCRATCH_KEEP_BYTES {
+            p.commands = Vec::new();
+        }
         let mut keys = std::mem::take(&mut p.dirty);
         if keys.len() > 1 {
             keys.sort_unstable();

@@ -453,3 +453,109 @@ fn latency_histograms_count_each_command_by_duration() {
     run(&mut h, "SET a b");
     assert_eq!(run(&mut h, "LATENCY HISTOGRAM"), "*0\r\n");
 }
+
+/// One `name:value` field of INFO.
+fn info_field(h: &mut Harness, name: &str) -> String {
+    let info = run(h, "INFO everything");
+    let prefix = format!("{name}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("INFO has no {name}"))
+        .to_string()
+}
+
+#[test]
+fn unlink_and_flush_async_free_large_values_on_the_timer() {
+    let mut h = Harness::with_clients(2);
+    let members: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+    let mut sadd = vec!["SADD", "big"];
+    sadd.extend(members.iter().map(String::as_str));
+    assert_eq!(h.cmd(1, &sadd), ":1000\r\n");
+    run(&mut h, "SADD small a b c");
+    // A small value is freed at once; a large one waits for the timer.
+    assert_eq!(run(&mut h, "UNLINK small big"), ":2\r\n");
+    assert_eq!(run(&mut h, "EXISTS big"), ":0\r\n");
+    assert_eq!(info_field(&mut h, "lazyfree_pending_objects"), "1");
+    assert_eq!(info_field(&mut h, "lazyfreed_objects"), "0");
+    h.tick();
+    assert_eq!(info_field(&mut h, "lazyfree_pending_objects"), "0");
+    assert_eq!(info_field(&mut h, "lazyfreed_objects"), "1");
+    // DEL frees at once unless lazyfree-lazy-user-del says otherwise.
+    h.cmd(1, &sadd);
+    run(&mut h, "DEL big");
+    assert_eq!(info_field(&mut h, "lazyfree_pending_objects"), "0");
+    run(&mut h, "CONFIG SET lazyfree-lazy-user-del yes");
+    h.cmd(1, &sadd);
+    run(&mut h, "DEL big");
+    assert_eq!(info_field(&mut h, "lazyfree_pending_objects"), "1");
+    h.tick();
+    // FLUSHALL ASYNC hands every entry to the timer.
+    for k in ["a", "b", "c"] {
+        run(&mut h, &format!("SET {k} 1"));
+    }
+    assert_eq!(run(&mut h, "FLUSHALL ASYNC"), "+OK\r\n");
+    assert_eq!(run(&mut h, "DBSIZE"), ":0\r\n");
+    assert_eq!(info_field(&mut h, "lazyfree_pending_objects"), "3");
+    h.tick();
+    assert_eq!(info_field(&mut h, "lazyfree_pending_objects"), "0");
+    assert_eq!(info_field(&mut h, "lazyfreed_objects"), "5");
+    run(&mut h, "CONFIG RESETSTAT");
+    assert_eq!(info_field(&mut h, "lazyfreed_objects"), "0");
+}
+
+#[test]
+fn a_served_blocked_command_counts_one_call() {
+    let mut h = Harness::with_clients(2);
+    assert_eq!(h.cmd(2, &["BLPOP", "q", "0"]), "");
+    run(&mut h, "LPUSH q x");
+    assert_eq!(h.take(2), format!("*2\r\n{}{}", bulk("q"), bulk("x")));
+    assert!(run(&mut h, "INFO commandstats").contains("cmdstat_blpop:calls=1,"));
+}
+
+#[test]
+fn a_key_expiring_during_a_pause_is_hidden_not_deleted() {
+    let mut h = Harness::with_clients(2);
+    run(&mut h, "SET k v PX 10");
+    run(&mut h, "CLIENT PAUSE 100000 WRITE");
+    h.now_ms += 20;
+    assert_eq!(run(&mut h, "GET k"), "$-1\r\n");
+    assert_eq!(run(&mut h, "EXISTS k"), ":0\r\n");
+    h.tick();
+    assert_eq!(info_field(&mut h, "expired_keys"), "0");
+    run(&mut h, "CLIENT UNPAUSE");
+    assert_eq!(run(&mut h, "GET k"), "$-1\r\n");
+    assert_eq!(info_field(&mut h, "expired_keys"), "1");
+}
+
+#[test]
+fn client_info_shows_the_drivers_query_buffer_and_the_request() {
+    let mut h = Harness::with_clients(2);
+    h.node.set_query_buffer(ConnId(1), 26, 16358);
+    let line = run(&mut h, "CLIENT INFO");
+    assert!(
+        line.contains(" qbuf=26 qbuf-free=16358 argv-mem="),
+        "{line}"
+    );
+    assert!(line.contains(" multi-mem=0 "), "{line}");
+    // A transaction's queued requests count in multi-mem.
+    run(&mut h, "MULTI");
+    run(&mut h, "SET k v");
+    let line = h.cmd(2, &["CLIENT", "LIST", "ID", "1"]);
+    assert!(!line.contains(" multi-mem=0 "), "{line}");
+}
+
+#[test]
+fn config_takes_redis_parameters_it_stores() {
+    let mut h = Harness::with_clients(2);
+    assert_eq!(
+        run(&mut h, "CONFIG SET maxmemory-clients 200%"),
+        "-ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - percentage argument must be less or equal to 100\r\n"
+    );
+    assert_eq!(run(&mut h, "CONFIG SET maxmemory-clients 10%"), "+OK\r\n");
+    assert!(run(&mut h, "CONFIG SET daemonize yes").contains("immutable"));
+    // Hidden from patterns, there by name.
+    assert!(!run(&mut h, "CONFIG GET *").contains("key-load-delay"));
+    assert!(run(&mut h, "CONFIG GET key-load-delay").contains("key-load-delay"));
+    let of = run(&mut h, "CONFIG GET *of");
+    assert!(of.contains("replicaof") && of.contains("slaveof"), "{of}");
+}

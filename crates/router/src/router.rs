@@ -158,7 +158,9 @@ impl<D: Dir> Router<D> {
             }
         }
         let commands = batch.len() as u64;
-        if let Some(probe) = self.memory_probe.filter(|_| self.node.memory_limited()) {
+        // One relaxed atomic load: INFO's used_memory and maxmemory then see the heap as it is
+        // now, not as it was at the last once-a-second process reading.
+        if let Some(probe) = self.memory_probe {
             self.node.report_memory(probe());
         }
         self.begin_batch();

@@ -39,6 +39,17 @@ use crate::nap::NapPolicy;
 const MAX_BATCH: usize = 1024;
 /// Initial read buffer; grows for large requests.
 const READ_CHUNK: usize = 16 * 1024;
+/// How often a loop looks at its connections' read buffers (Redis's client cron runs at
+/// `hz` 10 and visits every client of a small server each time).
+const QBUF_SWEEP_US: u64 = 100_000;
+/// Connections looked at per sweep at least; otherwise a tenth of them, so one sweep costs
+/// little whatever the connection count and each is seen about once a second.
+const QBUF_SWEEP_MIN_VISITS: usize = 5;
+/// A read buffer with nothing in it is given back after this long without input.
+const QBUF_IDLE_US: u64 = 2_000_000;
+/// A read buffer larger than this is cut down when it held less than half of it since the
+/// last visit (Redis's PROTO_RESIZE_THRESHOLD): one large request does not pin its buffer.
+const QBUF_RESIZE_THRESHOLD: usize = 32 * 1024;
 /// Readiness events taken per wait; more stay queued in the kernel for the next turn.
 const EVENTS_PER_WAIT: usize = 1024;
 /// Reply chunks handed to one `writev`.
@@ -135,6 +146,12 @@ struct Conn {
     parser: RequestParser,
     limits: Limits,
     rbuf: BytesMut,
+    /// The most `rbuf` held since the last sweep looked at it.
+    qbuf_peak: usize,
+    /// When input last arrived (µs of the wall clock), for giving an idle buffer back.
+    last_read_us: u64,
+    /// `client-query-buffer-limit`: unparsed input past it closes the connection.
+    qbuf_limit: usize,
     /// Replies not yet written. While the socket is full, reading pauses (so a client that
     /// does not read its replies cannot make this server buffer without bound) and writes
     /// from other connections are bounded.
@@ -187,6 +204,9 @@ pub struct EventLoop {
     mail: Vec<Mail>,
     adoptions: Vec<Adoption>,
     nap: NapPolicy,
+    /// When the read buffers are next looked at, and the slot the last sweep stopped at.
+    next_qbuf_sweep_us: u64,
+    qbuf_cursor: usize,
 }
 
 impl EventLoop {
@@ -237,6 +257,8 @@ impl EventLoop {
             mail: Vec::new(),
             adoptions: Vec::new(),
             nap: NapPolicy::new(nap_us),
+            next_qbuf_sweep_us: 0,
+            qbuf_cursor: 0,
         })
     }
 
@@ -309,8 +331,41 @@ impl EventLoop {
                 self.run_timers();
                 self.take_mail();
             }
+            self.sweep_query_buffers();
             self.complete_sync();
             self.flush_all();
+        }
+    }
+
+    /// Redis's client cron for query buffers: a connection without input for 2 s and with
+    /// nothing unparsed gives its read buffer back; one whose buffer is over 32 KiB and more
+    /// than twice the most it held since the last visit is cut down to that. The node learns
+    /// the new figures (CLIENT LIST `qbuf`, `qbuf-free`).
+    fn sweep_query_buffers(&mut self) {
+        let now = crate::host::clock_us();
+        if now < self.next_qbuf_sweep_us {
+            return;
+        }
+        self.next_qbuf_sweep_us = now + QBUF_SWEEP_US;
+        let n = self.conns.len();
+        if n == 0 {
+            return;
+        }
+        let visits = (n / 10).max(QBUF_SWEEP_MIN_VISITS).min(n);
+        let mut changed: Vec<(ConnId, u64, u64)> = Vec::new();
+        for _ in 0..visits {
+            self.qbuf_cursor = (self.qbuf_cursor + 1) % n;
+            if let Some(conn) = self.conns[self.qbuf_cursor].as_mut() {
+                if resize_query_buffer(conn, now) {
+                    changed.push((conn.id, conn.rbuf.len() as u64, spare_of(&conn.rbuf)));
+                }
+            }
+        }
+        if !changed.is_empty() {
+            let mut host = self.shared.host.lock();
+            for (id, len, free) in changed {
+                host.router.node_mut().set_query_buffer(id, len, free);
+            }
         }
     }
 
@@ -349,6 +404,10 @@ impl EventLoop {
         }
         if self.accept_paused_until_us != 0 {
             deadline_us = deadline_us.min(self.accept_paused_until_us);
+        }
+        if self.conns.len() > self.free_slots.len() {
+            // Connections whose read buffers the sweep looks at.
+            deadline_us = deadline_us.min(self.next_qbuf_sweep_us);
         }
         if deadline_us == u64::MAX {
             return None;
@@ -448,6 +507,9 @@ impl EventLoop {
                 local_addr,
             });
             let closing = host.drain(Some(id), out.replies_mut(), Some(self.index));
+            host.router
+                .node_mut()
+                .set_query_buffer(id, 0, READ_CHUNK as u64);
             self.shared.check_timer(&mut host, Some(self.index));
             (limits_of(&host), closing)
         };
@@ -457,6 +519,9 @@ impl EventLoop {
             parser: RequestParser::new(limits),
             limits,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
+            qbuf_peak: 0,
+            last_read_us: crate::host::clock_us(),
+            qbuf_limit: usize::MAX,
             out,
             closing,
             // Input that came before registration is reported by the registration itself.
@@ -532,6 +597,8 @@ impl EventLoop {
                         }
                     }
                 }
+                conn.last_read_us = crate::host::clock_us();
+                conn.qbuf_peak = conn.qbuf_peak.max(conn.rbuf.len());
                 if n < spare {
                     // A short read drained the socket; new input raises a new edge.
                     conn.readable = false;
@@ -548,6 +615,18 @@ impl EventLoop {
                 return;
             }
         }
+        if conn.rbuf.len() > conn.qbuf_limit {
+            tracing::warn!(
+                "closing client {} that reached the query buffer limit ({} bytes)",
+                conn.id.0,
+                conn.qbuf_limit
+            );
+            self.close(slot);
+            return;
+        }
+        // What CLIENT LIST shows while this batch runs: the whole input as read, as Redis
+        // keeps the query buffer until its requests have run.
+        let qbuf = (conn.rbuf.len() as u64, spare_of(&conn.rbuf));
         // Parse everything complete, running a batch whenever it reaches MAX_BATCH.
         let mut protocol_error = None;
         loop {
@@ -555,7 +634,7 @@ impl EventLoop {
                 Ok(Some(args)) => {
                     self.batch.push(args);
                     if self.batch.len() >= MAX_BATCH {
-                        execute(&self.shared, self.index, conn, &mut self.batch, None);
+                        execute(&self.shared, self.index, conn, &mut self.batch, None, qbuf);
                     }
                 }
                 Ok(None) => break,
@@ -571,6 +650,7 @@ impl EventLoop {
             conn,
             &mut self.batch,
             protocol_error,
+            qbuf,
         );
         if conn.parser.limits() != conn.limits {
             conn.parser.set_limits(conn.limits);
@@ -974,6 +1054,33 @@ fn syscall_result(n: libc::c_long) -> io::Result<usize> {
     }
 }
 
+/// Room left in a read buffer's allocation.
+fn spare_of(rbuf: &BytesMut) -> u64 {
+    (rbuf.capacity() - rbuf.len()) as u64
+}
+
+/// The sweep's rule for one connection (see `EventLoop::sweep_query_buffers`); true when
+/// its buffer changed.
+fn resize_query_buffer(conn: &mut Conn, now_us: u64) -> bool {
+    let len = conn.rbuf.len();
+    let cap = conn.rbuf.capacity();
+    let peak = conn.qbuf_peak.max(len);
+    conn.qbuf_peak = len;
+    let idle = now_us.saturating_sub(conn.last_read_us) >= QBUF_IDLE_US;
+    let target = if len == 0 && idle && cap > 0 {
+        0
+    } else if cap > QBUF_RESIZE_THRESHOLD && cap / 2 > peak {
+        // Not below what a request being read still needs.
+        peak.max(len + conn.parser.bytes_needed_hint())
+    } else {
+        return false;
+    };
+    let mut fresh = BytesMut::with_capacity(target);
+    fresh.extend_from_slice(&conn.rbuf);
+    conn.rbuf = fresh;
+    true
+}
+
 fn limits_of(host: &Host) -> Limits {
     Limits {
         max_bulk_len: host.node().config().proto_max_bulk_len as usize,
@@ -989,12 +1096,16 @@ fn execute(
     conn: &mut Conn,
     batch: &mut Vec<Vec<Bytes>>,
     protocol_error: Option<String>,
+    qbuf: (u64, u64),
 ) {
     if batch.is_empty() && protocol_error.is_none() {
         return;
     }
     let mut host = shared.host.lock();
     let now = host.now();
+    host.router
+        .node_mut()
+        .set_query_buffer(conn.id, qbuf.0, qbuf.1);
     // INFO commandstats time: one more clock reading at the batch's end (two per batch, not two
     // per command). A wall clock stepped backwards mid-batch charges nothing.
     let closing = host.router.execute(
@@ -1008,5 +1119,16 @@ fn execute(
     host.carry_out(Some(loop_index));
     conn.closing |= closing;
     conn.limits = limits_of(&host);
+    conn.qbuf_limit =
+        usize::try_from(host.node().config().client_query_buffer_limit).unwrap_or(usize::MAX);
+    // Once everything read has run, the space it took is this buffer's again (when no
+    // request's arguments still share it; then nothing is allocated here), so the figure
+    // the node keeps is the room of the whole allocation, as Redis reports its buffer's.
+    if conn.rbuf.is_empty() {
+        let _ = conn.rbuf.try_reclaim(conn.rbuf.capacity() + 1);
+    }
+    host.router
+        .node_mut()
+        .set_query_buffer(conn.id, conn.rbuf.len() as u64, spare_of(&conn.rbuf));
     shared.check_timer(&mut host, Some(loop_index));
 }

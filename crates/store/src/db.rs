@@ -787,6 +787,20 @@ impl Db {
         None
     }
 
+    /// Deletes every key, handing the entries to the caller instead of freeing them (a
+    /// FLUSHALL ASYNC frees them later, off the command's path).
+    pub fn clear_taking(&mut self) -> Vec<EntryBox> {
+        let mut taken = Vec::with_capacity(self.len);
+        for t in &mut self.slots {
+            taken.extend(t.drain());
+        }
+        for e in taken.iter().filter(|e| e.is_marked()) {
+            self.marked_gone.push(e.key().into());
+        }
+        self.clear();
+        taken
+    }
+
     /// Deletes every key.
     pub fn clear(&mut self) {
         for t in &self.slots {

@@ -335,7 +335,7 @@ impl Core {
     ) {
         let now_ms = self.now.as_millis();
         let (user, client_info) = match self.clients.get(&conn) {
-            Some(c) => (c.user.clone().unwrap_or_default(), c.info_line(now_ms)),
+            Some(c) => (c.user.clone().unwrap_or_default(), c.info_line(now_ms, &[])),
             None => (Bytes::new(), String::new()),
         };
         let entry = LogEntry {

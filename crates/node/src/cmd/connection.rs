@@ -467,7 +467,8 @@ fn client_list(core: &mut Core, call: &mut Call) {
         if c.closing || ids.as_ref().is_some_and(|l| !l.contains(&c.id.0)) {
             continue;
         }
-        text.push_str(&c.info_line(now_ms));
+        let argv: &[Bytes] = if c.id == call.conn { call.args } else { &[] };
+        text.push_str(&c.info_line(now_ms, argv));
         text.push('\n');
     }
     call.out.verbatim(b"txt", text.as_bytes());
@@ -477,7 +478,7 @@ fn client_info(core: &mut Core, call: &mut Call) {
     let mut line = core
         .clients
         .get(&call.conn)
-        .map(|c| c.info_line(call.now_ms))
+        .map(|c| c.info_line(call.now_ms, call.args))
         .unwrap_or_default();
     line.push('\n');
     call.out.verbatim(b"txt", line.as_bytes());

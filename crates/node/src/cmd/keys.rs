@@ -38,11 +38,16 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn del(core: &mut Core, call: &mut Call) {
+    let lazy = is(&call.args[0], "unlink") || core.config.lazyfree_lazy_user_del;
     let mut n = 0;
     for key in &call.args[1..] {
         // An expired key is reclaimed by the lookup and does not count as deleted.
         if core.exists(key, call.now_ms) {
-            core.db.remove(key);
+            if let Some(gone) = core.db.remove(key) {
+                if lazy {
+                    core.free_later(gone);
+                }
+            }
             core.modified(key);
             core.notify(EVENT_GENERIC, "del", key);
             n += 1;

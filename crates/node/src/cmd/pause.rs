@@ -7,8 +7,8 @@
 //! whatever it pipelines after run in order when the pause ends: at its deadline on the node's
 //! clock (`now`), or at CLIENT UNPAUSE. A request refused before it would run (unknown
 //! command, wrong arity) is answered at once. Pausing again keeps the stricter mode and the
-//! later end. Active expiry waits while writes are paused (it would delete keys); a read that
-//! finds a key expired still removes it, where Redis only hides it until the pause ends.
+//! later end. Neither active nor lazy expiry deletes while a pause is on (a deletion is a
+//! write): a key past its deadline is answered as missing and deleted after the pause.
 //!
 //! **Node-local**: a pause holds this node's clients only. Peers keep accepting writes and
 //! their changes still arrive and apply here: in a multi-primary store a pause cannot stop the

@@ -423,17 +423,23 @@ fn dbsize(core: &mut Core, call: &mut Call) {
 }
 
 fn flush(core: &mut Core, call: &mut Call) {
-    match call.argc() {
-        1 => {}
-        2 if is(call.arg(1), "async") || is(call.arg(1), "sync") => {}
+    let lazy = match call.argc() {
+        1 => core.config.lazyfree_lazy_user_flush,
+        2 if is(call.arg(1), "async") => true,
+        2 if is(call.arg(1), "sync") => false,
         _ => return call.syntax_error(),
-    }
+    };
     core.touch_all_watched();
     core.tracking_flush_all();
     // Before the capture: a clustered node notes the keys whose tombstones it will log.
     core.persist_flush_all();
     core.capture_flush();
-    core.db.clear();
+    if lazy {
+        let taken = core.db.clear_taking();
+        core.lazy_free.queue.extend(taken);
+    } else {
+        core.db.clear();
+    }
     // Parked clients re-check their keys: a blocked XREADGROUP learns its stream is gone
     // (Redis answers it UNBLOCKED); list and zset pops simply stay parked.
     let parked: Vec<_> = core.blocked_on.keys().cloned().collect();
@@ -591,13 +597,14 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             };
             let _ = write!(
                 t,
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:0\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:{}\r\nmem_fragmentation_ratio:{ratio:.2}\r\nmem_allocator:system\r\n",
                 human_bytes(used),
                 p.rss_bytes,
                 human_bytes(p.rss_bytes),
                 core.config.maxmemory_bytes,
                 human_bytes(core.config.maxmemory_bytes),
                 core.config.maxmemory_policy,
+                core.lazy_free.queue.len(),
             );
         }
         "persistence" => {
@@ -607,7 +614,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nlazyfreed_objects:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -625,6 +632,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 core.tracking.items,
                 core.tracking.prefixes.len(),
                 s.total_error_replies,
+                core.lazy_free.freed,
             );
             let d = &core.acl.denied;
             let _ = write!(
@@ -941,8 +949,19 @@ fn config_set(core: &mut Core, call: &mut Call) {
     call.ok();
 }
 
+impl Core {
+    /// A value taken out of the keyspace by a lazy delete: freed by the timer when freeing it
+    /// is real work, at once when it is not (Redis's rule, `LAZYFREE_THRESHOLD`).
+    pub(crate) fn free_later(&mut self, gone: lattice_store::EntryBox) {
+        if crate::ops::free_effort(&gone.value) > crate::ops::LAZYFREE_THRESHOLD {
+            self.lazy_free.queue.push_back(gone);
+        }
+    }
+}
+
 fn config_resetstat(core: &mut Core, call: &mut Call) {
     core.stats.reset();
+    core.lazy_free.freed = 0;
     call.ok();
 }
 
@@ -1005,6 +1024,28 @@ fn command_getkeys(core: &mut Core, call: &mut Call) {
     }
 }
 
+/// The flags of keys whose elements a command removes or adds (Redis's `delete` and
+/// `insert` key-spec flags), which the read/write view of the ACL check cannot tell from an
+/// update: a pop's or a move's source loses elements, a push's target or a move's
+/// destination only gains some; SORT reads its source and overwrites its STORE key.
+fn element_flags(name: &str, nth: usize) -> Option<&'static [&'static str]> {
+    const POPPED: &[&str] = &["RW", "access", "delete"];
+    const PUSHED: &[&str] = &["RW", "insert"];
+    match (name, nth) {
+        ("lmove" | "blmove" | "rpoplpush" | "brpoplpush" | "smove", 0) => Some(POPPED),
+        ("lmove" | "blmove" | "rpoplpush" | "brpoplpush" | "smove", _) => Some(PUSHED),
+        (
+            "lpop" | "rpop" | "blpop" | "brpop" | "lmpop" | "blmpop" | "spop" | "zpopmin"
+            | "zpopmax" | "bzpopmin" | "bzpopmax" | "zmpop" | "bzmpop" | "getdel",
+            _,
+        ) => Some(POPPED),
+        ("lpush" | "rpush" | "lpushx" | "rpushx" | "sadd", _) => Some(PUSHED),
+        ("sort", 0) => Some(&["RO", "access"]),
+        ("sort", _) => Some(&["OW", "update"]),
+        _ => None,
+    }
+}
+
 /// Redis 7.0's reply: each key with its access flags. Lattice has no per-key specs; the
 /// flags come from how the ACL check sees the key (`crate::acl::key_use`): read and write is
 /// `RW access update`, write only `OW update`, read only `RO access`, and a key only looked
@@ -1020,6 +1061,8 @@ fn command_getkeysandflags(core: &mut Core, call: &mut Call) {
         let usage = crate::cmd::acl::key_use_of(spec, cmd_args, nth);
         let flags: &[&str] = if matches!(spec.name, "del" | "unlink") {
             &["RM", "delete"]
+        } else if let Some(f) = element_flags(spec.name, nth) {
+            f
         } else {
             match (usage.read, usage.write) {
                 (true, true) => &["RW", "access", "update"],

@@ -163,26 +163,32 @@ impl Core {
 }
 
 /// The arguments as an entry keeps them: at most [`MAX_ARGC`] (the last saying how many more
-/// there were), each at most [`MAX_STRING`] bytes, secrets replaced by `(redacted)`.
+/// there were), each at most [`MAX_STRING`] bytes, secrets replaced by `(redacted)`. Copies,
+/// in a vector of their own: a request's arguments share its read buffer, and the request's
+/// vector has room for all of them, which an entry kept for long must not pin (a slow SADD of
+/// 100,000 members would keep megabytes alive after the set is gone).
 fn entry_args(mut args: Vec<Bytes>) -> Vec<Bytes> {
     redact(&mut args);
     let argc = args.len();
     let keep = argc.min(MAX_ARGC);
-    args.truncate(keep);
-    if keep != argc {
-        args[keep - 1] = Bytes::from(format!("... ({} more arguments)", argc - keep + 1));
-    }
-    for a in args
-        .iter_mut()
-        .take(if keep != argc { keep - 1 } else { keep })
-    {
-        if a.len() > MAX_STRING {
+    let shown = if keep != argc { keep - 1 } else { keep };
+    let mut kept: Vec<Bytes> = Vec::with_capacity(keep);
+    for a in &args[..shown] {
+        kept.push(if a.len() > MAX_STRING {
             let mut s = a[..MAX_STRING].to_vec();
             s.extend_from_slice(format!("... ({} more bytes)", a.len() - MAX_STRING).as_bytes());
-            *a = Bytes::from(s);
-        }
+            Bytes::from(s)
+        } else {
+            Bytes::copy_from_slice(a)
+        });
     }
-    args
+    if keep != argc {
+        kept.push(Bytes::from(format!(
+            "... ({} more arguments)",
+            argc - keep + 1
+        )));
+    }
+    kept
 }
 
 /// Passwords never reach the log: AUTH's arguments, HELLO's AUTH pair, and the value of a

@@ -22,6 +22,10 @@ impl Core {
     }
 
     fn lookup_counted(&mut self, key: &[u8], now_ms: u64, touch: bool) -> Option<&mut Entry> {
+        if self.hidden_by_pause(key, now_ms) {
+            self.stats.keyspace_misses += 1;
+            return None;
+        }
         self.expire_if_due(key, now_ms);
         let (clock, draw) = (self.db.access_clock(), self.db.draw());
         match self.db.get_live(key, now_ms, |_| {}) {
@@ -41,6 +45,9 @@ impl Core {
 
     /// Looks a key up for writing: lazy expiry and access time, no hit/miss counting.
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        if self.hidden_by_pause(key, now_ms) {
+            return None;
+        }
         self.expire_if_due(key, now_ms);
         let (clock, draw) = (self.db.access_clock(), self.db.draw());
         let e = self.db.get_live(key, now_ms, |_| {})?;
@@ -50,8 +57,20 @@ impl Core {
 
     /// True when `key` exists and has not expired (applies lazy expiry, counts nothing).
     pub fn exists(&mut self, key: &[u8], now_ms: u64) -> bool {
+        if self.hidden_by_pause(key, now_ms) {
+            return false;
+        }
         self.expire_if_due(key, now_ms);
         self.db.get_raw(key).is_some()
+    }
+
+    /// While CLIENT PAUSE holds writes, a key whose deadline has passed is answered as
+    /// missing but not deleted (a deletion is a write), as Redis does; the first lookup after
+    /// the pause deletes it.
+    fn hidden_by_pause(&self, key: &[u8], now_ms: u64) -> bool {
+        self.pausing.pause.is_some()
+            && self.db.next_deadline_ms().is_some_and(|d| d < now_ms)
+            && self.db.get_raw(key).is_some_and(|e| e.is_expired(now_ms))
     }
 
     /// Lazy expiry: deletes `key` if its deadline has passed, reporting the deletion like any

@@ -26,8 +26,20 @@ impl Node {
     }
 
     /// The driver's reading of heap bytes in use, compared with `maxmemory` before commands.
+    /// The driver's reading of `conn`'s read buffer: bytes in it and room left in its
+    /// allocation (CLIENT LIST `qbuf`, `qbuf-free`).
+    pub fn set_query_buffer(&mut self, conn: ConnId, len: u64, free: u64) {
+        if let Some(c) = self.core.clients.get_mut(&conn) {
+            c.qbuf = len;
+            c.qbuf_free = free;
+        }
+    }
+
+    /// Also INFO's `used_memory`, between the driver's periodic process readings.
     pub fn report_memory(&mut self, used_bytes: u64) {
         self.core.eviction.report(used_bytes);
+        self.core.process.used_memory_bytes = used_bytes;
+        self.core.memory.peak_bytes = self.core.memory.peak_bytes.max(used_bytes);
     }
 
     /// The entry stored under `key`, as it is: no lazy expiry, no statistics (checkers read

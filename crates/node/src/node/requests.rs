@@ -186,7 +186,9 @@ impl Node {
                         continue;
                     };
                     self.core.ran = None;
+                    self.core.retrying_parked = true;
                     let parked_again = self.execute(conn, &args);
+                    self.core.retrying_parked = false;
                     if !parked_again {
                         // Logged once served, as Redis logs a blocked command.
                         if self.core.ran.take().is_some() {
