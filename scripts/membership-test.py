@@ -17,10 +17,20 @@ Prints the figures issue 18's must-show 2 asks for: time until balanced, bytes m
 the bytes of the moved slots' keys, the longest gap with no reply, lost writes. Exits 1 on any
 failure. Servers run on 127.0.0.1 (free ports, or from --base-port on) and are stopped at the
 end.
+
+--benchmark adds redis-benchmark load (`-t set -r KEYSPACE -P 16`, one process per staying
+node, in back-to-back runs of --bench-requests requests) from before the join until after the
+leaves, beside the writer: its throughput and longest latency are printed per phase, and at the
+end every key it wrote must be on every owner of its slot (the writer's keys are checked one by
+one as without it; redis-benchmark does not say which of its writes were acknowledged, so its
+keys are checked for agreement among the owners).
 """
 
 import argparse
+import csv
 import importlib.util
+import io
+import re
 import os
 import random
 import shutil
@@ -145,12 +155,67 @@ class Writer(threading.Thread):
                     self.errors += 1
 
 
+# redis-benchmark's keys for `-t set -r N`: `key:` and 12 digits (the load's keys have fewer).
+BENCH_KEY = re.compile(rb"^key:[0-9]{12}$")
+
+
+class Benchmark(threading.Thread):
+    """redis-benchmark SET load on one port in back-to-back runs until stopped; keeps each
+    run's (end time, requests per second, max latency in ms)."""
+
+    def __init__(self, port, keyspace, requests):
+        super().__init__(daemon=True)
+        self.cmd = ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(keyspace),
+                    "-P", "16", "-c", "8", "-n", str(requests), "--csv"]
+        self.runs = []
+        self.failures = 0
+        self.last_failure = b""
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            out = subprocess.run(self.cmd, capture_output=True, timeout=120)
+            rows = [r for r in csv.reader(io.StringIO(out.stdout.decode(errors="replace")))
+                    if r and r[0] == "SET"]
+            if out.returncode != 0 or not rows:
+                self.failures += 1
+                self.last_failure = (out.stdout + out.stderr)[-300:]
+                time.sleep(0.2)
+                continue
+            self.runs.append((time.time(), float(rows[0][1]), float(rows[0][7])))
+
+
+def bench_figures(benches, t0, t1):
+    """Summed throughput and the longest latency of the runs that ended in [t0, t1)."""
+    runs = [r for b in benches for r in b.runs if t0 <= r[0] < t1]
+    if not runs:
+        return "no run ended"
+    per = {}
+    for b in benches:
+        mine = [r for r in b.runs if t0 <= r[0] < t1]
+        if mine:
+            per[b] = sum(r[1] for r in mine) / len(mine)
+    return "%.0f SET/s over %d nodes, longest latency %.1f ms (%d runs)" % (
+        sum(per.values()), len(per), max(r[2] for r in runs), len(runs))
+
+
+def bench_keys(clients):
+    """Per node, the redis-benchmark keys it stores."""
+    out = {}
+    for i, c in clients.items():
+        out[i] = set(k for k in c.scan_iter(match="key:*", count=1000) if BENCH_KEY.match(k))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     partition_test.cluster_args(ap)
     ap.add_argument("--pipeline", type=int, default=10)
     ap.add_argument("--base-port", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=60)
+    ap.add_argument("--benchmark", action="store_true")
+    ap.add_argument("--bench-keyspace", type=int, default=100000)
+    ap.add_argument("--bench-requests", type=int, default=50000)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="lattice-membership.")
     ports = Ports(args.base_port)
@@ -181,13 +246,19 @@ def main():
         # 2. Writes through the nodes that stay, all along.
         writer = Writer([port[i] for i in stay], args.pipeline)
         writer.start()
+        benches = []
+        if args.benchmark:
+            benches = [Benchmark(port[i], args.bench_keyspace, args.bench_requests) for i in stay]
+            for b in benches:
+                b.start()
+            time.sleep(2)
         time.sleep(1)
 
         # 3. A node joins.
         new = n + 1
         before = owners_by_slot(clients[1])
         bytes0 = moved_bytes(clients.values())
-        t = time.time()
+        t = t_join = time.time()
         clients[new] = launch(args.binary, work, new, port[new], cport[new], args.rf,
                               ["--join", "127.0.0.1:%d" % cport[1]])
         wait_for("the join balancing", lambda: balanced(clients.values(), n + 1), args.timeout, work,
@@ -197,7 +268,7 @@ def main():
         after_join = owners_by_slot(clients[1])
 
         # 4. Two nodes leave.
-        t = time.time()
+        t = t_leave = time.time()
         for i in leavers:
             if clients[i].execute_command("CLUSTER", "LEAVE") != b"OK":
                 fail("CLUSTER LEAVE on node %d" % i)
@@ -208,8 +279,13 @@ def main():
         leave_s = time.time() - t
         leave_bytes = moved_bytes(clients.values()) - bytes0 - join_bytes
         time.sleep(1)
+        t_end = time.time()
         writer.stop.set()
         writer.join()
+        for b in benches:
+            b.stop.set()
+        for b in benches:
+            b.join()
         for i in leavers:
             PROCS[i].send_signal(signal.SIGTERM)
             PROCS[i].wait(timeout=10)
@@ -221,6 +297,27 @@ def main():
         keys = sorted(values)
         slots = {k: key_slot(k.encode()) for k in keys}
         expected = {i: sum(1 for k in keys if port[i] in after_leave[slots[k]]) for i in clients}
+        bench_total = 0
+        if benches:
+            # The benchmark's keys: each must be on every owner of its slot. Read once the
+            # nodes are quiet (the writer's keys settle within the wait below).
+            wait_for("the writer's keys settling",
+                     lambda: all(clients[i].dbsize() >= expected[i] for i in clients), 30, work)
+            time.sleep(1)
+            held = bench_keys(clients)
+            union = set().union(*held.values())
+            bench_total = len(union)
+            short = 0
+            for i in clients:
+                owned = set(k for k in union if port[i] in after_leave[key_slot(k)])
+                missing = owned - held[i]
+                if missing:
+                    short += len(missing)
+                    print("  node %d lacks %d benchmark keys of its slots (%s)"
+                          % (i, len(missing), sorted(missing)[:5]))
+                expected[i] += len(owned)
+            if short:
+                fail("owners disagree on redis-benchmark's keys")
         sizes = {}
         try:
             wait_for("DBSIZE matching the placement",
@@ -260,6 +357,17 @@ def main():
         print("leave of nodes %s: done after %.2f s; %d bytes moved for %d bytes of keys in "
               "moved slots" % (leavers, leave_s, leave_bytes, moved_key_bytes(after_join, after_leave)))
         print("longest gap with no reply to the writer: %.3f s" % writer.max_gap)
+        if benches:
+            print("redis-benchmark (-t set -r %d -P 16, %d nodes): %d keys written, on every "
+                  "owner; %d runs failed" % (args.bench_keyspace, len(benches), bench_total,
+                                             sum(b.failures for b in benches)))
+            for b in benches:
+                if b.failures:
+                    print("  a failed run's output: %r" % b.last_failure)
+                    break
+            print("  before the changes: %s" % bench_figures(benches, 0, t_join))
+            print("  during the join:    %s" % bench_figures(benches, t_join, t_leave))
+            print("  during the leaves:  %s" % bench_figures(benches, t_leave, t_end))
         for i in clients:
             print("  node %d: DBSIZE %d (expected %d)" % (i, sizes[i], expected[i]))
         print("lost acknowledged writes: %d (of %d keys, read through each of %d nodes)"

@@ -245,6 +245,9 @@ pub struct Cluster {
     complete: bool,
     /// Per draining group: the owners that acknowledged this node's stream of it.
     pub pushed: BTreeMap<u16, BTreeSet<u32>>,
+    /// Per group this node holds: owners the placement added after it held it, owed a stream
+    /// of it (see `Cluster::place`). At most 256 groups, each naming members.
+    pub owe: BTreeMap<u16, BTreeSet<u32>>,
     /// Per group this node owns without holding: when it last asked a holder for it.
     pub asked_ms: BTreeMap<u16, u64>,
     /// When the moves the membership calls for are next checked (`node::members`).
@@ -293,6 +296,7 @@ impl Cluster {
             expected: if join { 0 } else { expected },
             complete: false,
             pushed: BTreeMap::new(),
+            owe: BTreeMap::new(),
             asked_ms: BTreeMap::new(),
             next_check_ms: 0,
             dirty: false,
@@ -432,7 +436,12 @@ impl Cluster {
         Ok(())
     }
 
-    /// Recomputes the placement from the `up` members.
+    /// Recomputes the placement from the `up` members. Every owner a change adds to a group
+    /// this node holds is owed a stream of it from here, whether this node keeps the group or
+    /// drains it: a write this node ran before it heard of the change sent its delta to the
+    /// old owners only, so the draining holder's stream may have passed the key before that
+    /// delta reached it; only this node's own stream, started after it heard, is sure to
+    /// carry the write (ARCHITECTURE §65).
     fn place(&mut self) {
         let ids: Vec<u32> = self
             .members
@@ -440,7 +449,19 @@ impl Cluster {
             .filter(|(_, m)| m.status == Status::Up)
             .map(|(id, _)| *id)
             .collect();
-        self.placement = Some(Placement::new(&ids, self.rf));
+        let new = Placement::new(&ids, self.rf);
+        if let (Some(old), Some(me)) = (&self.placement, self.members.get(&self.me)) {
+            for g in me.held.iter() {
+                let slot = g * lattice_placement::SLOTS_PER_GROUP;
+                let before = old.owners(slot);
+                for &o in new.owners(slot) {
+                    if o != self.me && !before.contains(&o) {
+                        self.owe.entry(g).or_default().insert(o);
+                    }
+                }
+            }
+        }
+        self.placement = Some(new);
     }
 
     /// Our own record.
@@ -761,7 +782,7 @@ impl Cluster {
                 .count();
             assert_eq!(p.members().len(), up, "placement out of date");
         }
-        assert!(self.pushed.len() <= 256 && self.asked_ms.len() <= 256);
+        assert!(self.pushed.len() <= 256 && self.asked_ms.len() <= 256 && self.owe.len() <= 256);
         assert!(
             self.pending.len() <= MAX_PENDING_FORWARDS,
             "unbounded forwards"

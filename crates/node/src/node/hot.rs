@@ -45,8 +45,9 @@ impl Node {
             .collect();
         for (key, rate) in cooled {
             r.send_hot(&owners_of(&key), HotOp::Unsubscribe, vec![key.clone()]);
-            r.forget_copy(&key, &mut core.db);
-            core.db.remove(&key);
+            if r.forget_copy(&key, &mut core.db) {
+                core.db.remove(&key);
+            }
             let what = format!("{} cooled to {rate}/s: copy dropped", shown(&key));
             r.hot.note(now_ms, what);
         }

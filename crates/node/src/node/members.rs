@@ -126,6 +126,7 @@ impl Node {
             });
             for g in dropped.iter() {
                 c.pushed.remove(&g);
+                c.owe.remove(&g);
             }
             c.stats.groups_dropped += dropped.len() as u64;
         }
@@ -158,8 +159,26 @@ impl Node {
         if !dropped.is_empty() {
             r.drop_groups(dropped);
         }
-        // Streams of what we drain, to every live owner that has not acknowledged it.
+        // Streams owed to owners a change added to groups we hold (see `Cluster::place`);
+        // one that is no owner or member any more is owed nothing.
+        let held = c.me().held;
+        let placement = c.placement().cloned();
+        let members_now = &c.members;
+        c.owe.retain(|&g, owed| {
+            let slot = g * lattice_placement::SLOTS_PER_GROUP;
+            owed.retain(|o| {
+                placement.as_ref().is_some_and(|p| p.is_owner(*o, slot))
+                    && members_now.get(o).is_some_and(|m| m.status != Status::Left)
+            });
+            held.contains(g) && !owed.is_empty()
+        });
         let mut to: std::collections::BTreeMap<u32, Groups> = Default::default();
+        for (&g, owed) in &c.owe {
+            for &o in owed.iter().filter(|o| c.up.contains(o)) {
+                to.entry(o).or_default().insert(g);
+            }
+        }
+        // Streams of what we drain, to every live owner that has not acknowledged it.
         for g in c.draining().iter() {
             for &o in c.group_owners(g) {
                 if o != c.me
@@ -228,6 +247,9 @@ impl Node {
         for (peer, groups) in moved {
             for g in groups.iter() {
                 c.pushed.entry(g).or_default().insert(peer.0);
+                if let Some(owed) = c.owe.get_mut(&g) {
+                    owed.remove(&peer.0);
+                }
                 c.stats.groups_sent += 1;
             }
         }

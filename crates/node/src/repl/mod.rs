@@ -418,6 +418,10 @@ pub struct Replicator {
     extra_keepers: BTreeMap<u16, Vec<u32>>,
     /// Owned groups not held yet.
     incoming: crate::cluster::Groups,
+    /// Groups ever incoming here (only grows; 256 bits): merged against no frontier for good,
+    /// since a state of one of their keys can still arrive after the group is held (a stream
+    /// owed by an owner that learnt of the change late, a push).
+    gained: crate::cluster::Groups,
     /// The members GC waits for (None: `cluster_size` peers, a static cluster).
     members: Option<std::collections::BTreeSet<u32>>,
     moves_out: BTreeMap<NodeId, moves::MoveOut>,
@@ -529,6 +533,7 @@ impl Replicator {
             compact_wire: RefCell::new(CompactWire::default()),
             extra_keepers: BTreeMap::new(),
             incoming: Default::default(),
+            gained: Default::default(),
             members: None,
             moves_out: BTreeMap::new(),
             moves_in: BTreeMap::new(),
@@ -1849,9 +1854,11 @@ impl Replicator {
             // sender's frontier spelled out in its contexts, so nothing is lost without it.
             // A group this replica gains is merged against no frontier either, for the same
             // reason: its seen-set took the dots of the group's keys as skipped contexts while
-            // it did not own them (ARCHITECTURE, "Live membership").
+            // it did not own them (ARCHITECTURE, "Live membership"). Also once it holds the
+            // group: a stream owed by an owner that learnt of the change late, or a push,
+            // can still bring a key it never had.
             let frontier =
-                if (self.hot.holds(&b.key) && !self.owns(&b.key)) || self.incoming_key(&b.key) {
+                if (self.hot.holds(&b.key) && !self.owns(&b.key)) || self.gained_key(&b.key) {
                     &self.no_frontier
                 } else {
                     &self.frontier
@@ -2484,15 +2491,19 @@ impl Replicator {
     }
 
     /// Drops the copy of hot key `key` without replicating anything (it was never ours):
-    /// forgets its state; the caller removes it from the store.
-    pub fn forget_copy(&mut self, key: &[u8], db: &mut Db) {
+    /// forgets its state and returns true; the caller removes it from the store. A key this
+    /// node owns by now (its group moved here while the copy was held) is no copy any more:
+    /// it stays, state and value (removing only the value left an owner answering `none`
+    /// from a state it still held: the simulator's membership runs found it).
+    pub fn forget_copy(&mut self, key: &[u8], db: &mut Db) -> bool {
         if !self.hot.unhold(key) || self.owns(key) {
-            return;
+            return false;
         }
         let h = lattice_store::key_hash(key);
         if let Some(e) = self.keys.remove(h, key, db) {
             self.merkle.update(merkle::leaf_of(h), e.digest, 0);
         }
+        true
     }
 
     /// Owner side, from the timer: leases that ran out.

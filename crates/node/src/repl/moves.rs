@@ -295,6 +295,7 @@ impl Replicator {
     ) {
         self.extra_keepers = extra;
         self.incoming = incoming;
+        self.gained = self.gained.union(&incoming);
         self.cluster_size = members.len().max(1);
         self.members = Some(members);
     }
@@ -326,7 +327,9 @@ impl Replicator {
                 .map(|(k, _)| k)
                 .filter(|k| {
                     let g = lattice_placement::Placement::group_of(lattice_placement::key_slot(k));
-                    self.dropping.contains(g) && !self.owns(k)
+                    // A hot key's copy stays: reads are served from it until it is given
+                    // back, which removes it (`forget_copy`).
+                    self.dropping.contains(g) && !self.owns(k) && !self.hot.holds(k)
                 })
                 .collect();
             for k in keys {
@@ -347,14 +350,13 @@ impl Replicator {
         out
     }
 
-    /// Whether `key`'s group is one this replica owns and does not hold yet.
-    pub(super) fn incoming_key(&self, key: &[u8]) -> bool {
-        !self.incoming.is_empty()
-            && self
-                .incoming
-                .contains(lattice_placement::Placement::group_of(
-                    lattice_placement::key_slot(key),
-                ))
+    /// Whether `key`'s group is one this replica gained by a move (receiving it now, or since
+    /// this process started): its states are merged against no frontier (see `merge_blobs`).
+    pub(super) fn gained_key(&self, key: &[u8]) -> bool {
+        !self.gained.is_empty()
+            && self.gained.contains(lattice_placement::Placement::group_of(
+                lattice_placement::key_slot(key),
+            ))
     }
 
     /// Whether `id` keeps the group of `key` besides its owners (draining it).
