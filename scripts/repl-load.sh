@@ -15,6 +15,9 @@
 #   WATCH=60 ...                      the Lattice nodes' key forms and RSS every 5 s for 60 s
 #   PORT_RANGE=7150-7199 ...          ports from that range (scripts/cluster-common.sh)
 #   ONLY=lattice ...                  the Lattice cluster alone (no Redis, no standalone run)
+#   CLUSTER_AOF=yes ...               the cluster nodes log their replicated states (their
+#                                     default); without it they run with appendonly off, as the
+#                                     Redis servers and the standalone node of this comparison
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -82,7 +85,10 @@ load() {
 echo "== $N SETs of 64-byte values on random keys (-r 100000000), P=32, 50 clients"
 # Lattice, 3 nodes.
 export LATTICE_CLUSTER_SECRET="load-secret-$RANDOM$RANDOM"
-start_cluster "$BIN" 3 lattice
+# Clustered nodes persist by default (a log of replicated states and its snapshots); Redis and
+# the standalone node below run without persistence, so the cluster does too unless asked.
+printf 'appendonly = "%s"\n' "${CLUSTER_AOF:-no}" >"$WORK/cluster.toml"
+start_cluster "$BIN" 3 lattice --config "$WORK/cluster.toml"
 LPORTS=("${PORTS[@]}")
 load "lattice 3-node cluster"
 redis-cli -p "${PORTS[0]}" info replication | grep -E '^(peer|gc_sweep|queued)' | sed 's/^/  lattice node 1 /' || true
@@ -105,7 +111,7 @@ for p in "${PIDS[@]}"; do stop_pid "$p"; done
 PIDS=()
 [ "${ONLY:-}" != lattice ] || exit 0
 
-# Redis, primary + 2 replicas, no persistence (as the Lattice nodes).
+# Redis, primary + 2 replicas, no persistence (as the Lattice nodes, unless CLUSTER_AOF=yes).
 RP=(); for i in 1 2 3; do RP+=("$(free_port)"); done
 "$REDIS" --port "${RP[0]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" --dbfilename p.rdb \
   >"$WORK/redis1.log" 2>&1 &
@@ -130,7 +136,7 @@ PIDS=()
 
 # Lattice standalone (the memory baseline).
 SP=$(free_port)
-# Without persistence, as the cluster nodes (which do not persist yet) and the Redis servers.
+# Without persistence, as the cluster nodes (unless CLUSTER_AOF=yes) and the Redis servers.
 printf 'appendonly = "no"\n' >"$WORK/standalone.toml"
 "$BIN" --bind 127.0.0.1 --port "$SP" --dir "$WORK/standalone" --config "$WORK/standalone.toml" \
   2>"$WORK/standalone.log" &

@@ -158,16 +158,120 @@ impl<E: Pack> KeyMap<E> {
 
     /// Moves `key`'s packed record, if it has one, into the table (the mark goes).
     fn unpack_key(&mut self, hash: u64, key: &[u8], db: &mut Db) {
-        let Some((l, at)) = self.packed_of(hash, key, db) else {
-            return;
-        };
+        if let Some(p) = self.take_packed(hash, key, db) {
+            self.insert_slot(hash, key, E::unpack(p));
+        }
+    }
+
+    /// Removes `key`'s packed record, if it has one, and its mark.
+    fn take_packed(&mut self, hash: u64, key: &[u8], db: &mut Db) -> Option<E::Packed> {
+        let (l, at) = self.packed_of(hash, key, db)?;
         let (_, p) = self.packed[l].remove(at);
         self.packed_len -= 1;
         self.len -= 1;
         if !db.set_mark(hash, key, false) || db.marked_gone() > 0 {
             db.forget_marked(key);
         }
-        self.insert_slot(hash, key, E::unpack(p));
+        Some(p)
+    }
+
+    /// Runs `f` on `key`'s entry (created by `fresh` if there is none), where it is: a packed
+    /// entry is worked on as an unpacked copy, and `f`'s answer (`.1`) says whether the entry
+    /// may be packed afterwards (as [`KeyMap::repack`] would). A key that was packed, or was
+    /// absent, and can be packed after `f` never enters the table: that round trip (a slot
+    /// block and a key copy allocated, inserted in a hash table and a leaf index, then taken
+    /// out again) cost a replicated write more than the change itself. The result is the same
+    /// as [`KeyMap::get_or_insert_with`], `f`, then [`KeyMap::repack`] when asked.
+    pub fn update<R>(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        db: &mut Db,
+        fresh: impl FnOnce() -> E,
+        f: impl FnOnce(&mut E, &Db) -> (R, bool),
+    ) -> R {
+        debug_assert_eq!(hash, lattice_store::key_hash(key));
+        if let Some(e) = self.get_keyed_mut(hash, key) {
+            let (r, pack) = f(e, db);
+            if pack {
+                self.repack(hash, key, db);
+            }
+            return r;
+        }
+        self.ensure_tables();
+        self.changes.note(hash);
+        if let Some((l, at)) = self.packed_of(hash, key, db) {
+            let mut e = E::unpack(self.packed[l][at].1);
+            let (r, pack) = f(&mut e, db);
+            // What `take_packed` then `repack` would leave when the store still holds the key
+            // marked (and no removed marked key is pending): the same record, in place.
+            let stored_marked = db.get_raw_hashed(hash, key).is_some_and(|s| s.is_marked());
+            if let Some(p) = pack.then(|| e.pack()).flatten() {
+                if stored_marked && db.marked_gone() == 0 {
+                    self.packed[l][at].1 = p;
+                    return r;
+                }
+            }
+            self.take_packed(hash, key, db);
+            self.insert_slot(hash, key, e);
+            if pack {
+                self.repack(hash, key, db);
+            }
+            return r;
+        }
+        let mut e = fresh();
+        let (r, pack) = f(&mut e, db);
+        if let Some(p) = pack.then(|| e.pack()).flatten() {
+            if self.insert_packed(hash, key, p, db) {
+                return r;
+            }
+        }
+        self.insert_slot(hash, key, e);
+        r
+    }
+
+    /// Allocates the tables on first use: a node that never replicates pays nothing.
+    fn ensure_tables(&mut self) {
+        if self.tables.is_empty() {
+            self.tables = (0..SHARDS).map(|_| HashTable::new()).collect();
+            self.leaves = vec![Vec::new(); LEAVES];
+            self.packed = vec![Vec::new(); LEAVES];
+        }
+    }
+
+    /// Packs record `p` for `key`, which is in neither the table nor the packed records, if
+    /// it can be (see [`KeyMap::mark_packed`]).
+    fn insert_packed(&mut self, hash: u64, key: &[u8], p: E::Packed, db: &mut Db) -> bool {
+        let Some(at) = self.mark_packed(hash, key, db) else {
+            return false;
+        };
+        self.put_packed(hash, at, p);
+        true
+    }
+
+    /// Where `key`'s record goes in its leaf's packed records, having marked the key in the
+    /// store; None (nothing marked) when another key's record has its hash or the store
+    /// does not hold the key (to carry the mark). The tables exist.
+    fn mark_packed(&mut self, hash: u64, key: &[u8], db: &mut Db) -> Option<usize> {
+        let Err(at) = packed_at(&self.packed[leaf_of(hash)], hash) else {
+            return None; // another key's record has this hash
+        };
+        if db.marked_gone() > 0 && db.was_marked(hash, key) {
+            return None; // removed marked, not yet forgotten: the mark would name it twice
+        }
+        db.set_mark(hash, key, true).then_some(at)
+    }
+
+    /// Inserts a record at `at` (from [`KeyMap::mark_packed`]) of its leaf.
+    fn put_packed(&mut self, hash: u64, at: usize, p: E::Packed) {
+        let records = &mut self.packed[leaf_of(hash)];
+        if records.len() == records.capacity() {
+            // A quarter more, not double: the records are most of a replicated key's bytes.
+            records.reserve_exact(2.max(records.len() / 4));
+        }
+        records.insert(at, (hash, p));
+        self.packed_len += 1;
+        self.len += 1;
     }
 
     /// Packs `key`'s entry if it can be ([`Pack::pack`]), no other key's record has its hash
@@ -177,25 +281,11 @@ impl<E: Pack> KeyMap<E> {
         let Some(p) = self.get(hash, key).and_then(E::pack) else {
             return;
         };
-        let leaf = leaf_of(hash);
-        let Err(at) = self.packed.get(leaf).map_or(Err(0), |v| packed_at(v, hash)) else {
-            return; // another key's record has this hash
-        };
-        if db.marked_gone() > 0 && db.was_marked(hash, key) {
-            return; // removed marked, not yet forgotten: the mark would name it twice
+        // In the table, so the tables exist.
+        if let Some(at) = self.mark_packed(hash, key, db) {
+            self.remove_slot(hash, key);
+            self.put_packed(hash, at, p);
         }
-        if !db.set_mark(hash, key, true) {
-            return;
-        }
-        self.remove_slot(hash, key);
-        let records = &mut self.packed[leaf];
-        if records.len() == records.capacity() {
-            // A quarter more, not double: the records are most of a replicated key's bytes.
-            records.reserve_exact(2.max(records.len() / 4));
-        }
-        records.insert(at, (hash, p));
-        self.packed_len += 1;
-        self.len += 1;
     }
 
     fn table(&self, hash: u64) -> Option<&HashTable<Box<Slot<E>>>> {
@@ -272,12 +362,7 @@ impl<E: Pack> KeyMap<E> {
         fresh: impl FnOnce() -> E,
     ) -> (&Bytes, &mut E) {
         self.changes.note(hash);
-        if self.tables.is_empty() {
-            // Allocated on first use: a node that never replicates pays nothing.
-            self.tables = (0..SHARDS).map(|_| HashTable::new()).collect();
-            self.leaves = vec![Vec::new(); LEAVES];
-            self.packed = vec![Vec::new(); LEAVES];
-        }
+        self.ensure_tables();
         match self.tables[shard_of(hash)].entry(
             table_hash(hash),
             |s| s.hash == hash && s.key[..] == *key,

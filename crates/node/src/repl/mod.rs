@@ -65,8 +65,13 @@ use self::wire::{
 
 /// Keys queued before the queue is dropped in favour of anti-entropy.
 const MAX_QUEUED_KEYS: usize = 100_000;
-/// Bytes of one outgoing `Deltas` or `States` message (well under the 16 MiB frame limit).
-const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Bytes of states in one outgoing `Deltas` message. A receiver merges a message in one step
+/// (and then refreshes its store for every key of it), holding the node for that long: at 1 MiB
+/// (about 6,600 SETs of 64-byte values) a replica under a bulk load stopped answering for
+/// 100-200 ms at a time on a shared machine. 64 KiB, an anti-entropy slice's size, is about
+/// 400 such keys, so the per-message costs (envelope, acknowledgement, retransmission entry,
+/// frame) stay small beside the merging.
+const MAX_BATCH_BYTES: usize = SLICE_BYTES;
 /// How long a captured delta may wait for company before it is sent: many pipelines' writes
 /// share one message (and one ack) per peer, and a key written repeatedly ships once. Bounds
 /// the replication lag this adds.
@@ -468,7 +473,7 @@ fn key_digest(key: &[u8], state: &KeyState, stored: Option<&[u8]>, scratch: &mut
 /// `stored` as for [`KeyState::expand`].
 fn redigest(
     h: u64,
-    key: &Bytes,
+    key: &[u8],
     entry: &mut KeyEntry,
     stored: Option<&[u8]>,
     merkle: &mut Merkle,
@@ -478,7 +483,7 @@ fn redigest(
     if entry.state.digest_is_costly() {
         if !entry.digest_stale {
             entry.digest_stale = true;
-            stale.push((h, key.clone()));
+            stale.push((h, Bytes::copy_from_slice(key)));
         }
         return true;
     }
@@ -728,7 +733,7 @@ impl Replicator {
     pub fn capture(
         &mut self,
         db: &mut Db,
-        key: &[u8],
+        key: &Bytes,
         gone: bool,
         intent: Intent,
         overwrote: bool,
@@ -744,57 +749,53 @@ impl Replicator {
         if !live(db) && self.keys.get_any(h, key, db).is_none() {
             return; // nothing known, nothing to remove
         }
-        self.keys.get_or_insert_with(h, key, db, KeyEntry::fresh);
-        let db_read: &Db = db;
-        let now_value = db_read
-            .get_raw_hashed(h, key)
-            .filter(|e| !gone && !e.is_expired(now_ms))
-            .map(|e| (&e.value, e.expire_at_ms()));
-        let new_str = match now_value {
-            Some((Value::Str(s), _)) => Some(s.as_bytes()),
-            _ => None,
-        };
-        let frontier = &self.frontier;
-        let Some(entry) = self.keys.get_keyed_mut(h, key) else {
-            unreachable!("inserted above");
-        };
         let ts = self.hlc.now(now_ms);
-        let mut st = Stamper {
-            node: self.dot_node,
-            ts,
-            counter: &mut self.counter,
-            issued: &mut self.seen,
+        let (frontier, node) = (&self.frontier, self.dot_node);
+        let (counter, seen) = (&mut self.counter, &mut self.seen);
+        let (merkle, stale, scratch) =
+            (&mut self.merkle, &mut self.stale_digests, &mut self.scratch);
+        let gc_queue = &mut self.gc_queue;
+        // Worked on where the entry is (`KeyMap::update`): a string key, packed before and
+        // after, never enters the table.
+        let delta = self.keys.update(h, key, db, KeyEntry::fresh, |entry, db| {
+            let now_value = db
+                .get_raw_hashed(h, key)
+                .filter(|e| !gone && !e.is_expired(now_ms))
+                .map(|e| (&e.value, e.expire_at_ms()));
+            let new_str = match now_value {
+                Some((Value::Str(s), _)) => Some(s.as_bytes()),
+                _ => None,
+            };
+            let mut st = Stamper {
+                node,
+                ts,
+                counter,
+                issued: seen,
+            };
+            // A key whose deadline passed expired during the command: the store's value before
+            // it was not this state's, so only the full comparison can explain the new one.
+            let hint = hint.filter(|_| entry.state.deadline_ms().is_none_or(|d| d > now_ms));
+            let delta = entry
+                .state
+                .capture(frontier, now_value, intent, overwrote, hint, &mut st);
+            if delta == Full::default() {
+                return (None, true); // unchanged: no new metadata, nothing to send
+            }
+            redigest(h, key, entry, new_str.as_deref(), merkle, stale, scratch);
+            // A state in compact form holds nothing GC could drop: only the others wait for it.
+            if !entry.gc_queued && entry.state.may_hold_garbage() {
+                entry.gc_queued = true;
+                gc_queue.push((h, key.clone()));
+            }
+            (Some(delta), true)
+        });
+        let Some(delta) = delta else {
+            return;
         };
-        // A key whose deadline passed expired during the command: the store's value before it
-        // was not this state's, so only the full comparison can explain the new one.
-        let hint = hint.filter(|_| entry.state.deadline_ms().is_none_or(|d| d > now_ms));
-        let delta = entry
-            .state
-            .capture(frontier, now_value, intent, overwrote, hint, &mut st);
-        if delta == Full::default() {
-            self.keys.repack(h, key, db);
-            return; // unchanged: no new metadata, nothing to send
-        }
-        let shared_key = Bytes::copy_from_slice(key);
-        redigest(
-            h,
-            &shared_key,
-            entry,
-            new_str.as_deref(),
-            &mut self.merkle,
-            &mut self.stale_digests,
-            &mut self.scratch,
-        );
-        // A state in compact form holds nothing GC could drop: only the others wait for it.
-        if !entry.gc_queued && entry.state.may_hold_garbage() {
-            entry.gc_queued = true;
-            self.gc_queue.push((h, shared_key.clone()));
-        }
-        self.keys.repack(h, key, db);
         if !self.peers.values().any(|p| p.up) {
             return; // the next anti-entropy ships the whole difference anyway
         }
-        if !self.pending.push(h, shared_key, delta, MAX_QUEUED_KEYS) {
+        if !self.pending.push(h, key.clone(), delta, MAX_QUEUED_KEYS) {
             self.pending.clear();
             for p in self.peers.values_mut() {
                 p.needs_ae = true;

@@ -54,9 +54,11 @@ pub(super) const PROBE_AFTER_SILENCE: Duration = Duration::from_millis(1000);
 /// Slices per vectored write; Linux's IOV_MAX is 1024.
 const MAX_IOVECS: usize = 512;
 /// Frames, and payload bytes, handed to the node per lock acquisition (at least one frame), so
-/// one peer's burst cannot starve clients: merging a large batch of deltas can take long.
+/// one peer's burst cannot starve clients: merging a large batch of deltas can take long. The
+/// byte bound is one delta message or anti-entropy slice (64 KiB, a few milliseconds of
+/// merging): at 256 KiB a replica under a bulk load held its lock for four messages at a time.
 const MAX_FRAMES_PER_LOCK: usize = 256;
-const MAX_BYTES_PER_LOCK: usize = 256 * 1024;
+const MAX_BYTES_PER_LOCK: usize = 64 * 1024;
 /// Read buffer growth step for incoming frames.
 const READ_CHUNK: usize = 64 * 1024;
 
