@@ -232,6 +232,9 @@ pub struct Call<'a> {
     pub out: ReplyWriter<'a>,
     /// First word of the first error replied (for INFO errorstats), if any.
     pub(crate) error_code: Option<String>,
+    /// The error reply was counted in the error statistics already (a script passing on the
+    /// error of a command it ran): it still makes this call a failed one.
+    error_counted: bool,
     /// Running inside EXEC: blocking commands must not block.
     pub in_exec: bool,
     /// Called by a script (`redis.call`): client-side caching remembers the script's declared
@@ -248,6 +251,7 @@ impl<'a> Call<'a> {
             now_ms: now.as_millis(),
             out,
             error_code: None,
+            error_counted: false,
             in_exec: false,
             in_script: false,
         }
@@ -276,6 +280,21 @@ impl<'a> Call<'a> {
             self.error_code = Some(error_code(message));
         }
         self.out.error(message);
+    }
+
+    /// An error reply the error statistics counted already (see `error_counted`).
+    pub(crate) fn error_counted(&mut self, message: &[u8]) {
+        if self.error_code.is_none() {
+            self.error_counted = true;
+        }
+        self.error_bytes(message);
+    }
+
+    /// The code of this call's error reply for the error statistics, once, unless they
+    /// counted it already.
+    pub(crate) fn take_error_for_stats(&mut self) -> Option<String> {
+        let code = self.error_code.take();
+        code.filter(|_| !self.error_counted)
     }
 
     pub fn wrong_type(&mut self) {

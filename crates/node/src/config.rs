@@ -205,6 +205,17 @@ const PARAMS: &[(&str, &str, Kind)] = &[
     // Accepted and stored: Lattice does not evict clients for their memory.
     ("maxmemory-clients", "0", Kind::MemoryOrPercent),
     ("maxmemory-samples", "5", Kind::Int { min: 1, max: 64 }),
+    // Writes are refused (NOREPLICAS) while fewer peers than this are linked; 0 never. A
+    // Lattice node's replicas are its peers, and a linked peer receives every write within a
+    // heartbeat, so the link's liveness stands for Redis's replica lag.
+    (
+        "min-replicas-to-write",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+    ),
     ("notify-keyspace-events", "", Kind::Str),
     ("port", "6379", Kind::Immutable),
     ("proto-max-bulk-len", "536870912", Kind::Memory),
@@ -308,6 +319,7 @@ const PARAMS: &[(&str, &str, Kind)] = &[
 const ALIASES: &[(&str, &str)] = &[
     ("lua-time-limit", "busy-reply-threshold"),
     ("slaveof", "replicaof"),
+    ("min-slaves-to-write", "min-replicas-to-write"),
     ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
     ("hash-max-ziplist-value", "hash-max-listpack-value"),
     ("list-max-ziplist-size", "list-max-listpack-size"),
@@ -368,6 +380,8 @@ pub struct Config {
     pub tracking_table_max_keys: u64,
     pub maxmemory_bytes: u64,
     pub maxmemory_policy: String,
+    /// `min-replicas-to-write`: linked peers a write needs (0: none).
+    pub min_replicas_to_write: u64,
     /// `lfu-log-factor`: how slowly the LFU counter grows (see `lattice_store::AccessClock`).
     pub lfu_log_factor: u32,
     /// `lfu-decay-time`: minutes per unit the LFU counter loses without access (0: never).
@@ -451,6 +465,7 @@ impl Default for Config {
             tracking_table_max_keys: 0,
             maxmemory_bytes: 0,
             maxmemory_policy: String::new(),
+            min_replicas_to_write: 0,
             lfu_log_factor: 0,
             lfu_decay_time_min: 0,
             hotkey_threshold: 0,
@@ -670,6 +685,7 @@ impl Config {
         self.tracking_table_max_keys = int(self, "tracking-table-max-keys");
         self.maxmemory_bytes = int(self, "maxmemory");
         self.maxmemory_policy = self.values["maxmemory-policy"].clone();
+        self.min_replicas_to_write = int(self, "min-replicas-to-write");
         self.lfu_log_factor = int(self, "lfu-log-factor") as u32;
         self.lfu_decay_time_min = int(self, "lfu-decay-time") as u32;
         self.hotkey_threshold = int(self, "hotkey-threshold");

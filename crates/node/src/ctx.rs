@@ -8,7 +8,7 @@
 
 mod invariants;
 mod keys;
-mod maxmemory;
+pub(crate) mod maxmemory;
 mod notify;
 mod output;
 mod tracking;

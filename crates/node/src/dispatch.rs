@@ -29,6 +29,9 @@ pub const CLUSTER_DOWN: &str = "CLUSTERDOWN The cluster is down";
 pub const SLOT_MOVING: &str =
     "TRYAGAIN The slot moved to other nodes; the write did not run, retry it";
 
+/// Redis's refusal of a write while `min-replicas-to-write` is not met.
+pub const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
+
 /// Where a request runs in a partitioned cluster.
 enum Route {
     Local,
@@ -128,6 +131,23 @@ impl Core {
             }
             other => other,
         };
+        let admission = match admission {
+            Admission::Run(_) | Admission::Queue if !self.enough_replicas() => {
+                let Ok(spec) = resolve(self, args) else {
+                    unreachable!("admitted requests resolve")
+                };
+                if spec.is_write() {
+                    Admission::Reject(Rejection {
+                        message: NOREPLICAS.as_bytes().to_vec(),
+                        spec: Some(spec),
+                        denied: None,
+                    })
+                } else {
+                    admission
+                }
+            }
+            other => other,
+        };
         match admission {
             Admission::Run(spec) => {
                 use crate::cmd::monitor::Source;
@@ -148,7 +168,7 @@ impl Core {
             }
             Admission::Reject(rejection) => self.reject(&mut call, rejection),
         }
-        if let Some(code) = call.error_code.take() {
+        if let Some(code) = call.take_error_for_stats() {
             self.stats.total_error_replies += 1;
             *self.stats.errors.entry(code).or_insert(0) += 1;
         }
@@ -245,6 +265,13 @@ impl Core {
         if let Some(first) = keys.first() {
             self.hot_keys.count(first, self.now.as_millis());
         }
+    }
+
+    /// Redis's `checkGoodReplicasStatus`: false while `min-replicas-to-write` asks for more
+    /// linked peers than this node has (a node without peers has none).
+    pub(crate) fn enough_replicas(&self) -> bool {
+        let want = self.config.min_replicas_to_write;
+        want == 0 || self.repl.as_ref().map_or(0, |r| r.linked_peers()) as u64 >= want
     }
 
     /// The policy for a resolved command, in Redis's order of checks.

@@ -126,9 +126,20 @@ fn redis_call_runs_commands_and_raises_errors() {
     assert!(h
         .cmd(1, &["EVAL_RO", "return redis.call('set', 'x', 1)", "0"])
         .starts_with("-ERR Write commands are not allowed from read-only scripts."));
-    // Blocking commands do not block inside a script.
+    // Redis 7.0.15 refuses BLPOP, BRPOP, BRPOPLPUSH and BLMOVE in scripts; the other blocking
+    // commands do not block inside a script.
+    assert!(h
+        .cmd(1, &["EVAL", "return redis.call('blpop', 'empty', 0)", "0"])
+        .starts_with("-ERR This Redis command is not allowed from script"));
     assert_eq!(
-        h.cmd(1, &["EVAL", "return redis.call('blpop', 'empty', 0)", "0"]),
+        h.cmd(
+            1,
+            &[
+                "EVAL",
+                "return redis.call('blmpop', 0, 1, 'empty', 'LEFT')",
+                "0"
+            ]
+        ),
         "$-1\r\n"
     );
 }
@@ -170,12 +181,13 @@ fn sandbox_has_no_io_and_protects_globals() {
 #[test]
 fn scripts_that_cannot_be_suspended_are_stopped_by_the_budget() {
     let mut h = Harness::with_clients(1);
-    // Lua 5.1 cannot suspend a coroutine inside pcall: the instruction budget stops it.
+    // Lua 5.1 cannot suspend a coroutine inside a C call (here a sort comparator): the
+    // instruction budget stops it.
     let r = h.cmd(
         1,
         &[
             "EVAL",
-            "while true do pcall(function() while true do end end) end",
+            "table.sort({1, 2, 3}, function(a, b) while true do end end)",
             "0",
         ],
     );
@@ -492,4 +504,398 @@ fn sha1hex_wants_one_argument() {
         h.cmd(1, &["EVAL", "return redis.sha1hex('abc')", "0"]),
         "$40\r\na9993e364706816aba3e25717850c26c9cd0d89d\r\n"
     );
+}
+
+#[test]
+fn a_loop_inside_pcall_is_suspended_and_can_be_killed() {
+    // Redis's "Timedout read-only scripts can be killed by SCRIPT KILL even when use pcall".
+    let mut h = busy_node();
+    let script = "local f = function() while 1 do redis.call('ping') end end \
+                  while 1 do pcall(f) end";
+    assert_eq!(h.cmd(1, &["EVAL", script, "0"]), "");
+    assert!(h.node.script_running());
+    h.advance(200);
+    assert_eq!(h.cmd(2, &["PING"]), BUSY);
+    assert_eq!(h.cmd(3, &["SCRIPT", "KILL"]), "+OK\r\n");
+    h.tick();
+    assert!(!h.node.script_running());
+    assert!(h.take(1).starts_with("-ERR Script killed by user"));
+    assert_eq!(h.cmd(2, &["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn pcall_and_xpcall_keep_their_results_across_slices() {
+    let mut h = busy_node();
+    let script = "local count = function(n) local i = 0 while i < n do i = i + 1 end return i, 'done' end \
+                  local ok, n, word = pcall(count, 3000000) \
+                  local bad, e = pcall(function() count(2000000) error('boom', 0) end) \
+                  local _, handled = xpcall(function() count(2000000) error({err='MINE x'}) end, \
+                                            function(err) return err.err end) \
+                  local ok2, inner = pcall(pcall, count, 10) \
+                  return {tostring(ok), n, word, tostring(bad), e, handled, tostring(ok2), tostring(inner)}";
+    assert_eq!(h.cmd(1, &["EVAL", script, "0"]), "");
+    let slices = h.finish_script();
+    assert!(slices > 3, "{slices}");
+    assert_eq!(
+        h.take(1),
+        "*8\r\n$4\r\ntrue\r\n:3000000\r\n$4\r\ndone\r\n$5\r\nfalse\r\n$4\r\nboom\r\n\
+         $6\r\nMINE x\r\n$4\r\ntrue\r\n$4\r\ntrue\r\n"
+    );
+}
+
+#[test]
+fn a_script_cannot_yield_its_own_coroutine() {
+    let mut h = Harness::with_clients(1);
+    // As in Redis, where scripts run inside a C pcall: inside pcall the yield fails there...
+    let message = "attempt to yield across metamethod/C-call boundary";
+    assert_eq!(
+        h.cmd(
+            1,
+            &["EVAL", "return {tostring(pcall(function() coroutine.yield(1) end)), select(2, pcall(function() coroutine.yield(1) end))}", "0"]
+        ),
+        format!("*2\r\n$5\r\nfalse\r\n${}\r\n{message}\r\n", message.len())
+    );
+    // ... and at the top it ends the script with that error.
+    let r = h.cmd(1, &["EVAL", "coroutine.yield()", "0"]);
+    assert!(
+        r.starts_with("-ERR attempt to yield across metamethod/C-call boundary"),
+        "{r}"
+    );
+    // A script's own coroutines still work, pcall inside them too.
+    assert_eq!(
+        h.cmd(
+            1,
+            &[
+                "EVAL",
+                "local co = coroutine.wrap(function() local ok, v = pcall(function() return 7 end) coroutine.yield(v) return 8 end) \
+                 return {co(), co()}",
+                "0"
+            ]
+        ),
+        "*2\r\n:7\r\n:8\r\n"
+    );
+}
+
+#[test]
+fn shebang_flags_are_read_and_enforced() {
+    let mut h = Harness::with_clients(1);
+    assert_eq!(h.cmd(1, &["EVAL", "#!lua\nreturn 1", "0"]), ":1\r\n");
+    assert_eq!(
+        h.cmd(1, &["EVAL", "#!not-lua\nreturn 1", "0"]),
+        "-ERR Unexpected engine in script shebang: #!not-lua\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "#!lua badger=data\nreturn 1", "0"]),
+        "-ERR Unknown lua shebang option: badger=data\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "#!lua flags=allow-oom,what?\nreturn 1", "0"]),
+        "-ERR Unexpected flag in script shebang: what?\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "#!lua return 1", "0"]),
+        "-ERR Invalid script shebang\r\n"
+    );
+    // no-writes: a read-only script, as EVAL_RO.
+    let r = h.cmd(
+        1,
+        &[
+            "EVAL",
+            "#!lua flags=no-writes\nredis.call('set','x',1)",
+            "1",
+            "x",
+        ],
+    );
+    assert!(
+        r.starts_with("-ERR Write commands are not allowed from read-only scripts."),
+        "{r}"
+    );
+    assert_eq!(
+        h.cmd(
+            1,
+            &[
+                "EVAL_RO",
+                "#!lua flags=no-writes\nreturn redis.call('get','x')",
+                "1",
+                "x"
+            ]
+        ),
+        "$-1\r\n"
+    );
+    // A script that declares flags but not no-writes may write: not with EVAL_RO.
+    assert_eq!(
+        h.cmd(1, &["EVAL_RO", "#!lua\nreturn 1", "0"]),
+        "-ERR Can not execute a script with write flag using *_ro command.\r\n"
+    );
+    // Line numbers stay the script's: the shebang is line 1.
+    let r = h.cmd(1, &["EVAL", "#!lua\n\nerror('x')", "0"]);
+    assert!(r.contains("@user_script:3."), "{r}");
+    // EVALSHA reads the same flags.
+    let sha =
+        lattice_node::cmd::script::sha1_hex(b"#!lua flags=no-writes\nreturn redis.call('del','x')");
+    h.cmd(
+        1,
+        &[
+            "SCRIPT",
+            "LOAD",
+            "#!lua flags=no-writes\nreturn redis.call('del','x')",
+        ],
+    );
+    assert!(h
+        .cmd(1, &["EVALSHA", &sha, "0"])
+        .starts_with("-ERR Write commands are not allowed from read-only scripts."));
+}
+
+/// INFO errorstats and the commandstats line of each of `commands` (from `calls=`), then
+/// CONFIG RESETSTAT.
+fn error_stats(h: &mut Harness, commands: &[&str]) -> (String, Vec<String>) {
+    let errors = h.cmd(1, &["INFO", "errorstats"]);
+    let all = h.cmd(1, &["INFO", "commandstats"]);
+    let lines = commands
+        .iter()
+        .map(|c| {
+            let prefix = format!("cmdstat_{c}:");
+            all.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map(|l| {
+                    let calls = l.split(',').next().unwrap_or("");
+                    let rest = l.split_once(",rejected").map_or("", |(_, r)| r);
+                    format!("{calls},rejected{rest}")
+                })
+                .unwrap_or_default()
+        })
+        .collect();
+    h.cmd(1, &["CONFIG", "RESETSTAT"]);
+    (errors, lines)
+}
+
+#[test]
+fn a_command_error_passed_on_by_a_script_is_counted_once() {
+    // Redis's "Consistent eval error reporting".
+    let mut h = Harness::with_clients(1);
+    h.cmd(1, &["SET", "s", "1"]);
+    h.cmd(1, &["CONFIG", "RESETSTAT"]);
+    let r = h.cmd(1, &["EVAL", "return redis.call('lpush', 's', 'x')", "0"]);
+    assert!(r.starts_with("-WRONGTYPE"), "{r}");
+    let (errors, cmds) = error_stats(&mut h, &["lpush", "eval"]);
+    assert!(
+        errors.contains("errorstat_WRONGTYPE:count=1\r\n"),
+        "{errors}"
+    );
+    assert_eq!(cmds, ["calls=1,rejected_calls=0,failed_calls=1"; 2]);
+    // Returned from redis.pcall: still once.
+    let r = h.cmd(1, &["EVAL", "return redis.pcall('lpush', 's', 'x')", "0"]);
+    assert!(r.starts_with("-WRONGTYPE"), "{r}");
+    let (errors, cmds) = error_stats(&mut h, &["lpush", "eval"]);
+    assert!(
+        errors.contains("errorstat_WRONGTYPE:count=1\r\n"),
+        "{errors}"
+    );
+    assert_eq!(cmds, ["calls=1,rejected_calls=0,failed_calls=1"; 2]);
+    // Caught and not returned: the command's error only; EVAL did not fail.
+    assert_eq!(
+        h.cmd(1, &["EVAL", "redis.pcall('lpush', 's', 'x') return 1", "0"]),
+        ":1\r\n"
+    );
+    let (errors, cmds) = error_stats(&mut h, &["lpush", "eval"]);
+    assert!(
+        errors.contains("errorstat_WRONGTYPE:count=1\r\n"),
+        "{errors}"
+    );
+    assert_eq!(cmds[1], "calls=1,rejected_calls=0,failed_calls=0");
+    // A refusal inside the script counts as a rejected call of the command.
+    let r = h.cmd(
+        1,
+        &["EVAL_RO", "return redis.call('set', 'x', 'y')", "1", "x"],
+    );
+    assert!(r.starts_with("-ERR Write commands are not allowed"), "{r}");
+    let (errors, cmds) = error_stats(&mut h, &["set", "eval_ro"]);
+    assert!(errors.contains("errorstat_ERR:count=1\r\n"), "{errors}");
+    assert_eq!(cmds[1], "calls=1,rejected_calls=0,failed_calls=1");
+    assert_eq!(cmds[0], "calls=0,rejected_calls=1,failed_calls=0");
+    // An error the script makes itself is counted with its own code.
+    let r = h.cmd(
+        1,
+        &["EVAL", "return redis.error_reply('MY_CODE custom')", "0"],
+    );
+    assert_eq!(r, "-MY_CODE custom\r\n");
+    let (errors, _) = error_stats(&mut h, &[]);
+    assert!(errors.contains("errorstat_MY_CODE:count=1\r\n"), "{errors}");
+}
+
+#[test]
+fn error_and_status_reply_follow_redis() {
+    let mut h = Harness::with_clients(1);
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return redis.error_reply('')", "0"]),
+        "-ERR \r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return redis.error_reply('-FOO')", "0"]),
+        "-ERR FOO\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return redis.error_reply('oops\\r\\n')", "0"]),
+        "-ERR oops\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return redis.error_reply(1)", "0"]),
+        "-ERR wrong number or type of arguments\r\n"
+    );
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return redis.status_reply()", "0"]),
+        "-ERR wrong number or type of arguments\r\n"
+    );
+}
+
+#[test]
+fn json_and_msgpack_libraries_are_loaded_and_read_only() {
+    let mut h = Harness::with_clients(1);
+    assert_eq!(
+        h.cmd(
+            1,
+            &[
+                "EVAL",
+                "return cjson.encode(cjson.decode('{\"a\":[1,2,null]}'))",
+                "0"
+            ]
+        ),
+        "$16\r\n{\"a\":[1,2,null]}\r\n"
+    );
+    assert_eq!(
+        h.cmd(
+            1,
+            &[
+                "EVAL",
+                "return cmsgpack.unpack(cmsgpack.pack({1, 'x'}))[2]",
+                "0"
+            ]
+        ),
+        "$1\r\nx\r\n"
+    );
+    for code in ["cjson.encode = nil", "cmsgpack.pack = nil"] {
+        let r = h.cmd(1, &["EVAL", code, "0"]);
+        assert!(r.contains("Attempt to modify a readonly table"), "{r}");
+    }
+}
+
+#[test]
+fn acl_check_cmd_answers_for_the_callers_user() {
+    let mut h = Harness::with_clients(1);
+    h.cmd(
+        1,
+        &[
+            "ACL",
+            "SETUSER",
+            "bob",
+            "on",
+            ">123",
+            "+@scripting",
+            "+set",
+            "~x*",
+        ],
+    );
+    assert_eq!(h.cmd(1, &["AUTH", "bob", "123"]), "+OK\r\n");
+    assert_eq!(
+        h.cmd(
+            1,
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('set', 'xx', 1)",
+                "1",
+                "xx"
+            ]
+        ),
+        ":1\r\n"
+    );
+    assert_eq!(
+        h.cmd(
+            1,
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('hset', 'xx', 'f', 1)",
+                "1",
+                "xx"
+            ]
+        ),
+        "$-1\r\n"
+    );
+    assert_eq!(
+        h.cmd(
+            1,
+            &["EVAL", "return redis.acl_check_cmd('set', 'yy', 1)", "0"]
+        ),
+        "$-1\r\n"
+    );
+    let r = h.cmd(
+        1,
+        &["EVAL", "return redis.acl_check_cmd('nosuch', 'a')", "0"],
+    );
+    assert!(
+        r.starts_with("-ERR Invalid command passed to redis.acl_check_cmd()"),
+        "{r}"
+    );
+}
+
+#[test]
+fn precompiled_chunks_are_refused() {
+    let mut h = Harness::with_clients(1);
+    let r = h.cmd(
+        1,
+        &[
+            "EVAL",
+            "return loadstring(string.dump(function() return 1 end))()",
+            "0",
+        ],
+    );
+    assert!(r.contains("attempt to call a nil value"), "{r}");
+    let r = h.raw(1, &[b"EVAL", b"\x1bLua\x51\x00garbage", b"0"]);
+    assert!(
+        r.starts_with(b"-ERR Error compiling script"),
+        "{}",
+        String::from_utf8_lossy(&r)
+    );
+    // Source text still loads.
+    assert_eq!(
+        h.cmd(1, &["EVAL", "return loadstring('return 5')()", "0"]),
+        ":5\r\n"
+    );
+}
+
+#[test]
+fn min_replicas_to_write_refuses_writes_without_linked_peers() {
+    // Redis's "not enough good replicas": a node without peers has no good replicas.
+    const NOREPLICAS: &str = "-NOREPLICAS Not enough good replicas to write.\r\n";
+    let mut h = Harness::with_clients(1);
+    h.cmd(1, &["SET", "x", "v"]);
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "SET", "min-slaves-to-write", "1"]),
+        "+OK\r\n"
+    );
+    assert_eq!(h.cmd(1, &["SET", "x", "w"]), NOREPLICAS);
+    assert_eq!(h.cmd(1, &["GET", "x"]), "$1\r\nv\r\n");
+    let read = "return redis.call('get','x')";
+    assert_eq!(
+        h.cmd(
+            1,
+            &["EVAL", &format!("#!lua flags=no-writes\n{read}"), "1", "x"]
+        ),
+        "$1\r\nv\r\n"
+    );
+    assert_eq!(h.cmd(1, &["EVAL", read, "1", "x"]), "$1\r\nv\r\n");
+    assert_eq!(
+        h.cmd(1, &["EVAL", &format!("#!lua\n{read}"), "1", "x"]),
+        NOREPLICAS
+    );
+    let r = h.cmd(1, &["EVAL", "return redis.call('set','x',1)", "1", "x"]);
+    assert!(r.starts_with("-NOREPLICAS"), "{r}");
+    // Queued in MULTI: refused there, so EXEC aborts.
+    h.cmd(1, &["MULTI"]);
+    assert_eq!(h.cmd(1, &["SET", "x", "w"]), NOREPLICAS);
+    assert!(h.cmd(1, &["EXEC"]).starts_with("-EXECABORT"));
+    assert_eq!(
+        h.cmd(1, &["CONFIG", "SET", "min-replicas-to-write", "0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(h.cmd(1, &["SET", "x", "w"]), "+OK\r\n");
 }

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use lattice_placement::{key_slot, Placement, SLOTS};
 
-use crate::args::parse_i64;
+use crate::args::{is, parse_i64};
 use crate::command::{container, spec, Call};
 use crate::ctx::{CommandSpec, Core};
 
@@ -65,6 +65,16 @@ pub static COMMANDS: &[CommandSpec] = &[
                 "3.0.0",
                 "Lattice: drains this node's slots to their new owners, then leaves the cluster.",
                 leave,
+            ),
+            spec(
+                "cluster|reset",
+                -2,
+                &["admin", "noscript", "stale"],
+                (0, 0, 0),
+                CLUSTER,
+                "3.0.0",
+                "Reset a Redis Cluster node.",
+                reset,
             ),
             spec(
                 "cluster|keyslot",
@@ -245,6 +255,23 @@ fn leave(core: &mut Core, call: &mut Call) {
         Ok(()) => call.ok(),
         Err(e) => call.error(e),
     }
+}
+
+/// CLUSTER RESET [HARD|SOFT]: Redis Cluster's way for a node to forget its cluster at once.
+/// A Lattice member holds keys other members may not have yet, so it never drops out without
+/// handing its slots over: refused, naming CLUSTER LEAVE, which does that. Standalone, Redis's
+/// answer for a server without cluster support.
+fn reset(core: &mut Core, call: &mut Call) {
+    if core.cluster.is_none() {
+        return call.error(DISABLED);
+    }
+    if call.argc() > 3 || (call.argc() == 3 && !is(call.arg(2), "hard") && !is(call.arg(2), "soft"))
+    {
+        return call.error("ERR syntax error");
+    }
+    call.error(
+        "ERR CLUSTER RESET is not supported: a member leaves with CLUSTER LEAVE, which first moves its slots to their new owners",
+    );
 }
 
 /// A node's 40-character id, as Redis Cluster's ids look: the node id in hex, zero-padded.

@@ -75,9 +75,10 @@ fn fcall_generic(core: &mut Core, call: &mut Call, ro: bool) {
     if numkeys < 0 {
         return call.error("ERR Number of keys can't be negative");
     }
-    if flags & NO_WRITES == 0 && ro {
-        return call.error("ERR Can not execute a script with write flag using *_ro command.");
-    }
+    let deny_oom = match crate::cmd::script::prepare(core, Some(flags), ro) {
+        Ok(deny_oom) => deny_oom,
+        Err(e) => return call.error(&e),
+    };
     let split = 3 + numkeys as usize;
     let (keys, argv) = (&call.args[3..split], &call.args[split..]);
     let seed = core.random_u64();
@@ -87,6 +88,7 @@ fn fcall_generic(core: &mut Core, call: &mut Call, ro: bool) {
     ) {
         Ok(mut run) => {
             run.command = call.args.to_vec();
+            run.deny_oom = deny_oom;
             crate::cmd::script::launch(core, call, run)
         }
         Err(e) => call.error_bytes(&e),

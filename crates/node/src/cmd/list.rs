@@ -24,8 +24,9 @@ const LIST: &str = "list";
 const W: &[&str] = &["write", "denyoom"];
 const WDF: &[&str] = &["write", "denyoom", "fast"];
 const WF: &[&str] = &["write", "fast"];
-const WB: &[&str] = &["write", "blocking"];
-const WDB: &[&str] = &["write", "denyoom", "blocking"];
+// Redis 7.0.15 (Debian) refuses these four in scripts (`noscript`), as it does BZPOPMIN/MAX.
+const WB: &[&str] = &["write", "noscript", "blocking"];
+const WDB: &[&str] = &["write", "denyoom", "noscript", "blocking"];
 const R: &[&str] = &["readonly"];
 const RF: &[&str] = &["readonly", "fast"];
 

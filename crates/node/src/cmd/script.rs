@@ -37,6 +37,8 @@
 pub(crate) mod basics;
 pub(crate) mod coroutine;
 pub(crate) mod engine;
+pub(crate) mod json;
+pub(crate) mod msgpack;
 
 pub use basics::lua_number_text;
 
@@ -54,7 +56,11 @@ use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use crate::dispatch::Unresolved;
 use crate::time::Micros;
-use engine::{error_table, internal_error, unwrap_call_error, Kind, Running, HOOK_STEP};
+use basics::{ALLOW_OOM, NO_CLUSTER, NO_WRITES};
+use engine::{
+    error_table, internal_error, raise_if_error, unwrap_call_error, Kind, Running, COUNTED,
+    HOOK_STEP,
+};
 pub use engine::{
     sha1_hex, Scripts, INSTRUCTION_BUDGET, MAX_CACHED_BYTES, MAX_CACHED_SCRIPTS,
     MEMORY_LIMIT_BYTES, SLICE_INSTRUCTIONS,
@@ -63,8 +69,9 @@ pub use engine::{
 const SCRIPTING: &str = "scripting";
 
 /// Nesting depth of a Lua table converted to a reply (a table containing itself would
-/// otherwise recurse forever).
-const MAX_REPLY_DEPTH: usize = 1000;
+/// otherwise recurse forever). The conversion recurses on the node's stack: a debug build's
+/// test thread overflowed at 1,000 levels.
+const MAX_REPLY_DEPTH: usize = 256;
 
 /// What the caller of a script stopped by SCRIPT KILL gets (before the location).
 const KILLED_BY_USER: &str = "ERR Script killed by user with SCRIPT KILL...";
@@ -132,6 +139,13 @@ fn eval_generic(core: &mut Core, call: &mut Call, by_sha: bool, read_only: bool)
             Err(e) => return call.error(&e),
         }
     };
+    let flags = core.scripts.cache[&sha].flags;
+    let deny_oom = match prepare(core, flags, read_only) {
+        Ok(deny_oom) => deny_oom,
+        Err(e) => return call.error(&e),
+    };
+    // A script declaring no-writes runs as EVAL_RO does.
+    let read_only = read_only || flags.is_some_and(|f| f & NO_WRITES != 0);
     let split = 3 + numkeys as usize;
     let (keys, argv) = (&call.args[3..split], &call.args[split..]);
     let seed = core.random_u64();
@@ -139,8 +153,62 @@ fn eval_generic(core: &mut Core, call: &mut Call, by_sha: bool, read_only: bool)
         .scripts
         .start(call.conn, call.now, &sha, keys, argv, read_only, seed)
     {
-        Ok(run) => launch(core, call, run),
+        Ok(mut run) => {
+            run.deny_oom = deny_oom;
+            launch(core, call, run)
+        }
         Err(e) => call.error_bytes(&e),
+    }
+}
+
+/// Redis's checks before a script runs, from its flags (`None`: an EVAL script without a
+/// shebang, which only the commands it runs are checked for) and whether the caller is a
+/// `_RO` command. Returns whether the script's `denyoom` commands must be refused (the node
+/// is over maxmemory and the flags do not allow it), or the error reply.
+pub(crate) fn prepare(core: &Core, flags: Option<u8>, ro: bool) -> Result<bool, String> {
+    let limit = core.config.maxmemory_bytes;
+    // Dispatch already evicted what the policy allows before this command.
+    let oom = limit > 0 && core.eviction.used_bytes() > limit;
+    let Some(flags) = flags else {
+        return Ok(oom);
+    };
+    if flags & NO_CLUSTER != 0 && core.cluster.is_some() {
+        return Err("ERR Can not run script on cluster, 'no-cluster' flag is set.".into());
+    }
+    if flags & (ALLOW_OOM | NO_WRITES) == 0 && oom {
+        // What Redis answers before the script: a script that may write is a denyoom command.
+        return Err(crate::ctx::maxmemory::OOM.into());
+    }
+    if flags & NO_WRITES == 0 {
+        if let Some(e) = core.persist_refuses_writes() {
+            return Err(e);
+        }
+        if ro {
+            return Err("ERR Can not execute a script with write flag using *_ro command.".into());
+        }
+        if !core.enough_replicas() {
+            return Err(crate::dispatch::NOREPLICAS.into());
+        }
+    }
+    Ok(oom && flags & ALLOW_OOM == 0)
+}
+
+/// What a script answers: a value, or an error reply and whether the error statistics
+/// already counted it (a command's error inside the script, passed on: Redis counts it once,
+/// when the command replied).
+pub(crate) enum Reply {
+    Value(Frame),
+    Error(Vec<u8>, bool),
+}
+
+impl Reply {
+    /// Writes the reply into `call`, counting an error the statistics have not counted yet.
+    fn answer(self, call: &mut Call) {
+        match self {
+            Reply::Value(frame) => write_frame(&mut call.out, &frame),
+            Reply::Error(message, false) => call.error_bytes(&message),
+            Reply::Error(message, true) => call.error_counted(&message),
+        }
     }
 }
 
@@ -159,8 +227,7 @@ pub(crate) fn launch(core: &mut Core, call: &mut Call, mut run: Running) {
         run.command = call.args.to_vec();
     }
     match run_slice(core, &mut run, suspendable) {
-        Some(Ok(frame)) => write_frame(&mut call.out, &frame),
-        Some(Err(message)) => call.error_bytes(&message),
+        Some(reply) => reply.answer(call),
         None => core.scripts.running = Some(run),
     }
 }
@@ -172,12 +239,13 @@ pub(crate) fn continue_script(core: &mut Core) -> Option<Finished> {
     let mut run = core.scripts.running.take()?;
     let outcome = if run.killed {
         let line = core.scripts.hook.suspended_line();
-        Err(located(
+        let message = located(
             KILLED_BY_USER.as_bytes().to_vec(),
             &run.sha,
             source_of(run.kind),
             line,
-        ))
+        );
+        Reply::Error(message, false)
     } else {
         match run_slice(core, &mut run, true) {
             Some(outcome) => outcome,
@@ -197,22 +265,22 @@ pub(crate) fn continue_script(core: &mut Core) -> Option<Finished> {
 /// A script that ended after the EVAL handler returned.
 pub(crate) struct Finished {
     pub(crate) caller: ConnId,
-    pub(crate) reply: Option<Result<Frame, Vec<u8>>>,
+    pub(crate) reply: Option<Reply>,
     pub(crate) close: bool,
 }
 
 impl Finished {
     /// Writes the reply (as `proto` requires) into `out`; returns the error code for the
-    /// error statistics if it is an error reply.
+    /// error statistics if it is an error reply they have not counted yet.
     pub(crate) fn write(&self, out: &mut ReplyWriter) -> Option<String> {
         match &self.reply {
-            Some(Ok(frame)) => {
+            Some(Reply::Value(frame)) => {
                 write_frame(out, frame);
                 None
             }
-            Some(Err(message)) => {
+            Some(Reply::Error(message, counted)) => {
                 out.error(message);
-                Some(crate::command::error_code(message))
+                (!counted).then(|| crate::command::error_code(message))
             }
             None => None,
         }
@@ -221,11 +289,7 @@ impl Finished {
 
 /// Runs `run` until it ends (its reply as a frame, or an error reply's text) or, when
 /// `suspendable`, until the count hook suspends it at the end of a slice (None).
-fn run_slice(
-    core: &mut Core,
-    run: &mut Running,
-    suspendable: bool,
-) -> Option<Result<Frame, Vec<u8>>> {
+fn run_slice(core: &mut Core, run: &mut Running, suspendable: bool) -> Option<Reply> {
     let lua = core.scripts.lua.clone();
     let hook = core.scripts.hook.clone();
     let slice_steps = if core.buggify.fire("script_short_slice") {
@@ -235,7 +299,11 @@ fn run_slice(
     };
     let suspendable = suspendable && core.scripts.can_suspend;
     hook.arm(suspendable.then_some(&run.thread), slice_steps);
-    let (conn, now, read_only) = (run.caller, run.started, run.read_only);
+    let (conn, now) = (run.caller, run.started);
+    let limits = Limits {
+        read_only: run.read_only,
+        deny_oom: run.deny_oom,
+    };
     let seen = Seen {
         wrote: Cell::new(run.wrote),
         read: Cell::new(false),
@@ -243,22 +311,47 @@ fn run_slice(
     let core_cell = RefCell::new(core);
     let rng = RefCell::new(run.rng.clone());
     let result = lua.scope(|scope| {
-        let dispatch = scope.create_function(|lua, args: MultiValue| {
+        let dispatch = scope.create_function(|lua, ()| {
             let resp = match lua.named_registry_value::<i64>("lattice.resp")? {
                 3 => Protocol::Resp3,
                 _ => Protocol::Resp2,
             };
-            let argv = match lua_args(args) {
+            let call = take_call(&hook)?;
+            let argv = match call.args {
                 Ok(a) => a,
-                Err(e) => return error_table(lua, e.as_bytes()),
+                Err(e) => return error_table(lua, e.as_bytes(), false),
             };
             let mut core = core_cell
                 .try_borrow_mut()
                 .map_err(|_| mlua::Error::runtime("redis.call is not reentrant"))?;
-            match execute(&mut core, conn, now, &argv, read_only, resp, &seen) {
-                Ok(frame) => frame_to_lua(lua, frame, 0),
-                Err(e) => error_table(lua, e.as_bytes()),
+            let r = match execute(&mut core, conn, now, &argv, &limits, resp, &seen) {
+                Ok(frame) => frame_to_lua(lua, frame, 0)?,
+                Err(e) => error_table(lua, e.as_bytes(), true)?,
+            };
+            if call.raise {
+                return raise_if_error(r);
             }
+            Ok(r)
+        })?;
+        // redis.acl_check_cmd: may the caller's user run this command with these arguments?
+        let acl_check = scope.create_function(|lua, ()| {
+            let argv = match take_call(&hook)?.args {
+                Ok(a) => a,
+                Err(e) => return raise_if_error(error_table(lua, e.as_bytes(), false)?),
+            };
+            let core = core_cell
+                .try_borrow()
+                .map_err(|_| mlua::Error::runtime("redis.acl_check_cmd is not reentrant"))?;
+            let spec = match crate::dispatch::resolve(&core, &argv) {
+                Ok(spec) | Err(Unresolved::Arity(spec)) => spec,
+                Err(_) => {
+                    let e = b"ERR Invalid command passed to redis.acl_check_cmd()";
+                    return raise_if_error(error_table(lua, e, false)?);
+                }
+            };
+            let user = core.clients.get(&conn).and_then(|c| c.user.clone());
+            let allowed = core.acl_denied(user.as_ref(), spec, &argv).is_none();
+            Ok(LuaValue::Boolean(allowed))
         })?;
         let random =
             scope.create_function(|_, args: MultiValue| lua_random(&mut rng.borrow_mut(), args))?;
@@ -267,50 +360,73 @@ fn run_slice(
             Ok(())
         })?;
         lua.set_named_registry_value("lattice.dispatch", dispatch)?;
+        lua.set_named_registry_value("lattice.acl_check", acl_check)?;
         lua.set_named_registry_value("lattice.random", random)?;
         lua.set_named_registry_value("lattice.randomseed", randomseed)?;
-        coroutine::resume(&lua, &run.thread)
+        coroutine::resume(&lua, &run.thread, &hook)
     });
     hook.disarm();
-    for name in ["lattice.dispatch", "lattice.random", "lattice.randomseed"] {
+    for name in [
+        "lattice.dispatch",
+        "lattice.acl_check",
+        "lattice.random",
+        "lattice.randomseed",
+    ] {
         lua.unset_named_registry_value(name).ok();
     }
     run.wrote = seen.wrote.get();
+    let core = core_cell.into_inner();
     if seen.read.get() && !run.command.is_empty() {
         // Client-side caching: a script that read anything may have read any declared key.
-        let core = core_cell.into_inner();
         if let Ok(spec) = crate::dispatch::resolve(core, &run.command) {
             core.remember_keys(conn, spec, &run.command);
         }
     }
     run.rng = rng.into_inner();
+    if !matches!(result, Ok(coroutine::Resumed::Suspended)) {
+        core.scripts.script_ended();
+    }
     Some(match result {
-        Err(e) => Err(internal_error(e)),
+        Err(e) => Reply::Error(internal_error(e), false),
         Ok(coroutine::Resumed::Suspended) => return None,
         Ok(coroutine::Resumed::Returned(value)) => {
-            lua_to_frame(&value, 0).map_err(String::into_bytes)
+            let resp3 = lua.named_registry_value::<i64>("lattice.resp").ok() == Some(3);
+            returned(&value, resp3)
         }
         Ok(coroutine::Resumed::Raised(err, line)) => {
-            Err(failure_text(&lua, err, line, &run.sha, source_of(run.kind)))
+            failure_text(&lua, err, line, &run.sha, source_of(run.kind))
         }
     })
 }
 
-/// The arguments of `redis.call`: strings and numbers only, as Redis requires.
-fn lua_args(args: MultiValue) -> Result<Vec<Bytes>, &'static str> {
-    if args.is_empty() {
-        return Err("ERR Please specify at least one argument for this redis lib call");
-    }
-    let mut out = Vec::with_capacity(args.len());
-    for a in args {
-        match a {
-            LuaValue::String(s) => out.push(Bytes::copy_from_slice(&s.as_bytes())),
-            LuaValue::Integer(i) => out.push(Bytes::from(i.to_string())),
-            LuaValue::Number(n) => out.push(Bytes::from(lua_number_text(n))),
-            _ => return Err("ERR Lua redis lib command arguments must be strings or integers"),
+/// The `redis.call` (or `pcall`, `acl_check_cmd`) that called the running script's runner.
+fn take_call(hook: &coroutine::HookState) -> mlua::Result<coroutine::PendingCall> {
+    hook.take_call()
+        .ok_or_else(|| mlua::Error::runtime("a redis call without its arguments"))
+}
+
+/// The script's reply for the value it returned: an error reply for an `{err=...}` table
+/// (counted already if it came from a command, see [`COUNTED`]).
+fn returned(value: &LuaValue, resp3: bool) -> Reply {
+    if let LuaValue::Table(t) = value {
+        if let Ok(LuaValue::String(e)) = t.raw_get::<LuaValue>("err") {
+            let counted = t.raw_get::<bool>(COUNTED).unwrap_or(false);
+            return Reply::Error(e.as_bytes().to_vec(), counted);
         }
     }
-    Ok(out)
+    match lua_to_frame(value, 0, resp3) {
+        Ok(frame) => Reply::Value(frame),
+        Err(e) => Reply::Error(e.into_bytes(), false),
+    }
+}
+
+/// What a running script may not do.
+struct Limits {
+    /// EVAL_RO, FCALL_RO or the no-writes flag: no write command, nor any that may replicate.
+    read_only: bool,
+    /// Over maxmemory at the start without allow-oom: `denyoom` commands are refused until
+    /// the script has written (after that it cannot be stopped half-way).
+    deny_oom: bool,
 }
 
 /// What the commands a script slice called did.
@@ -328,7 +444,7 @@ fn execute(
     conn: ConnId,
     now: Micros,
     args: &[Bytes],
-    read_only: bool,
+    limits: &Limits,
     resp: Protocol,
     seen: &Seen,
 ) -> Result<Frame, String> {
@@ -336,21 +452,37 @@ fn execute(
     const ARITY: &str = "ERR Wrong number of args calling Redis command from script";
     let spec = match crate::dispatch::resolve(core, args) {
         Ok(spec) => spec,
-        Err(Unresolved::Arity(_)) => return Err(ARITY.into()),
-        Err(Unresolved::Command | Unresolved::Subcommand(_)) => return Err(UNKNOWN.into()),
+        Err(Unresolved::Arity(spec)) => return Err(refused(core, Some(spec), ARITY.into())),
+        Err(Unresolved::Command | Unresolved::Subcommand(_)) => {
+            return Err(refused(core, None, UNKNOWN.into()))
+        }
     };
     if spec.has(Flag::NoScript) {
-        return Err("ERR This Redis command is not allowed from script".into());
+        let e = "ERR This Redis command is not allowed from script".into();
+        return Err(refused(core, Some(spec), e));
     }
     let user = core.clients.get(&conn).and_then(|c| c.user.clone());
     if let Some(denied) = core.acl_denied(user.as_ref(), spec, args) {
         core.acl_log_denied(conn, spec, args, &denied, crate::acl::LogContext::Lua);
-        return Err(denied.script_message());
+        return Err(refused(core, Some(spec), denied.script_message()));
     }
     // As Redis, a read-only script may not run what may replicate either (PUBLISH): that is
     // what lets CLIENT PAUSE WRITE run read-only scripts.
-    if read_only && (spec.is_write() || spec.has(Flag::MayReplicate)) {
-        return Err("ERR Write commands are not allowed from read-only scripts.".into());
+    if limits.read_only && (spec.is_write() || spec.has(Flag::MayReplicate)) {
+        let e = "ERR Write commands are not allowed from read-only scripts.".into();
+        return Err(refused(core, Some(spec), e));
+    }
+    if limits.deny_oom && !seen.wrote.get() && spec.has(Flag::DenyOom) {
+        return Err(refused(core, Some(spec), crate::ctx::maxmemory::OOM.into()));
+    }
+    // As Redis, only before the script's first write: after it, stopping half-way would leave
+    // part of the script's effects.
+    if spec.is_write() && !seen.wrote.get() && !core.enough_replicas() {
+        return Err(refused(
+            core,
+            Some(spec),
+            crate::dispatch::NOREPLICAS.into(),
+        ));
     }
     if spec.is_write() {
         // As Redis: from the first write command on, SCRIPT KILL can no longer stop the
@@ -368,7 +500,7 @@ fn execute(
     if !core.monitors.is_empty() {
         core.feed_monitors(conn, spec, args, crate::cmd::monitor::Source::Script, false);
     }
-    if let Some(code) = sub.error_code.take() {
+    if let Some(code) = sub.take_error_for_stats() {
         core.stats.total_error_replies += 1;
         *core.stats.errors.entry(code).or_insert(0) += 1;
     }
@@ -380,12 +512,36 @@ fn execute(
     }
 }
 
+/// A command a script called refused before it ran, as Redis's `scriptCall` refuses: the error
+/// counts in the error statistics and as a rejected call of the command.
+fn refused(core: &mut Core, spec: Option<&'static CommandSpec>, message: String) -> String {
+    if let Some(spec) = spec {
+        core.stats.commands.entry(spec.name).rejected_calls += 1;
+    }
+    core.stats.total_error_replies += 1;
+    *core
+        .stats
+        .errors
+        .entry(crate::command::error_code(message.as_bytes()))
+        .or_insert(0) += 1;
+    message
+}
+
 /// The error reply for a script that raised `err`, located at `line` of the user's script
 /// when known.
-fn failure_text(lua: &Lua, err: LuaValue, line: Option<i64>, sha: &str, source: &str) -> Vec<u8> {
+fn failure_text(lua: &Lua, err: LuaValue, line: Option<i64>, sha: &str, source: &str) -> Reply {
+    // A library function's error gets the script's position, as Lua's luaL_error gives the
+    // C libraries' errors in Redis (`user_script:3: Cannot serialise ...`).
+    let positioned = match (&err, line) {
+        (LuaValue::Error(e), Some(n)) => engine::runtime_message(e)
+            .map(|m| format!("{}:{n}: {m}", source.trim_start_matches('@')))
+            .and_then(|text| lua.create_string(text).ok()),
+        _ => None,
+    };
+    let err = positioned.map_or(err, LuaValue::String);
     let table = match error_table_of(lua, err) {
         Ok(t) => t,
-        Err(e) => return internal_error(e),
+        Err(e) => return Reply::Error(internal_error(e), false),
     };
     if let Some(line) = line {
         table.raw_set("source", source).ok();
@@ -438,9 +594,12 @@ fn error_table_of(lua: &Lua, err: LuaValue) -> mlua::Result<Table> {
 }
 
 /// The error reply for a script that raised: `<err> script: <sha>, on @user_script:<line>.`
-fn error_text(err: &LuaValue, sha: &str) -> Vec<u8> {
+fn error_text(err: &LuaValue, sha: &str) -> Reply {
     let LuaValue::Table(t) = err else {
-        return b"ERR Error running script: execution failure".to_vec();
+        return Reply::Error(
+            b"ERR Error running script: execution failure".to_vec(),
+            false,
+        );
     };
     let msg: Vec<u8> = match t.raw_get::<LuaValue>("err") {
         Ok(LuaValue::String(s)) => s.as_bytes().to_vec(),
@@ -448,10 +607,12 @@ fn error_text(err: &LuaValue, sha: &str) -> Vec<u8> {
     };
     let source: Option<String> = t.raw_get("source").ok().flatten();
     let line: Option<i64> = t.raw_get("line").ok().flatten();
-    match source {
+    let counted = t.raw_get::<bool>(COUNTED).unwrap_or(false);
+    let msg = match source {
         Some(source) => located(msg, sha, &source, line),
         None => msg,
-    }
+    };
+    Reply::Error(msg, counted)
 }
 
 /// Lua's `math.random` on the per-script generator: `()` a float in [0, 1), `(m)` an integer
@@ -496,6 +657,8 @@ fn frame_to_lua(lua: &Lua, frame: Frame, depth: usize) -> mlua::Result<LuaValue>
         Frame::Integer(n) => LuaValue::Integer(n),
         Frame::Bulk(b) => LuaValue::String(lua.create_string(&b)?),
         Frame::Simple(s) => single("ok", LuaValue::String(lua.create_string(&s)?))?,
+        // A command's error reply, counted by the statistics already (see COUNTED).
+        Frame::Error(e) if depth == 0 => error_table(lua, &e, true)?,
         Frame::Error(e) => single("err", LuaValue::String(lua.create_string(&e)?))?,
         Frame::NullArray => LuaValue::Boolean(false),
         Frame::Null => {
@@ -545,32 +708,86 @@ fn frame_to_lua(lua: &Lua, frame: Frame, depth: usize) -> mlua::Result<LuaValue>
 /// Converts a script's return value into a reply (Redis's documented mapping): numbers are
 /// truncated to integers, `false`/`nil` are nil, `{ok=...}` a status, `{err=...}` an error, a
 /// table an array of its elements up to the first nil.
-pub fn lua_to_frame(v: &LuaValue, depth: usize) -> Result<Frame, String> {
+pub fn lua_to_frame(v: &LuaValue, depth: usize, resp3: bool) -> Result<Frame, String> {
     if depth > MAX_REPLY_DEPTH {
         return Err("ERR reached lua stack limit".into());
     }
+    let bytes = |s: &mlua::LuaString| Bytes::copy_from_slice(&s.as_bytes());
+    // As Redis: line breaks in a big number become spaces (they would end the reply line).
+    let one_line = |s: &mlua::LuaString| -> Bytes {
+        s.as_bytes()
+            .iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+            .collect::<Vec<u8>>()
+            .into()
+    };
+    let field = |t: &Table, name: &str| t.raw_get::<LuaValue>(name).unwrap_or(LuaValue::Nil);
     Ok(match v {
-        LuaValue::String(s) => Frame::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
+        LuaValue::String(s) => Frame::Bulk(bytes(s)),
         LuaValue::Integer(n) => Frame::Integer(*n),
-        LuaValue::Number(n) => {
-            Frame::Integer(n.trunc().clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+        // As Redis's C cast on x86: a number out of range (or NaN) reads as i64::MIN.
+        LuaValue::Number(n)
+            if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(n) =>
+        {
+            Frame::Integer(n.trunc() as i64)
         }
+        LuaValue::Number(_) => Frame::Integer(i64::MIN),
+        // A script that chose RESP3 (redis.setresp(3)) returns booleans as booleans.
+        LuaValue::Boolean(b) if resp3 => Frame::Boolean(*b),
         LuaValue::Boolean(true) => Frame::Integer(1),
         LuaValue::Table(t) => {
-            if let Ok(LuaValue::String(e)) = t.raw_get::<LuaValue>("err") {
-                return Ok(Frame::Error(Bytes::copy_from_slice(&e.as_bytes())));
+            if let LuaValue::String(e) = field(t, "err") {
+                return Ok(Frame::Error(bytes(&e)));
             }
-            if let Ok(LuaValue::String(s)) = t.raw_get::<LuaValue>("ok") {
-                return Ok(Frame::Simple(Bytes::copy_from_slice(&s.as_bytes())));
+            if let LuaValue::String(s) = field(t, "ok") {
+                return Ok(Frame::Simple(bytes(&s)));
             }
-            if let Ok(LuaValue::Number(d)) = t.raw_get::<LuaValue>("double") {
-                return Ok(Frame::Double(d));
+            match field(t, "double") {
+                LuaValue::Number(d) => return Ok(Frame::Double(d)),
+                LuaValue::Integer(d) => return Ok(Frame::Double(d as f64)),
+                _ => {}
+            }
+            if let LuaValue::String(s) = field(t, "big_number") {
+                return Ok(Frame::BigNumber(one_line(&s)));
+            }
+            if let LuaValue::Table(v) = field(t, "verbatim_string") {
+                if let (LuaValue::String(format), LuaValue::String(text)) =
+                    (field(&v, "format"), field(&v, "string"))
+                {
+                    let mut f = [b' '; 3];
+                    for (d, s) in f.iter_mut().zip(format.as_bytes().iter()) {
+                        *d = *s;
+                    }
+                    return Ok(Frame::Verbatim {
+                        format: f,
+                        text: bytes(&text),
+                    });
+                }
+            }
+            if let LuaValue::Table(m) = field(t, "map") {
+                let mut pairs = Vec::new();
+                for pair in m.pairs::<LuaValue, LuaValue>() {
+                    let (k, v) = pair.map_err(|e| e.to_string())?;
+                    pairs.push((
+                        lua_to_frame(&k, depth + 1, resp3)?,
+                        lua_to_frame(&v, depth + 1, resp3)?,
+                    ));
+                }
+                return Ok(Frame::Map(pairs));
+            }
+            if let LuaValue::Table(set) = field(t, "set") {
+                let mut items = Vec::new();
+                for pair in set.pairs::<LuaValue, LuaValue>() {
+                    let (k, _) = pair.map_err(|e| e.to_string())?;
+                    items.push(lua_to_frame(&k, depth + 1, resp3)?);
+                }
+                return Ok(Frame::Set(items));
             }
             let mut items = Vec::new();
             for i in 1.. {
                 match t.raw_get::<LuaValue>(i) {
                     Ok(LuaValue::Nil) | Err(_) => break,
-                    Ok(item) => items.push(lua_to_frame(&item, depth + 1)?),
+                    Ok(item) => items.push(lua_to_frame(&item, depth + 1, resp3)?),
                 }
             }
             Frame::Array(items)
@@ -721,7 +938,7 @@ mod tests {
         let ok: Table = t.raw_get(4).unwrap();
         assert_eq!(ok.raw_get::<String>("ok").unwrap(), "OK");
         // And back: `false` becomes a nil reply.
-        let back = lua_to_frame(&v, 0).unwrap();
+        let back = lua_to_frame(&v, 0, false).unwrap();
         assert_eq!(
             back,
             Frame::Array(vec![
@@ -738,13 +955,13 @@ mod tests {
         t.raw_set(2, true).unwrap();
         t.raw_set(4, "unreached").unwrap();
         assert_eq!(
-            lua_to_frame(&LuaValue::Table(t), 0).unwrap(),
+            lua_to_frame(&LuaValue::Table(t), 0, false).unwrap(),
             Frame::Array(vec![Frame::Integer(3), Frame::Integer(1)])
         );
         // A table containing itself is refused, not followed forever.
         let t = lua.create_table().unwrap();
         t.raw_set(1, t.clone()).unwrap();
-        assert!(lua_to_frame(&LuaValue::Table(t), 0).is_err());
+        assert!(lua_to_frame(&LuaValue::Table(t), 0, false).is_err());
     }
 
     #[test]

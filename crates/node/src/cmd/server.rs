@@ -606,6 +606,19 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 core.config.maxmemory_policy,
                 core.lazy_free.queue.len(),
             );
+            // EVAL scripts and function libraries share the node's one interpreter, so its
+            // heap is reported once, as Lua memory.
+            let sc = &core.scripts;
+            let lua = sc.lua.used_memory();
+            let _ = write!(
+                t,
+                "used_memory_lua:{lua}\r\nused_memory_lua_human:{}\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\nnumber_of_functions:{}\r\nnumber_of_libraries:{}\r\n",
+                human_bytes(lua as u64),
+                sc.cache_bytes,
+                sc.len(),
+                sc.libraries.function_count(),
+                sc.libraries.len(),
+            );
         }
         "persistence" => {
             crate::persist::write_info(core, now_ms, t);
@@ -640,6 +653,9 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 "acl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\n",
                 d.auth, d.command, d.key, d.channel
             );
+            // Redis's count of connections MIGRATE keeps open to other servers. Lattice has no
+            // MIGRATE (ARCHITECTURE §57), so there are never any.
+            t.push_str("migrate_cached_sockets:0\r\n");
         }
         "replication" => {
             // The offset is ROLE's: the writes this node has stamped (`crate::cmd::role`).

@@ -116,9 +116,9 @@ fn sort_generic(core: &mut Core, call: &mut Call, readonly: bool) {
         Some(_) => return call.wrong_type(),
     };
 
-    // A set has no native order worth keeping: when storing, sort it so that the stored
-    // result does not depend on the set's internal layout.
-    if dontsort && kind == Kind::Set && store.is_some() {
+    // A set has no native order worth keeping: when storing, or for a script (whose result
+    // must not depend on the set's internal layout either), sort it, as Redis does.
+    if dontsort && kind == Kind::Set && (store.is_some() || call.in_script) {
         dontsort = false;
         alpha = true;
         sortby = None;

@@ -522,6 +522,12 @@ fn read_generic(core: &mut Core, call: &mut Call, group_mode: bool) {
         let more = call.argc() - i - 1;
         let o = call.arg(i);
         if is(o, "block") && more > 0 {
+            if call.in_script {
+                // As Redis: blocking makes no sense inside a script.
+                return call.error(&format!(
+                    "ERR {name} command is not allowed with BLOCK option from scripts"
+                ));
+            }
             i += 1;
             let ms = match parse_i64(call.arg(i)) {
                 Some(ms) if ms < 0 => return call.error("ERR timeout is negative"),

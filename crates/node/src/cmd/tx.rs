@@ -148,7 +148,7 @@ fn exec(core: &mut Core, call: &mut Call) {
         if core.timing_wanted() {
             core.timing_note(call.conn, args.clone());
         }
-        if let Some(code) = sub.error_code.take() {
+        if let Some(code) = sub.take_error_for_stats() {
             core.stats.total_error_replies += 1;
             *core.stats.errors.entry(code).or_insert(0) += 1;
         }

@@ -968,6 +968,11 @@ impl Replicator {
         self.peers.values().map(|p| p.unacked_bytes).sum()
     }
 
+    /// Peers whose link is up (what `min-replicas-to-write` counts).
+    pub fn linked_peers(&self) -> usize {
+        self.live_peers().len()
+    }
+
     fn live_peers(&self) -> Vec<NodeId> {
         self.peers
             .iter()

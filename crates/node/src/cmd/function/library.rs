@@ -26,15 +26,7 @@ use crate::cmd::script::basics::HOOK_STEP;
 use crate::cmd::script::coroutine;
 use crate::varint::{get_bytes, get_varint, put_varint};
 
-/// The function flags of Redis 7.0, in the order FUNCTION LIST shows them.
-pub const FLAG_NAMES: [&str; 5] = [
-    "no-writes",
-    "allow-oom",
-    "allow-stale",
-    "no-cluster",
-    "allow-cross-slot-keys",
-];
-pub const NO_WRITES: u8 = 1;
+pub use crate::cmd::script::basics::{FLAG_NAMES, NO_WRITES};
 
 /// Instructions a library's code may run while it loads (Redis stops it after 500 ms): it
 /// should only register functions.
@@ -203,6 +195,8 @@ impl Libraries {
             .load(body)
             .set_name("@user_function")
             .set_environment(env)
+            // Lua 5.1 trusts precompiled chunks: crafted bytecode could break the interpreter.
+            .set_mode(mlua::chunk::ChunkMode::Text)
             .into_function()
             .map_err(|e| {
                 let text = match &e {
@@ -233,7 +227,7 @@ impl Libraries {
             hook.reset();
             hook.set_budget(LOAD_INSTRUCTIONS / HOOK_STEP as u64);
             hook.arm(None, u64::MAX);
-            let r = coroutine::resume(lua, &thread);
+            let r = coroutine::resume(lua, &thread, hook);
             hook.disarm();
             hook.set_budget(crate::cmd::script::basics::INSTRUCTION_BUDGET / HOOK_STEP as u64);
             r

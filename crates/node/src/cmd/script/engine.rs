@@ -41,7 +41,20 @@ pub struct Scripts {
     pub(crate) running: Option<Running>,
     /// FUNCTION's libraries, on the same interpreter.
     pub(crate) libraries: crate::cmd::function::library::Libraries,
+    /// Scripts ended since the last garbage-collection step (see [`GC_PERIOD`]).
+    pub(crate) ended: u32,
 }
+
+/// Scripts between two incremental garbage-collection steps of [`GC_PERIOD`] units, as Redis
+/// does after its EVALs: without them the collector only runs when the heap doubles, and a
+/// stream of small scripts leaves the heap at twice what it needs.
+pub const GC_PERIOD: u32 = 50;
+/// Below this Lua heap a full collection every [`GC_PERIOD`] scripts costs a few
+/// microseconds per script; above it, an incremental step.
+pub const SMALL_HEAP_BYTES: usize = 1 << 20;
+/// Full collections SCRIPT FLUSH runs at most: enough to halve a string table grown to
+/// millions of entries back to Lua's minimum.
+pub const FLUSH_COLLECTIONS: usize = 24;
 
 /// What is running: an EVAL script or a function (FCALL). SCRIPT KILL stops only the first,
 /// FUNCTION KILL only the second, as in Redis.
@@ -77,11 +90,16 @@ pub(crate) struct Running {
     pub(crate) silent: bool,
     /// The caller overflowed the requests held back for it: closed once the script ends.
     pub(crate) close_caller: bool,
+    /// The node was over maxmemory when the script started and its flags do not allow that:
+    /// its first write of a `denyoom` command gets -OOM, as in Redis.
+    pub(crate) deny_oom: bool,
 }
 
 pub(crate) struct Cached {
     pub(crate) body: Bytes,
     pub(crate) func: Function,
+    /// The flags of its shebang line; None without one (Redis's compatibility mode).
+    pub(crate) flags: Option<u8>,
 }
 
 impl Default for Scripts {
@@ -93,24 +111,68 @@ impl Default for Scripts {
 /// Lua run once at start-up, after the `redis` table exists: wraps `redis.call` so that an
 /// error reply raises, keeps raw `xpcall` for the runner, makes `pcall`/`xpcall` re-raise a
 /// budget stop, and makes globals read-only.
-const PRELUDE: &str = r#"
-local rawpcall, rawxpcall, killed, kill_message = pcall, xpcall, __lattice_killed, __lattice_kill_message
-local unwrap = __lattice_unwrap
+const PRELUDE: &str = r##"
+local rawpcall, killed, kill_message = pcall, __lattice_killed, __lattice_kill_message
+local unwrap, adopt, took, pass = __lattice_unwrap, __lattice_adopt, __lattice_took, __lattice_pass
 __lattice_killed = nil
 __lattice_kill_message = nil
 __lattice_unwrap = nil
+__lattice_adopt = nil
+__lattice_took = nil
+__lattice_pass = nil
+local co_create, co_resume, co_status = coroutine.create, coroutine.resume, coroutine.status
+local sel, raw_unpack, tonum, typ = select, unpack, tonumber, type
+local function pack(...) return { n = sel("#", ...), ... } end
+-- pcall(f, ...) with f in a coroutine the count hook may suspend (see coroutine.rs): a
+-- suspension by the hook is passed up to this thread's resumer. Where that cannot work (f is
+-- a C function, or this thread could not be suspended here), the raw pcall. Only threads of
+-- the script's own chain adopt, so a yield of the script's own could only reach the script's
+-- top: it fails inside the pcall, as it does across Redis's (C) pcall.
+local function suspendable_pcall(f, ...)
+  local made, co = rawpcall(co_create, f)
+  if not made or not adopt(co) then return rawpcall(f, ...) end
+  local r = pack(co_resume(co, ...))
+  while co_status(co) ~= "dead" do
+    if not took(co) then return false, "attempt to yield across metamethod/C-call boundary" end
+    pass()
+    r = pack(co_resume(co))
+  end
+  return raw_unpack(r, 1, r.n)
+end
 local function checked(ok, ...)
   if killed() then error(kill_message, 0) end
   if not ok then return false, unwrap(...) end
   return ok, ...
 end
-pcall = function(...) return checked(rawpcall(...)) end
+pcall = function(...) return checked(suspendable_pcall(...)) end
 xpcall = function(f, h)
-  return checked(rawxpcall(f, function(e) return h(unwrap(e)) end))
+  local r = pack(suspendable_pcall(f))
+  if killed() then error(kill_message, 0) end
+  if r[1] then return raw_unpack(r, 1, r.n) end
+  local _, v = rawpcall(h, unwrap(r[2]))
+  return false, v
+end
+-- Precompiled chunks are refused (Lua 5.1 trusts bytecode: a crafted chunk could break the
+-- interpreter): loadstring and load answer nil and a message, as for a syntax error.
+local raw_loadstring, raw_load, str_byte, concat = loadstring, load, string.byte, table.concat
+local function binary(s) return str_byte(s, 1) == 27 end
+loadstring = function(s, ...)
+  if typ(s) == "string" and binary(s) then return nil, "binary chunks are not allowed" end
+  return raw_loadstring(s, ...)
+end
+load = function(reader, ...)
+  if typ(reader) ~= "function" then return raw_load(reader, ...) end
+  local pieces = {}
+  while true do
+    local piece = reader()
+    if piece == nil or piece == "" then break end
+    if typ(piece) ~= "string" then return nil, "reader function must return a string" end
+    pieces[#pieces + 1] = piece
+  end
+  return loadstring(concat(pieces), ...)
 end
 -- Lua 5.1's unpack computes its result count in a C int: a huge range overflows it and
 -- crashes the process. Ranges of 8000 or more results (Lua's C stack limit) are refused first.
-local raw_unpack, tonum, typ = unpack, tonumber, type
 unpack = function(...)
   local t, i, j = ...
   if typ(t) == "table" then
@@ -140,7 +202,7 @@ end
 raw_getmt("").__metatable = sentinel
 local backing = {}
 for k, v in nxt, _G do backing[k] = v end
-for _, name in ipairs({ "redis", "bit", "string", "math", "table" }) do
+for _, name in ipairs({ "redis", "bit", "cjson", "cmsgpack", "string", "math", "table" }) do
   if backing[name] then backing[name] = protect(backing[name]) end
 end
 local G = _G
@@ -150,7 +212,7 @@ raw_setmt(backing, { __index = function(_, name)
   err("Script attempted to access nonexistent global variable '" .. tostr(name) .. "'", 2)
 end })
 raw_setmt(G, { __index = backing, __newindex = readonly, __metatable = sentinel })
-"#;
+"##;
 
 impl Scripts {
     pub fn new() -> Scripts {
@@ -180,6 +242,10 @@ impl Scripts {
             "__lattice_kill_message",
             coroutine::STOP_MESSAGE.to_str().expect("ascii"),
         )?;
+        let [adopt, took, pass] = coroutine::pcall_functions(&lua)?;
+        g.raw_set("__lattice_adopt", adopt)?;
+        g.raw_set("__lattice_took", took)?;
+        g.raw_set("__lattice_pass", pass)?;
         g.raw_set(
             "__lattice_unwrap",
             lua.create_function(|lua, v: LuaValue| unwrap_call_error(lua, v))?,
@@ -188,28 +254,10 @@ impl Scripts {
         let redis = lua.create_table()?;
         // Dispatches to the running script's command runner (a scoped function registered for
         // the duration of each script).
-        redis.raw_set(
-            "pcall",
-            lua.create_function(|lua, args: MultiValue| {
-                let f: Function = lua.named_registry_value("lattice.dispatch")?;
-                f.call::<LuaValue>(args)
-            })?,
-        )?;
-        // A Rust function, not a Lua wrapper: a Lua function called as `return redis.call(..)`
-        // would be a tail call and take the script's frame (and line number) with it.
-        redis.raw_set(
-            "call",
-            lua.create_function(|lua, args: MultiValue| {
-                let f: Function = lua.named_registry_value("lattice.dispatch")?;
-                let r = f.call::<LuaValue>(args)?;
-                if let LuaValue::Table(t) = &r {
-                    if let Ok(LuaValue::String(e)) = t.raw_get::<LuaValue>("err") {
-                        return Err(mlua::Error::external(CallError(e.to_string_lossy())));
-                    }
-                }
-                Ok(r)
-            })?,
-        )?;
+        let [call, pcall, acl_check] = coroutine::command_functions(&lua)?;
+        redis.raw_set("call", call)?;
+        redis.raw_set("pcall", pcall)?;
+        redis.raw_set("acl_check_cmd", acl_check)?;
         redis.raw_set(
             "sha1hex",
             // As Redis: exactly one argument; a string or number is hashed, anything else
@@ -229,18 +277,20 @@ impl Scripts {
         )?;
         redis.raw_set(
             "error_reply",
-            lua.create_function(|lua, s: mlua::LuaString| {
-                let t = lua.create_table()?;
-                t.raw_set("err", s)?;
-                Ok(t)
+            lua.create_function(|lua, args: MultiValue| match one_string(&args) {
+                Some(s) => error_table(lua, &error_reply_text(&s.as_bytes()), false),
+                None => error_table(lua, WRONG_ARGUMENTS, false),
             })?,
         )?;
         redis.raw_set(
             "status_reply",
-            lua.create_function(|lua, s: mlua::LuaString| {
-                let t = lua.create_table()?;
-                t.raw_set("ok", s)?;
-                Ok(t)
+            lua.create_function(|lua, args: MultiValue| match one_string(&args) {
+                Some(s) => {
+                    let t = lua.create_table()?;
+                    t.raw_set("ok", s)?;
+                    Ok(LuaValue::Table(t))
+                }
+                None => error_table(lua, WRONG_ARGUMENTS, false),
             })?,
         )?;
         // Logging goes nowhere: the node has no log sink (and no IO).
@@ -275,6 +325,8 @@ impl Scripts {
         }
         g.raw_set("redis", redis)?;
         g.raw_set("bit", bit_library(&lua)?)?;
+        g.raw_set("cjson", super::json::library(&lua)?)?;
+        g.raw_set("cmsgpack", super::msgpack::library(&lua)?)?;
         // math.random / randomseed come from the per-script generator (registered per run).
         let math: Table = g.raw_get("math")?;
         math.raw_set(
@@ -292,7 +344,7 @@ impl Scripts {
             })?,
         )?;
         // Before the prelude wraps `pcall`: the probe counts the C calls of the raw one.
-        let can_suspend = coroutine::layout_matches(&lua);
+        let can_suspend = coroutine::layout_matches(&lua, &hook);
         lua.load(PRELUDE).set_name("=prelude").exec()?;
         let libraries = crate::cmd::function::library::Libraries::new(&lua)?;
         Ok(Scripts {
@@ -303,7 +355,30 @@ impl Scripts {
             hook,
             can_suspend,
             running: None,
+            ended: 0,
         })
+    }
+
+    /// A script ended: every [`GC_PERIOD`] of them, one collection step, or a full collection
+    /// while the heap is under [`SMALL_HEAP_BYTES`] (each script leaves its coroutine and
+    /// tables behind; Lua's own pacing lets garbage reach the live size before it collects).
+    pub(crate) fn script_ended(&mut self) {
+        self.ended += 1;
+        if self.ended >= GC_PERIOD {
+            self.ended = 0;
+            if self.lua.used_memory() < SMALL_HEAP_BYTES {
+                self.lua.gc_collect().ok();
+                return;
+            }
+            // SAFETY: one collector step on the main state, which no Rust value borrows.
+            unsafe {
+                self.lua
+                    .exec_raw::<()>((), |state| {
+                        mlua::ffi::lua_gc(state, mlua::ffi::LUA_GCSTEP, GC_PERIOD as i32);
+                    })
+                    .ok();
+            }
+        }
     }
 
     /// Number of cached scripts (INFO, tests).
@@ -327,10 +402,14 @@ impl Scripts {
         {
             return Err("ERR script cache is full: SCRIPT FLUSH to make room".into());
         }
+        let shebang = super::basics::parse_shebang(body)?;
+        let skip = shebang.map_or(0, |(_, len)| len);
         let func = self
             .lua
-            .load(body)
+            .load(&body[skip..])
             .set_name("@user_script")
+            // Lua 5.1 trusts precompiled chunks: crafted bytecode could break the interpreter.
+            .set_mode(mlua::chunk::ChunkMode::Text)
             .into_function()
             .map_err(|e| {
                 let text = match &e {
@@ -345,15 +424,28 @@ impl Scripts {
             Cached {
                 body: Bytes::copy_from_slice(body),
                 func,
+                flags: shebang.map(|(flags, _)| flags),
             },
         );
         Ok(sha)
     }
 
+    /// SCRIPT FLUSH. Redis starts a new interpreter; this one also holds the function
+    /// libraries, so it is collected instead, until that frees nothing more: Lua 5.1 halves its
+    /// string table at most once per collection, and scripts that made many distinct strings
+    /// leave it large. Bounded by [`FLUSH_COLLECTIONS`].
     pub(crate) fn flush(&mut self) {
         self.cache.clear();
         self.cache_bytes = 0;
-        self.lua.gc_collect().ok();
+        let mut used = self.lua.used_memory();
+        for _ in 0..FLUSH_COLLECTIONS {
+            self.lua.gc_collect().ok();
+            let now = self.lua.used_memory();
+            if now >= used {
+                break;
+            }
+            used = now;
+        }
     }
 
     /// The cached body of `sha` (tests, SCRIPT EXISTS).
@@ -466,14 +558,59 @@ fn bit_library(lua: &Lua) -> mlua::Result<Table> {
     Ok(t)
 }
 
+/// What `redis.call` and `acl_check_cmd` do with their runner's result: an `{err=...}` table
+/// is raised as an error (scripts catching it with `pcall` get the table back).
+pub(crate) fn raise_if_error(r: LuaValue) -> mlua::Result<LuaValue> {
+    if let LuaValue::Table(t) = &r {
+        if let Ok(LuaValue::String(e)) = t.raw_get::<LuaValue>("err") {
+            let counted = t.raw_get::<bool>(COUNTED).unwrap_or(false);
+            return Err(mlua::Error::external(CallError(
+                e.to_string_lossy(),
+                counted,
+            )));
+        }
+    }
+    Ok(r)
+}
+
+/// What `redis.error_reply` and `redis.status_reply` return for anything but one string.
+const WRONG_ARGUMENTS: &[u8] = b"ERR wrong number or type of arguments";
+
+/// The single string argument of `args`, if that is what they are.
+fn one_string(args: &MultiValue) -> Option<mlua::LuaString> {
+    match (args.len(), args.front()) {
+        (1, Some(LuaValue::String(s))) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// `redis.error_reply`'s text as Redis 7.0 builds it: the first word is the error code (a
+/// leading `-` dropped), or `ERR` when there is only one word; line breaks around the message
+/// are trimmed (those inside become spaces in the reply).
+fn error_reply_text(s: &[u8]) -> Vec<u8> {
+    let s = s.strip_prefix(b"-").unwrap_or(s);
+    let (code, msg): (&[u8], &[u8]) = match s.iter().position(|&b| b == b' ') {
+        Some(i) => (&s[..i], &s[i + 1..]),
+        None => (b"ERR", s),
+    };
+    let trim = |b: &u8| *b != b'\r' && *b != b'\n';
+    let start = msg.iter().position(trim).unwrap_or(msg.len());
+    let end = msg.iter().rposition(trim).map_or(start, |i| i + 1);
+    let mut text = code.to_vec();
+    text.push(b' ');
+    text.extend_from_slice(&msg[start..end]);
+    text
+}
+
 /// SHA-1 of `data` in lowercase hex, as `redis.sha1hex` and script IDs use it.
 pub fn sha1_hex(data: &[u8]) -> String {
     sha1_smol::Sha1::from(data).digest().to_string()
 }
 
-/// An error reply raised by `redis.call`; scripts catching it with `pcall` see `{err=...}`.
+/// An error reply raised by `redis.call` (and whether the statistics counted it already);
+/// scripts catching it with `pcall` see `{err=...}`.
 #[derive(Debug)]
-struct CallError(String);
+struct CallError(String, bool);
 
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -483,21 +620,37 @@ impl std::fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
-/// The text of a `redis.call` error inside `e`, however mlua wrapped it on the way.
-fn call_error_text(e: &mlua::Error) -> Option<String> {
+/// The `redis.call` error inside `e`, however mlua wrapped it on the way.
+fn call_error(e: &mlua::Error) -> Option<&CallError> {
     match e {
-        mlua::Error::CallbackError { cause, .. } => call_error_text(cause),
-        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CallError>().map(|c| c.0.clone()),
-        mlua::Error::WithContext { cause, .. } => call_error_text(cause),
+        mlua::Error::CallbackError { cause, .. } => call_error(cause),
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CallError>(),
+        mlua::Error::WithContext { cause, .. } => call_error(cause),
         _ => None,
     }
 }
 
-/// Turns a raised `redis.call` error back into the `{err=...}` table Redis scripts catch.
+/// The message of a library function's error (a Rust function of ours raised it), however
+/// mlua wrapped it on the way.
+pub(crate) fn runtime_message(e: &mlua::Error) -> Option<&str> {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => runtime_message(cause),
+        mlua::Error::WithContext { cause, .. } => runtime_message(cause),
+        mlua::Error::RuntimeError(m) => Some(m),
+        _ => None,
+    }
+}
+
+/// Turns a raised `redis.call` error back into the `{err=...}` table Redis scripts catch, and
+/// a library function's error into its message (a string, as scripts get from Redis's C
+/// libraries).
 pub(crate) fn unwrap_call_error(lua: &Lua, v: LuaValue) -> mlua::Result<LuaValue> {
     if let LuaValue::Error(e) = &v {
-        if let Some(text) = call_error_text(e) {
-            return error_table(lua, text.as_bytes());
+        if let Some(CallError(text, counted)) = call_error(e) {
+            return error_table(lua, text.as_bytes(), *counted);
+        }
+        if let Some(m) = runtime_message(e) {
+            return Ok(LuaValue::String(lua.create_string(m)?));
         }
     }
     Ok(v)
@@ -583,6 +736,7 @@ impl Scripts {
             timed_out: false,
             silent: false,
             close_caller: false,
+            deny_oom: false,
         }
     }
 }
@@ -599,10 +753,19 @@ pub(crate) fn internal_error(e: mlua::Error) -> Vec<u8> {
     format!("ERR internal scripting error: {e}").into_bytes()
 }
 
-pub(crate) fn error_table(lua: &Lua, message: &[u8]) -> mlua::Result<LuaValue> {
+/// The field Redis adds to the error table of a command's error reply inside a script: the
+/// error statistics counted it when the command replied, so the script's own reply, if it
+/// passes the error on, is not counted again (only as a failed call of EVAL).
+pub(crate) const COUNTED: &str = "ignore_error_stats_update";
+
+/// The `{err=...}` table of an error reply (`counted`: see [`COUNTED`]).
+pub(crate) fn error_table(lua: &Lua, message: &[u8], counted: bool) -> mlua::Result<LuaValue> {
     let t = lua.create_table()?;
     let text = message.strip_prefix(b"-").unwrap_or(message);
     t.raw_set("err", lua.create_string(text)?)?;
+    if counted {
+        t.raw_set(COUNTED, true)?;
+    }
     Ok(LuaValue::Table(t))
 }
 
