@@ -141,11 +141,6 @@ LATTICE_SKIPS=(
     "unit/introspection|CONFIG SET rollback on apply error|cannot apply: sets port at run time and expects the listener to move; Lattice's port is fixed at start (its listeners are made once, before the event loops start)"
     "unit/introspection-2|COMMAND LIST FILTERBY PATTERN - list all commands/subcommands|cannot apply: expects CONFIG REWRITE; Lattice's config file is TOML of its own options, not redis.conf, so there is no file CONFIG SET's parameters could be rewritten into"
     "unit/introspection-2|MIGRATE command is marked with movablekeys|cannot apply: Lattice has no MIGRATE (moving keys between servers; a cluster places its keys itself), so COMMAND INFO MIGRATE is nil"
-    "unit/pause|Test scripts are blocked by pause RO|not yet: needs EVAL's #!lua shebang line, which the scripting work adds; unskip when it is merged"
-    "unit/pause|Test RO scripts are not blocked by pause RO|not yet: needs EVAL's #!lua flags=no-writes (scripting work)"
-    "unit/pause|Test read-only scripts in mutli-exec are not blocked by pause RO|not yet: needs EVAL's #!lua flags=no-writes (scripting work)"
-    "unit/pause|Test write scripts in mutli-exec are blocked by pause RO|not yet: needs EVAL's #!lua shebang line (scripting work)"
-    "unit/pause|Test may-replicate commands are rejected in RO scripts|not yet: needs EVAL's #!lua flags=no-writes (scripting work)"
     "unit/type/stream-cgroups|Loading from legacy (Redis <= v6.2.x, rdb_ver < 10) persistence|not yet: RESTOREs a Redis 6.2 RDB stream payload (RDB version 9); Lattice's RESTORE reads only the payload versions its DUMP writes (the DUMP/RESTORE work)"
 )
 
