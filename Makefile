@@ -111,11 +111,13 @@ sim:
 	$(CARGO) test -q -p lattice-sim --features planted-upload-bug durability
 
 ## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,
-## counter, set, register and list checkers over the history of every request.
+## counter, set, register and list checkers over the history of every request; the planted
+## upload bug (s3-durability sync acknowledged before the upload) must be caught there too.
 sim-cluster:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --replicated
 	$(CARGO) test -q --release -p lattice-sim --features planted-forward-bug partition
+	$(CARGO) test -q --release -p lattice-sim --features planted-upload-bug replicated_mode
 
 ## Partitioned swarm (docs/TESTING.md, "Partitioned mode"): 200 seeds of 4-5 nodes with fewer
 ## owners per slot than nodes, hot-key copies taken and given back on three seeds in four

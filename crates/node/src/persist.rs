@@ -50,6 +50,9 @@ const SNAPSHOT_SLICE_BYTES: usize = 1 << 20;
 pub const MAX_UNSYNCED_BYTES_ON_FAULT: u64 = 64 << 20;
 /// The record buffer is kept for the next record up to this capacity.
 const SCRATCH_KEEP_BYTES: usize = 64 << 10;
+/// The buffer records leave in (`Persist::records`) is refilled this much at a time: a few
+/// hundred small records per allocation; a larger record gets a buffer of its own size.
+const RECORD_ARENA_BYTES: usize = 64 << 10;
 /// Frame overhead per record in the log (header and checksum), for INFO's size estimate.
 const FRAME_BYTES: u64 = 18;
 
@@ -286,7 +289,8 @@ impl Core {
         let repl = self.repl.as_mut().expect("clustered");
         for k in keys {
             if repl.is_deferred(&k) {
-                self.persist.waiting.insert(k);
+                // A copy of its own: a waiting key must not pin the key buffer's block.
+                self.persist.waiting.insert(Bytes::copy_from_slice(&k[..]));
             } else if repl.encode_state(&k, &self.db, &mut state) {
                 put_repl(&mut data, &k, &state);
             } else {
@@ -319,7 +323,7 @@ impl Core {
         p.note_unsynced(now_ms, bytes);
         p.out.push_back(Output::Append {
             seq: p.seq,
-            data: Bytes::copy_from_slice(&data),
+            data: state::arena_copy(&mut p.records, &data, RECORD_ARENA_BYTES),
             resume,
         });
         // Kept up to a bound: one huge record must not pin its buffer for good.

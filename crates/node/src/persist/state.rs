@@ -49,6 +49,13 @@ pub struct Persist {
     pub(crate) commands: Vec<u8>,
     /// The buffer the next record is encoded in (see `Core::emit_record`).
     pub(crate) scratch: Vec<u8>,
+    /// Records and changed keys leave as views of these buffers (`split().freeze()`), not as
+    /// an allocation each: once the driver dropped the views of earlier records, `reserve`
+    /// takes the whole buffer back, so a steady write load allocates nothing per record
+    /// (an allocation, a copy and a free per record and per key were a third of what
+    /// `everysec` cost a SET, ARCHITECTURE §68).
+    pub(crate) records: bytes::BytesMut,
+    pub(crate) keys: bytes::BytesMut,
     pub(crate) clear: bool,
     /// The function library set changed since the last record.
     pub(crate) functions: bool,
@@ -109,13 +116,29 @@ pub struct UploadFigures {
     pub snapshots_uploaded: u64,
 }
 
+/// A changed key's buffer: keys live until the next record (or, on a clustered node whose
+/// capture was deferred, a copy of their own is kept), so a small buffer is soon free again.
+const KEY_ARENA_BYTES: usize = 1 << 10;
+
+/// `data` copied into a view of `arena`, which is refilled `min_bytes` at a time (reclaimed
+/// whole when every earlier view is gone, else a new buffer: memory stays bounded by what
+/// the views still hold plus one buffer).
+pub(crate) fn arena_copy(arena: &mut bytes::BytesMut, data: &[u8], min_bytes: usize) -> Bytes {
+    if arena.capacity() < data.len() {
+        arena.reserve(data.len().max(min_bytes));
+    }
+    arena.extend_from_slice(data);
+    arena.split().freeze()
+}
+
 impl Persist {
     /// A key changed (`Core::modified`): counted for INFO, and noted for the next record while
     /// changes are being captured.
     pub(crate) fn note_modified(&mut self, key: &[u8]) {
         self.changes_since_save += 1;
         if self.logging {
-            self.dirty.push(Bytes::copy_from_slice(key));
+            let key = arena_copy(&mut self.keys, key, KEY_ARENA_BYTES);
+            self.dirty.push(key);
         }
     }
 
