@@ -61,7 +61,7 @@ impl Outbox {
     /// when there is none or the open one is full.
     fn open_for(&mut self, peer: NodeId, bytes: usize) -> &mut wire::Forwards {
         if let Some(&(at, held)) = self.open.get(&peer) {
-            let m = &*self.entry(at);
+            let m = self.entry(at);
             if m.forwards.len() + m.replies.len() >= MAX_FORWARDS_PER_MESSAGE
                 || held >= MAX_FORWARD_BYTES_PER_MESSAGE
             {
