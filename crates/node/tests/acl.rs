@@ -494,7 +494,8 @@ fn command_getkeysandflags_and_categories() {
     let mut h = node();
     assert_eq!(
         h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "LMOVE", "a", "b", "LEFT", "LEFT"]),
-        "*2\r\n*2\r\n$1\r\na\r\n*3\r\n+RW\r\n+access\r\n+update\r\n*2\r\n$1\r\nb\r\n*3\r\n+RW\r\n+access\r\n+update\r\n"
+        // Redis 7.0.15's answer: LMOVE deletes from its source and inserts into its destination.
+        "*2\r\n*2\r\n$1\r\na\r\n*3\r\n+RW\r\n+access\r\n+delete\r\n*2\r\n$1\r\nb\r\n*2\r\n+RW\r\n+insert\r\n"
     );
     assert_eq!(
         h.cmd(1, &["COMMAND", "GETKEYSANDFLAGS", "SET", "k", "v"]),
