@@ -81,7 +81,7 @@ gate:
 
 unit:
 	$(CARGO) build --release -p lattice-server
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 
 ## Random command sequences against lattice-server and redis-server, every reply compared.
 difftest:
