@@ -122,8 +122,15 @@ const KEY_ARENA_BYTES: usize = 1 << 10;
 
 /// `data` copied into a view of `arena`, which is refilled `min_bytes` at a time (reclaimed
 /// whole when every earlier view is gone, else a new buffer: memory stays bounded by what
-/// the views still hold plus one buffer).
+/// the views still hold plus one buffer of `min_bytes`).
 pub(crate) fn arena_copy(arena: &mut bytes::BytesMut, data: &[u8], min_bytes: usize) -> Bytes {
+    // A record larger than the refill gets an allocation of its own, freed with its view: in
+    // the arena, `reserve` would take its block back once the view was dropped and keep it
+    // for good (one logged SADD of 100,000 members pinned about a megabyte, which Redis's
+    // lazyfree suite sees as memory UNLINK never gave back).
+    if data.len() > min_bytes {
+        return Bytes::copy_from_slice(data);
+    }
     if arena.capacity() < data.len() {
         arena.reserve(data.len().max(min_bytes));
     }
