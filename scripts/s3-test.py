@@ -355,6 +355,18 @@ class Cluster:
                 kill(p)
 
 
+def write_while_down(port, n, prefix, stride):
+    """100 writes through `port` while a replica is down: 50 new keys `<prefix>:<i>` and 50
+    overwrites of loaded keys picked with `stride`; returns them as (key, value) pairs."""
+    writes = [("%s:%d" % (prefix, i), "%s while down %d" % (prefix, i)) for i in range(50)]
+    writes += [("key:%d" % (i * stride % n), "%s overwrite %d" % (prefix, i)) for i in range(50)]
+    w = Conn(port)
+    for k, v in writes:
+        w.call("SET", k, v)
+    w.sock.close()
+    return writes
+
+
 def cluster_test(work, s3, n):
     """A clustered node restores from its own prefix, and its peers ship only what it missed.
 
@@ -373,12 +385,7 @@ def cluster_test(work, s3, n):
         c.wait_equal(2, 120)
         drain_s = wait_drained(c.ports[2], 300)
         kill(c.procs[2])
-        missed = [("missed:%d" % i, "while node 3 was down %d" % i) for i in range(50)]
-        missed += [("key:%d" % (i * 7919 % n), "overwritten %d" % i) for i in range(50)]
-        w = Conn(c.ports[0])
-        for k, v in missed:
-            w.call("SET", k, v)
-        w.sock.close()
+        missed = write_while_down(c.ports[0], n, "missed", 7919)
         c.wipe(2)
         restore_s = c.start(2)
         loaded = int(section(c.ports[2], "replication")["states_loaded"])
@@ -390,12 +397,7 @@ def cluster_test(work, s3, n):
         # A restart on its own directory (the common case): kill -9, 100 more writes missed,
         # started again on what it wrote locally; its peers should ship only those writes.
         kill(c.procs[2])
-        missed_local = [("local:%d" % i, "missed again %d" % i) for i in range(50)]
-        missed_local += [("key:%d" % (i * 104729 % n), "overwritten again %d" % i) for i in range(50)]
-        w = Conn(c.ports[0])
-        for k, v in missed_local:
-            w.call("SET", k, v)
-        w.sock.close()
+        missed_local = write_while_down(c.ports[0], n, "local", 104729)
         c.start(2)
         local_s = c.wait_equal(2, 120)
         local = c.received(2)
