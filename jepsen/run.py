@@ -16,6 +16,7 @@ import os
 import random
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -399,6 +400,9 @@ class Run:
         name = args.name or "n%d-%s-s%d%s" % (self.n, args.nemesis.replace(",", "+"), self.seed,
                                              "-" + self.plant if self.plant else "")
         self.dir = os.path.join(os.path.abspath(args.out), name)
+        # A rerun of the same seed must not start its servers on the last run's data
+        # directories (they would load its writes, which this run's history never made).
+        shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir, exist_ok=True)
         self.faketime = next((p for p in FAKETIME_LIBS if os.path.exists(p)), None)
         self.events = []  # nemesis windows and kills, for the checkers and the plots

@@ -69,6 +69,22 @@ impl Clock {
         if self.peek(now_virt) >= target_us {
             return now_virt;
         }
+        self.raw_reaches(target_us, now_virt)
+    }
+
+    /// When a clock stepped back stops holding still: the earliest virtual time at or after
+    /// `now_virt` when its raw reading is back at the last reading handed out. Until then every
+    /// timer of its node waits (ARCHITECTURE §31), so liveness is judged from there on.
+    pub fn resumes_at(&self, now_virt: u64) -> u64 {
+        if self.raw(now_virt) >= self.last_us {
+            return now_virt;
+        }
+        self.raw_reaches(self.last_us, now_virt)
+    }
+
+    /// The earliest virtual time at or after `now_virt` when the raw reading is at least
+    /// `target_us`.
+    fn raw_reaches(&self, target_us: u64, now_virt: u64) -> u64 {
         // raw(v) = E + off + v * (1e6 + drift) / 1e6: solve for v, then step past rounding.
         let base = EPOCH_US as i128 + self.offset_us as i128;
         let need = target_us as i128 - base;

@@ -40,6 +40,13 @@ impl World {
                 } else {
                     self.now
                 };
+                // A clock stepped back holds still until it catches up (ARCHITECTURE §31):
+                // that node's timers (retransmissions, upload retries and call timeouts, which
+                // `s3-durability sync` replies wait for) resume only then, whatever was healed.
+                let now = self.now;
+                for h in &self.hosts {
+                    self.settled_at = self.settled_at.max(h.clock.resumes_at(now));
+                }
             }
             Phase::Drain => self.trace(TraceEvent::Phase("drain")),
             Phase::End => {

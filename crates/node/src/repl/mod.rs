@@ -82,6 +82,10 @@ const FLUSH_EAGER_KEYS: usize = 4_096;
 const MAX_UNACKED_BYTES: usize = 32 << 20;
 const RTO_INITIAL_MS: u64 = 200;
 const RTO_MAX_MS: u64 = 5_000;
+/// Bytes resent at once when a peer acknowledges a retransmission and older messages are still
+/// unacknowledged (lost; see the `Ack` case of `on_message`): a megabyte per round trip drains a
+/// cut's backlog in a few round trips without one burst filling the link's queue.
+const RESEND_BURST_BYTES: usize = 1 << 20;
 const MAX_RETRIES: u32 = 6;
 /// Period of anti-entropy with each live peer.
 pub const AE_INTERVAL_MS: u64 = 1_000;
@@ -177,6 +181,39 @@ struct Unacked {
     tries: u32,
 }
 
+/// Resends, oldest first, `p`'s unacknowledged messages last transmitted before `before_ms`
+/// (`u64::MAX`: all of them), up to `RESEND_BURST_BYTES`; the first one beyond the budget is
+/// made due at once, so the tick probes with it and its acknowledgement brings the next burst.
+/// Messages transmitted since `before_ms` are in flight and left alone.
+fn resend_burst(
+    p: &mut Peer,
+    outbox: &mut outbox::Outbox,
+    peer: NodeId,
+    before_ms: u64,
+    now_ms: u64,
+) {
+    let mut budget = RESEND_BURST_BYTES;
+    for m in p.unacked.values_mut() {
+        if m.sent_ms >= before_ms {
+            if m.tries == 0 {
+                break; // first sent after `before_ms`, and so is everything behind it
+            }
+            continue;
+        }
+        if budget < m.data.len() {
+            m.due_ms = now_ms;
+            break;
+        }
+        budget -= m.data.len();
+        m.tries += 1;
+        m.sent_ms = now_ms;
+        m.rto_ms = RTO_INITIAL_MS;
+        m.due_ms = now_ms + RTO_INITIAL_MS;
+        p.retransmits += 1;
+        outbox.push(peer, m.data.clone());
+    }
+}
+
 #[derive(Default)]
 struct Peer {
     up: bool,
@@ -211,6 +248,9 @@ struct Peer {
     /// continues a repair under way, so it starts as soon as the transfer it started ends,
     /// from either side, and is never deferred (see `Replicator::hurry_ae`).
     follow_up: bool,
+    /// The link is down and its backlog outgrew `MAX_UNACKED_BYTES`: no more deltas are kept
+    /// for it until it is up again (anti-entropy repairs the rest then).
+    backlog_dropped: bool,
 }
 
 /// What anti-entropy still has to send one peer. Bounded: leaves are listed once (at most
@@ -792,8 +832,10 @@ impl Replicator {
         let Some(delta) = delta else {
             return;
         };
-        if !self.peers.values().any(|p| p.up) {
-            return; // the next anti-entropy ships the whole difference anyway
+        if !self.peers.values().any(|p| p.up || !p.backlog_dropped) {
+            // Nobody to keep deltas for (no peer known yet, or every backlog overflowed): the
+            // next anti-entropy ships the whole difference anyway.
+            return;
         }
         if !self.pending.push(h, key.clone(), delta, MAX_QUEUED_KEYS) {
             self.pending.clear();
@@ -981,6 +1023,21 @@ impl Replicator {
             .collect()
     }
 
+    /// The peers deltas are encoded for: the live ones, and the members whose link is down
+    /// while their backlog fits in `MAX_UNACKED_BYTES`. Kept for a peer that is down, a delta
+    /// reaches it as soon as its link is back (`peer_up`), where dropping it left the write to
+    /// the next anti-entropy round, which may wait for another peer's repair for seconds.
+    fn delta_targets(&self) -> Vec<NodeId> {
+        self.peers
+            .iter()
+            .filter(|(n, p)| {
+                p.up || (!p.backlog_dropped
+                    && self.members.as_ref().is_none_or(|m| m.contains(&n.0)))
+            })
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
     pub fn peer_up(&mut self, peer: NodeId, now_ms: u64) {
         if peer == self.node {
             return;
@@ -988,6 +1045,12 @@ impl Replicator {
         let lower = self.node < peer;
         let p = self.peers.entry(peer).or_default();
         p.up = true;
+        p.backlog_dropped = false;
+        // Deltas kept while the link was down (see `delta_targets`) go now, the first
+        // `RESEND_BURST_BYTES` at once and the rest as the peer acknowledges those: its own
+        // writes reach a returning peer in a round trip, before any anti-entropy round (which
+        // may wait for another peer's repair, `defer_round`).
+        resend_burst(p, &mut self.outbox, peer, u64::MAX, now_ms);
         // Whatever happened while the link was down is repaired by one anti-entropy round,
         // started at once by the lower id of the pair (both sides are told the link is up, and
         // two sessions would compare the trees twice and ship the difference twice: for a
@@ -1004,8 +1067,9 @@ impl Replicator {
     pub fn peer_down(&mut self, peer: NodeId) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.up = false;
-            p.unacked.clear();
-            p.unacked_bytes = 0;
+            // The unacknowledged deltas stay, and new ones are kept too (bounded by
+            // `MAX_UNACKED_BYTES`): they are resent when the link is back (`peer_up`). A merge
+            // is idempotent, so a delta the peer did receive costs a duplicate, nothing more.
             p.needs_ae = true;
             // The next link starts a new round, which finds whatever is still different.
             p.transfer = Transfer::default();
@@ -1021,7 +1085,7 @@ impl Replicator {
     pub fn flush(&mut self, now_ms: u64) {
         debug_assert!(self.deferred.is_empty(), "flush before settling captures");
         self.flush_due_ms = None;
-        let ups: Vec<NodeId> = self.live_peers();
+        let ups: Vec<NodeId> = self.delta_targets();
         if ups.is_empty() {
             self.pending.clear();
             return;
@@ -1058,6 +1122,10 @@ impl Replicator {
             p.unacked_bytes = 0;
             p.needs_ae = true;
             p.overflows += 1;
+            if !p.up {
+                p.backlog_dropped = true;
+                return;
+            }
         }
         p.unacked_bytes += data.len();
         p.unacked.insert(
@@ -1070,7 +1138,9 @@ impl Replicator {
                 tries: 0,
             },
         );
-        self.outbox.push(id, data);
+        if p.up {
+            self.outbox.push(id, data);
+        }
     }
 
     /// The partitioned flush: each live peer's batch holds the queued deltas of the slots it
@@ -1727,6 +1797,17 @@ impl Replicator {
                 let p = self.peers.entry(peer).or_default();
                 if let Some(u) = p.unacked.remove(&a.seq) {
                     p.unacked_bytes -= u.data.len();
+                    if u.tries > 0 {
+                        // The peer answered a retransmission. Its acknowledgements come back
+                        // in the order it received our messages, so whatever we sent before
+                        // that retransmission and it has not acknowledged was lost (a cut, or
+                        // a link replaced by a fresh connection): resend it now, in one burst,
+                        // instead of one message per round trip as each becomes the oldest
+                        // (after a 3 s cut of a busy link, hundreds of round trips: seconds).
+                        // A burst is bounded by `RESEND_BURST_BYTES`; what is left goes when
+                        // one of the burst's messages is acknowledged in turn.
+                        resend_burst(p, &mut self.outbox, peer, u.sent_ms, now_ms);
+                    }
                 }
                 let vv: VersionVector = a
                     .seen_nodes

@@ -46,6 +46,13 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// is found within a backoff step. A connect between replicas takes a round trip (well under
 /// this within a region).
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// While a dial is unanswered, another one starts this often (each with its own
+/// `CONNECT_TIMEOUT`, at most `CONNECT_ATTEMPTS` in flight; the first connected wins). SYNs sent
+/// into a partition are dropped and the kernel would retransmit them only a second later, so
+/// without fresh ones a healed partition was found up to a whole dial cycle (about a second)
+/// late; with them, within this period. A few SYNs a second to an unreachable peer cost nothing.
+const CONNECT_STAGGER: Duration = Duration::from_millis(150);
+const CONNECT_ATTEMPTS: usize = 4;
 /// Redial backoff: first wait, doubling per failure up to the cap (with jitter), so a peer that
 /// is down costs a few connection attempts per second at most, and one that returns is found
 /// within the cap. The cap, with the connect timeout, bounds how long a healed partition stays
@@ -167,10 +174,7 @@ async fn dial(
     tls: Option<&LinkTls>,
     seed: &str,
 ) -> Result<(LinkStream, NodeId), DialError> {
-    let socket = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(seed))
-        .await
-        .map_err(|_| DialError::Connect(io::ErrorKind::TimedOut.into()))?
-        .map_err(DialError::Connect)?;
+    let socket = connect_staggered(seed).await.map_err(DialError::Connect)?;
     let _ = socket.set_nodelay(true);
     // One time bound for the TLS handshake and the membership handshake together.
     let handshakes = async {
@@ -184,6 +188,39 @@ async fn dial(
         .await
         .unwrap_or(Err(HandshakeError::Timeout))
         .map_err(DialError::Handshake)
+}
+
+/// A TCP connection to `seed`: a fresh attempt every `CONNECT_STAGGER` while the earlier ones
+/// are unanswered, `CONNECT_ATTEMPTS` in all, each given up after `CONNECT_TIMEOUT`; the first
+/// to connect wins (the others are dropped). An error that is not a timeout (refused:
+/// nothing listens) ends the dial at once, so a peer that is down is retried at the backoff's
+/// pace, not the stagger's.
+async fn connect_staggered(seed: &str) -> io::Result<TcpStream> {
+    let mut attempts = tokio::task::JoinSet::new();
+    let mut started = 0;
+    loop {
+        if started < CONNECT_ATTEMPTS {
+            let seed = seed.to_owned();
+            attempts.spawn(async move {
+                tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(seed))
+                    .await
+                    .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
+            });
+            started += 1;
+        }
+        let more = started < CONNECT_ATTEMPTS;
+        tokio::select! {
+            done = attempts.join_next() => match done {
+                Some(Ok(Ok(socket))) => return Ok(socket),
+                Some(Ok(Err(e))) if e.kind() != io::ErrorKind::TimedOut => return Err(e),
+                Some(Ok(Err(e))) if attempts.is_empty() && !more => return Err(e),
+                Some(Err(join)) => return Err(io::Error::other(join)),
+                None => return Err(io::ErrorKind::TimedOut.into()),
+                Some(Ok(Err(_))) => {}
+            },
+            _ = tokio::time::sleep(CONNECT_STAGGER), if more => {}
+        }
+    }
 }
 
 /// A random duration in [d/2, d]: peers that lost each other at the same moment do not redial
@@ -233,6 +270,11 @@ async fn dial_loop(shared: Arc<Shared>, auth: Arc<Auth>, tls: Option<Arc<LinkTls
                 if error != last_error {
                     tracing::info!("cluster: cannot reach {seed}: {error} (retrying)");
                     last_error = error;
+                }
+                if e.kind() == io::ErrorKind::TimedOut {
+                    // Black-holed (a partition): the dial already took its time, and the next
+                    // one's SYNs are what finds the heal soonest.
+                    continue;
                 }
             }
             Err(DialError::Handshake(e)) => {
