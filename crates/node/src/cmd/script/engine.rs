@@ -448,6 +448,28 @@ impl Scripts {
         }
     }
 
+    /// The script flags a call of `command` declares before it runs, as Redis 7.0's
+    /// `evalGetCommandFlags` and `fcallGetCommandFlags` find them: an EVAL body's shebang
+    /// (cached or not: a cached script's flags are its body's), a cached EVALSHA script's,
+    /// the called function's. None when the call declares none (no shebang, an unknown SHA-1
+    /// or function, a shebang that does not parse, not a script command): the command's own
+    /// flags decide then, and the call itself answers any error once it runs.
+    pub(crate) fn declared_flags(&self, command: &str, args: &[Bytes]) -> Option<u8> {
+        let target = args.get(1)?;
+        match command {
+            "eval" | "eval_ro" => super::basics::parse_shebang(target)
+                .ok()
+                .flatten()
+                .map(|(flags, _)| flags),
+            "evalsha" | "evalsha_ro" if target.len() == 40 => {
+                let sha = String::from_utf8_lossy(target).to_ascii_lowercase();
+                self.cache.get(&sha).and_then(|c| c.flags)
+            }
+            "fcall" | "fcall_ro" => self.libraries.function(target).map(|(_, f)| f.flags),
+            _ => None,
+        }
+    }
+
     /// The cached body of `sha` (tests, SCRIPT EXISTS).
     pub fn body(&self, sha: &str) -> Option<&Bytes> {
         self.cache.get(sha).map(|c| &c.body)
