@@ -430,13 +430,33 @@ impl Scripts {
         Ok(sha)
     }
 
-    /// SCRIPT FLUSH. Redis starts a new interpreter; this one also holds the function
-    /// libraries, so it is collected instead, until that frees nothing more: Lua 5.1 halves its
-    /// string table at most once per collection, and scripts that made many distinct strings
-    /// leave it large. Bounded by [`FLUSH_COLLECTIONS`].
+    /// SCRIPT FLUSH: as Redis, a new interpreter, so that nothing the flushed scripts left
+    /// behind survives (collecting the old one cannot give back all of it: Lua 5.1 shrinks its
+    /// string table and thread stacks by half at most per collection, and only below a
+    /// quarter in use). The function libraries, which share the interpreter here (Redis keeps
+    /// them in one of their own), are compiled again into the new one from their code; the
+    /// set loaded is the same, since the entries decide it. Between two slices of a
+    /// suspended script (which SCRIPT FLUSH cannot reach: it is not `allow-busy`) or if a new
+    /// interpreter cannot be made, the old one is collected instead, up to
+    /// [`FLUSH_COLLECTIONS`] times.
     pub(crate) fn flush(&mut self) {
         self.cache.clear();
         self.cache_bytes = 0;
+        if self.running.is_none() {
+            if let Ok(mut fresh) = Scripts::build() {
+                let entries = std::mem::take(&mut self.libraries.entries);
+                fresh
+                    .libraries
+                    .reset_to(&fresh.lua, &fresh.hook, entries.into_iter().collect());
+                *self = fresh;
+                return;
+            }
+        }
+        self.collect_fully();
+    }
+
+    /// Full collections until one frees nothing more, at most [`FLUSH_COLLECTIONS`].
+    fn collect_fully(&mut self) {
         let mut used = self.lua.used_memory();
         for _ in 0..FLUSH_COLLECTIONS {
             self.lua.gc_collect().ok();
