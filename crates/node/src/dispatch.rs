@@ -267,6 +267,19 @@ impl Core {
         }
     }
 
+    /// Whether running `args` may change data or reach other clients: Redis's `write` and
+    /// `may-replicate` flags, except that a script call declaring flags (a shebang, a
+    /// function's `flags`) is judged by them, as Redis 7.0 replaces the command's flags with
+    /// the script's: one declaring `no-writes` may neither write nor replicate (its commands
+    /// are refused if they would), any other may write. This is what CLIENT PAUSE WRITE holds.
+    pub(crate) fn may_replicate(&self, spec: &'static CommandSpec, args: &[Bytes]) -> bool {
+        use crate::cmd::script::basics::NO_WRITES;
+        match self.scripts.declared_flags(spec.name, args) {
+            Some(flags) => flags & NO_WRITES == 0,
+            None => spec.is_write() || spec.has(Flag::MayReplicate),
+        }
+    }
+
     /// Redis's `checkGoodReplicasStatus`: false while `min-replicas-to-write` asks for more
     /// linked peers than this node has (a node without peers has none).
     pub(crate) fn enough_replicas(&self) -> bool {

@@ -378,6 +378,83 @@ fn client_pause_all_holds_everything_until_its_deadline() {
     assert_eq!(h.take(3), "+QUEUED\r\n");
 }
 
+/// As Redis 7.0 (its unit/pause suite): a script call that declares `no-writes` runs during
+/// CLIENT PAUSE WRITE, alone or inside MULTI, and so do EVAL_RO and FCALL_RO of scripts that
+/// declare nothing; every other script call is held like a write, an unknown SHA-1 or
+/// function included (it may turn out to write).
+#[test]
+fn client_pause_write_runs_read_only_scripts_and_holds_the_others() {
+    const LIB: &str = "#!lua name=lib\n\
+        redis.register_function{function_name='ro', callback=function() return 'hello' end, flags={'no-writes'}}\n\
+        redis.register_function('rw', function() return redis.call('incr', 'n') end)";
+    const RO_BODY: &str = "#!lua flags=no-writes\nreturn 'unique'";
+    let mut h = Harness::with_clients(9);
+    assert_eq!(h.cmd(1, &["FUNCTION", "LOAD", LIB]), bulk("lib"));
+    run(&mut h, "SET x y");
+    let loaded = h.cmd(1, &["SCRIPT", "LOAD", "#!lua flags=no-writes\nreturn 2"]);
+    let ro_sha = loaded.lines().nth(1).unwrap().to_string();
+    let loaded = h.cmd(1, &["SCRIPT", "LOAD", "return 3"]);
+    let compat_sha = loaded.lines().nth(1).unwrap().to_string();
+    // A write script queued before the pause: its EXEC is held.
+    h.cmd(9, &["MULTI"]);
+    assert_eq!(h.cmd(9, &["EVAL", "#!lua\nreturn 13", "0"]), "+QUEUED\r\n");
+    assert_eq!(run(&mut h, "CLIENT PAUSE 100000 WRITE"), "+OK\r\n");
+
+    // Not cached yet, then cached.
+    assert_eq!(h.cmd(2, &["EVAL", RO_BODY, "0"]), bulk("unique"));
+    assert_eq!(h.cmd(2, &["EVAL", RO_BODY, "0"]), bulk("unique"));
+    let get = "return redis.call('GeT', KEYS[1])";
+    assert_eq!(h.cmd(2, &["EVAL_RO", get, "1", "x"]), bulk("y"));
+    assert_eq!(h.cmd(2, &["EVALSHA", &ro_sha, "0"]), ":2\r\n");
+    assert_eq!(h.cmd(2, &["EVALSHA_RO", &compat_sha, "0"]), ":3\r\n");
+    assert_eq!(h.cmd(2, &["FCALL", "ro", "0"]), bulk("hello"));
+    assert_eq!(h.cmd(2, &["FCALL_RO", "ro", "0"]), bulk("hello"));
+    h.cmd(2, &["MULTI"]);
+    assert_eq!(
+        h.cmd(2, &["EVAL", "#!lua flags=no-writes\nreturn 12", "0"]),
+        "+QUEUED\r\n"
+    );
+    assert_eq!(h.cmd(2, &["EXEC"]), "*1\r\n:12\r\n");
+    // A read-only script still may not publish (which is what lets it run now).
+    assert!(h
+        .cmd(
+            2,
+            &[
+                "EVAL",
+                "#!lua flags=no-writes\nreturn redis.call('publish', 'c', 'm')",
+                "0"
+            ]
+        )
+        .starts_with("-ERR Write commands are not allowed from read-only scripts."));
+    assert!(run(&mut h, "INFO clients").contains("blocked_clients:0\r\n"));
+
+    // Held: no shebang (the commands it runs decide, so it may write), a shebang without
+    // no-writes (EVAL_RO's too: it is refused once it runs), a write function, an unknown
+    // SHA-1 and an unknown function, the EXEC.
+    assert_eq!(h.cmd(3, &["EVAL", "return 1", "0"]), "");
+    assert_eq!(h.cmd(4, &["EVAL", "#!lua\nreturn 1", "0"]), "");
+    assert_eq!(h.cmd(5, &["FCALL", "rw", "0"]), "");
+    assert_eq!(h.cmd(6, &["EVALSHA", &"f".repeat(40), "0"]), "");
+    assert_eq!(h.cmd(7, &["FCALL", "nosuch", "0"]), "");
+    assert_eq!(h.cmd(8, &["EVAL_RO", "#!lua\nreturn 1", "0"]), "");
+    assert_eq!(h.cmd(9, &["EXEC"]), "");
+    assert!(run(&mut h, "INFO clients").contains("blocked_clients:7\r\n"));
+    assert_eq!(run(&mut h, "CLIENT UNPAUSE"), "+OK\r\n");
+    assert_eq!(h.take(3), ":1\r\n");
+    assert_eq!(h.take(4), ":1\r\n");
+    assert_eq!(h.take(5), ":1\r\n");
+    assert_eq!(
+        h.take(6),
+        "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+    );
+    assert_eq!(h.take(7), "-ERR Function not found\r\n");
+    assert_eq!(
+        h.take(8),
+        "-ERR Can not execute a script with write flag using *_ro command.\r\n"
+    );
+    assert_eq!(h.take(9), "*1\r\n:13\r\n");
+}
+
 #[test]
 fn monitor_shows_commands_as_they_run() {
     let mut h = Harness::with_clients(2);

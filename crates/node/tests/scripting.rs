@@ -899,3 +899,42 @@ fn min_replicas_to_write_refuses_writes_without_linked_peers() {
     );
     assert_eq!(h.cmd(1, &["SET", "x", "w"]), "+OK\r\n");
 }
+
+/// The interpreter's heap as INFO memory reports it.
+fn lua_memory(h: &mut Harness) -> u64 {
+    let info = h.cmd(1, &["INFO", "memory"]);
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory_lua:"))
+        .expect("INFO memory has used_memory_lua");
+    line.trim().parse().expect("a byte count")
+}
+
+/// SCRIPT FLUSH starts a new interpreter, as Redis's does (Redis's unit/scripting measures
+/// the Lua heap after it and 10,000 EVALs): what scripts left behind does not survive it, even
+/// what collecting the old interpreter cannot give back (Lua 5.1 keeps a string table grown by
+/// many distinct strings), while the function libraries on the same interpreter stay loaded
+/// and callable.
+#[test]
+fn script_flush_starts_a_new_interpreter_and_keeps_the_functions() {
+    const LIB: &str = "#!lua name=lib\nredis.register_function('hi', function() return 'hi' end)";
+    let mut h = Harness::with_clients(1);
+    assert_eq!(h.cmd(1, &["FUNCTION", "LOAD", LIB]), "$3\r\nlib\r\n");
+    assert_eq!(h.cmd(1, &["SCRIPT", "FLUSH"]), "+OK\r\n");
+    let fresh = lua_memory(&mut h);
+    let strings = "local t = {} for i = 1, 50000 do t[i] = 'string ' .. i end return #t";
+    assert_eq!(h.cmd(1, &["EVAL", strings, "0"]), ":50000\r\n");
+    assert!(lua_memory(&mut h) > fresh + 1_000_000);
+    assert_eq!(h.cmd(1, &["SCRIPT", "FLUSH"]), "+OK\r\n");
+    let after = lua_memory(&mut h);
+    assert!(
+        after <= fresh,
+        "{after} bytes after SCRIPT FLUSH, {fresh} fresh"
+    );
+    let loaded = h.cmd(1, &["SCRIPT", "LOAD", strings]);
+    let sha = loaded.lines().nth(1).expect("a SHA-1");
+    assert_eq!(h.cmd(1, &["SCRIPT", "FLUSH"]), "+OK\r\n");
+    assert_eq!(h.cmd(1, &["SCRIPT", "EXISTS", sha]), "*1\r\n:0\r\n");
+    assert_eq!(h.cmd(1, &["FCALL", "hi", "0"]), "$2\r\nhi\r\n");
+    assert!(h.cmd(1, &["FUNCTION", "LIST"]).contains("lib"));
+}

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use lattice_store::dump::crc64;
 
 use crate::args::is;
-use crate::command::{container, spec, Call};
+use crate::command::{container, spec, Call, Flag};
 use crate::ctx::{CommandSpec, Core};
 use library::{Entry, Library, Stamp, FLAG_NAMES, MAX_CODE_BYTES, NO_WRITES};
 
@@ -28,10 +28,11 @@ const RDB_OPCODE_FUNCTION2: u8 = 245;
 /// The RDB version Redis 7.0 writes after the libraries (and accepts up to).
 const RDB_VERSION: u16 = 10;
 
-// One line per command reads best as a table.
+// One line per command reads best as a table. FCALL is may-replicate in Redis (CLIENT PAUSE
+// WRITE holds a call of an unknown function), a flag COMMAND INFO does not show.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    spec("fcall", -3, &["noscript", "skip-monitor", "no-mandatory-keys", "stale", "movablekeys"], (0, 0, 0), SCRIPTING, "7.0.0", "Invoke a function", fcall),
+    spec("fcall", -3, &["noscript", "skip-monitor", "no-mandatory-keys", "stale", "movablekeys"], (0, 0, 0), SCRIPTING, "7.0.0", "Invoke a function", fcall).with(Flag::MayReplicate),
     spec("fcall_ro", -3, &["noscript", "skip-monitor", "no-mandatory-keys", "stale", "readonly", "movablekeys"], (0, 0, 0), SCRIPTING, "7.0.0", "Invoke a read-only function", fcall_ro),
     container(
         "function",

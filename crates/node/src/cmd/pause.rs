@@ -2,7 +2,10 @@
 //!
 //! CLIENT PAUSE ms [WRITE|ALL] holds, until the pause ends, every request (ALL) or the ones
 //! that could change data or reach other clients (WRITE: commands flagged `write` or
-//! `may-replicate`, and an EXEC whose transaction holds one), as Redis 7.0 does. A held
+//! `may-replicate`, and an EXEC whose transaction holds one), as Redis 7.0 does. A script
+//! call that declares its flags is judged by them instead: one declaring `no-writes` (or an
+//! EVAL_RO / FCALL_RO of a script declaring none) runs during a WRITE pause, since a
+//! read-only script is refused any command that could write or replicate. A held
 //! client is parked as a blocked one is (INFO blocked_clients counts it); its request and
 //! whatever it pipelines after run in order when the pause ends: at its deadline on the node's
 //! clock (`now`), or at CLIENT UNPAUSE. A request refused before it would run (unknown
@@ -19,7 +22,7 @@ use bytes::Bytes;
 use crate::args::{is, parse_i64};
 use crate::blocking::{Blocked, TimeoutReply};
 use crate::client::ConnId;
-use crate::command::{Call, Flag};
+use crate::command::Call;
 use crate::ctx::{CommandSpec, Core};
 pub use crate::ops::{Pause, PauseMode, Pausing};
 
@@ -103,7 +106,7 @@ impl Core {
         };
         let held = match pause.mode {
             PauseMode::All => true,
-            PauseMode::Write => self.may_replicate(conn, spec),
+            PauseMode::Write => self.held_by_write_pause(conn, spec, args),
         };
         if !held {
             return false;
@@ -122,10 +125,16 @@ impl Core {
         true
     }
 
-    /// A command that may change data or reach other clients: flagged write or may-replicate,
-    /// or an EXEC whose queued transaction holds such a command.
-    fn may_replicate(&self, conn: ConnId, spec: &'static CommandSpec) -> bool {
-        if spec.is_write() || spec.has(Flag::MayReplicate) {
+    /// What CLIENT PAUSE WRITE holds: a request that may change data or reach other clients
+    /// (`Core::may_replicate`, which reads a script's declared flags), or an EXEC whose
+    /// queued transaction holds one.
+    fn held_by_write_pause(
+        &self,
+        conn: ConnId,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+    ) -> bool {
+        if self.may_replicate(spec, args) {
             return true;
         }
         if spec.name != "exec" {
@@ -135,8 +144,7 @@ impl Core {
             return false;
         };
         m.queued.iter().any(|args| {
-            crate::dispatch::resolve(self, args)
-                .is_ok_and(|s| s.is_write() || s.has(Flag::MayReplicate))
+            crate::dispatch::resolve(self, args).is_ok_and(|s| self.may_replicate(s, args))
         })
     }
 

@@ -1,8 +1,9 @@
 //! Server-side Lua scripting: EVAL, EVALSHA (and their `_RO` forms) and SCRIPT.
 //!
 //! Lua 5.1, as in Redis, built from source (`mlua` with `vendored`). One interpreter per node,
-//! created with the node and kept for its life; compiled scripts are cached by the SHA-1 of
-//! their body, so EVALSHA works after EVAL or SCRIPT LOAD, until SCRIPT FLUSH.
+//! created with the node and replaced by a new one at SCRIPT FLUSH (as Redis does; the
+//! function libraries are compiled into the new one); compiled scripts are cached by the SHA-1
+//! of their body, so EVALSHA works after EVAL or SCRIPT LOAD, until SCRIPT FLUSH.
 //!
 //! Determinism and purity: the interpreter has no `io`, `os`, `package`, `debug`, `loadfile`,
 //! `dofile` or `print`; `math.random` draws from a generator seeded per script from the node's

@@ -430,13 +430,33 @@ impl Scripts {
         Ok(sha)
     }
 
-    /// SCRIPT FLUSH. Redis starts a new interpreter; this one also holds the function
-    /// libraries, so it is collected instead, until that frees nothing more: Lua 5.1 halves its
-    /// string table at most once per collection, and scripts that made many distinct strings
-    /// leave it large. Bounded by [`FLUSH_COLLECTIONS`].
+    /// SCRIPT FLUSH: as Redis, a new interpreter, so that nothing the flushed scripts left
+    /// behind survives (collecting the old one cannot give back all of it: Lua 5.1 shrinks its
+    /// string table and thread stacks by half at most per collection, and only below a
+    /// quarter in use). The function libraries, which share the interpreter here (Redis keeps
+    /// them in one of their own), are compiled again into the new one from their code; the
+    /// set loaded is the same, since the entries decide it. Between two slices of a
+    /// suspended script (which SCRIPT FLUSH cannot reach: it is not `allow-busy`) or if a new
+    /// interpreter cannot be made, the old one is collected instead, up to
+    /// [`FLUSH_COLLECTIONS`] times.
     pub(crate) fn flush(&mut self) {
         self.cache.clear();
         self.cache_bytes = 0;
+        if self.running.is_none() {
+            if let Ok(mut fresh) = Scripts::build() {
+                let entries = std::mem::take(&mut self.libraries.entries);
+                fresh
+                    .libraries
+                    .reset_to(&fresh.lua, &fresh.hook, entries.into_iter().collect());
+                *self = fresh;
+                return;
+            }
+        }
+        self.collect_fully();
+    }
+
+    /// Full collections until one frees nothing more, at most [`FLUSH_COLLECTIONS`].
+    fn collect_fully(&mut self) {
         let mut used = self.lua.used_memory();
         for _ in 0..FLUSH_COLLECTIONS {
             self.lua.gc_collect().ok();
@@ -445,6 +465,28 @@ impl Scripts {
                 break;
             }
             used = now;
+        }
+    }
+
+    /// The script flags a call of `command` declares before it runs, as Redis 7.0's
+    /// `evalGetCommandFlags` and `fcallGetCommandFlags` find them: an EVAL body's shebang
+    /// (cached or not: a cached script's flags are its body's), a cached EVALSHA script's,
+    /// the called function's. None when the call declares none (no shebang, an unknown SHA-1
+    /// or function, a shebang that does not parse, not a script command): the command's own
+    /// flags decide then, and the call itself answers any error once it runs.
+    pub(crate) fn declared_flags(&self, command: &str, args: &[Bytes]) -> Option<u8> {
+        let target = args.get(1)?;
+        match command {
+            "eval" | "eval_ro" => super::basics::parse_shebang(target)
+                .ok()
+                .flatten()
+                .map(|(flags, _)| flags),
+            "evalsha" | "evalsha_ro" if target.len() == 40 => {
+                let sha = String::from_utf8_lossy(target).to_ascii_lowercase();
+                self.cache.get(&sha).and_then(|c| c.flags)
+            }
+            "fcall" | "fcall_ro" => self.libraries.function(target).map(|(_, f)| f.flags),
+            _ => None,
         }
     }
 
