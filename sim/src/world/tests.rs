@@ -198,6 +198,10 @@ fn the_planted_bug_is_caught() {
 }
 
 /// Seeds of the router plant's check: the same short runs, with and without the plant.
+#[cfg(any(
+    feature = "planted-router-bug",
+    not(any(feature = "planted-bug", feature = "planted-wakeup-bug"))
+))]
 const ROUTER_PLANT_SEEDS: std::ops::Range<u64> = 0..12;
 
 /// The simulator drives the server's router (crates/router): without its planted bug
@@ -229,6 +233,10 @@ fn router_plant_is_caught() {
 }
 
 /// Seeds of the wake-up plant's check: the same short runs, with and without the plant.
+#[cfg(any(
+    feature = "planted-wakeup-bug",
+    not(any(feature = "planted-bug", feature = "planted-router-bug"))
+))]
 const WAKEUP_PLANT_SEEDS: std::ops::Range<u64> = 0..16;
 
 /// The drivers' back-pressure runs under simulation (`lattice_router::ConnFlow`): over these
