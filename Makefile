@@ -100,7 +100,9 @@ difftest:
 ## that lose the disk and restore from the bucket; each run twice for determinism); the planted
 ## durability bugs (acknowledging before the fsync, or before the upload) must be caught; the
 ## router's planted bug (a write delivered to the wrong connection) must be caught, and the same
-## seeds pass without it.
+## seeds pass without it; so must the planted lost wake-up (input that came while a client's
+## socket was full never read once it drains: a liveness failure), and the same seeds pass
+## without it, filling sockets, waking connections and closing one over the push bound.
 sim:
 	$(CARGO) build --release -p lattice-sim
 	./target/release/lattice-sim --seeds 0..200 --strict
@@ -108,6 +110,8 @@ sim:
 	$(CARGO) test -q -p lattice-sim --features planted-durability-bug durability
 	$(CARGO) test -q -p lattice-sim router_plant
 	$(CARGO) test -q -p lattice-sim --features planted-router-bug router_plant
+	$(CARGO) test -q -p lattice-sim wakeup_plant
+	$(CARGO) test -q -p lattice-sim --features planted-wakeup-bug wakeup_plant
 	$(CARGO) test -q -p lattice-sim --features planted-upload-bug durability
 
 ## Replicated swarm: 200 seeds of 3-5 replicas under every fault class, then convergence,

@@ -224,10 +224,25 @@ def vm_rss_bytes(pid):
 # Servers
 
 
+# "LO-HI" from --ports: the servers take free ports from this range only (None: any free port).
+PORT_RANGE = None
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1: in PORT_RANGE when one is set, else any the kernel gives."""
+    if PORT_RANGE is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    lo, hi = PORT_RANGE
+    for port in range(lo, hi + 1):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 class Server:
@@ -767,6 +782,8 @@ def parse_args():
     ap.add_argument("-d", "--data-size", type=int, default=64)
     ap.add_argument("-r", "--keyspace", type=int, default=100_000)
     ap.add_argument("--pipelines", default="1,16", help="comma-separated -P depths")
+    ap.add_argument("--ports", default=None,
+                    help="LO-HI: the servers listen only on free ports in this range")
     ap.add_argument("--commands", default=",".join(COMMANDS),
                     help="comma-separated subset of " + ",".join(COMMANDS))
     ap.add_argument("--server-core", default="0", help="core for both servers ('none': no pin)")
@@ -803,6 +820,10 @@ def parse_args():
         if getattr(a, k) is None:
             setattr(a, k, v)
     a.pipelines = [int(x) for x in a.pipelines.split(",") if x]
+    if a.ports:
+        global PORT_RANGE
+        lo, _, hi = a.ports.partition("-")
+        PORT_RANGE = (int(lo), int(hi or lo))
     a.commands = [x.strip().lower() for x in a.commands.split(",") if x.strip()]
     bad = [c for c in a.commands if c not in COMMANDS]
     if bad:
@@ -953,6 +974,14 @@ def main():
                "unpinned." % args.replication_requests, "", "```"] + replication + ["```", ""]
     else:
         md += ["(skipped or failed)", ""]
+    if throughput:
+        # The headline figure, one line per pipeline depth: how much CPU redis-server spends
+        # per request for each µs Lattice spends (above 1: Lattice is cheaper).
+        md += ["## CPU per request against redis-server", ""]
+        for p, s in throughput["summary"].items():
+            md.append("- P=%d: CPU redis/lattice %s (geometric mean over %d commands)"
+                      % (p, fmt(s["geo_cpu"], "{:.2f}"), s["geo_n"]))
+        md.append("")
     report = "\n".join(md)
     with open(md_path, "w") as f:
         f.write(report)

@@ -431,7 +431,7 @@ impl Verifier {
                 if listed == want_ids {
                     Ok(())
                 } else {
-                    want(&format!("client ids {want_ids:?}"))
+                    want(&format!("client ids {want_ids:?} (listed {listed:?})"))
                 }
             }
             Check::NoReply => want("no reply"),

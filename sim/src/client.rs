@@ -48,6 +48,8 @@ pub struct Client {
     pub next_send_at: u64,
     /// A wake-up event is queued for this time.
     pub wake_at: Option<u64>,
+    /// The client reads nothing from its connection before this time (a slow reader).
+    pub read_paused_until: u64,
     /// Stats.
     pub replies: u64,
     pub last_reply_at: u64,
@@ -70,6 +72,7 @@ impl Client {
             subs: BTreeSet::new(),
             next_send_at: 0,
             wake_at: None,
+            read_paused_until: 0,
             replies: 0,
             last_reply_at: 0,
             connects: 0,

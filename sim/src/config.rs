@@ -88,6 +88,19 @@ pub struct RunConfig {
     /// while a step's does not; not part of the trace, so a seed replays the same events
     /// whatever the stride.
     pub check_every: u64,
+    /// Bytes a node's socket towards a client holds unread by the client (its send buffer
+    /// and the client's receive window together). Small, so that a client that stops reading,
+    /// or a large reply, fills it: the node then stops reading that connection and must read
+    /// it again once the client has caught up (`lattice_router::ConnFlow`).
+    pub sock_buf_bytes: usize,
+    /// Output other connections may pile onto a connection whose socket is full before the
+    /// node closes it (`lattice_router::PUSH_LIMIT_BYTES` in the server; smaller here so that
+    /// the close happens).
+    pub push_limit_bytes: usize,
+    /// Percentage of batches after which the client stops reading its replies for a while,
+    /// and the longest such pause (well under the client timeout).
+    pub slow_read_pct: u32,
+    pub slow_read_max_us: u64,
 }
 
 /// `check_every` of replicated runs: every step's changes are checked after it, so the full
@@ -194,7 +207,23 @@ impl RunConfig {
             repl_disk: None,
             repl_s3: None,
             check_every: 1,
+            sock_buf_bytes: 0,
+            push_limit_bytes: 0,
+            slow_read_pct: 0,
+            slow_read_max_us: 0,
         }
+        .with_flow(seed)
+    }
+
+    /// The socket bounds and slow readers, drawn from a stream of their own.
+    fn with_flow(mut self, seed: u64) -> RunConfig {
+        let mut f = Rand::new(seed ^ 0x464C_4F57_5F42_5546);
+        self.sock_buf_bytes = *f.pick(&[256, 1_024, 4_096, 65_536, 1 << 20]);
+        self.push_limit_bytes =
+            *f.pick(&[2_048, 16_384, 262_144, lattice_router::PUSH_LIMIT_BYTES]);
+        self.slow_read_pct = *f.pick(&[0, 2, 10, 30]);
+        self.slow_read_max_us = f.range(1_000, self.client_timeout_us / 4);
+        self
     }
 
     /// A replicated run: 3-5 replicas, the replicated workload, and a drain long enough for
@@ -394,6 +423,14 @@ impl RunConfig {
             self.think_mean_us,
             self.client_timeout_us / 1000,
             self.hz
+        );
+        let _ = write!(
+            s,
+            " sockbuf={}B push-limit={}B slow-reads={}%<={}ms",
+            self.sock_buf_bytes,
+            self.push_limit_bytes,
+            self.slow_read_pct,
+            self.slow_read_max_us / 1000
         );
         s
     }

@@ -204,14 +204,18 @@ fn run_seed(seed: u64, o: &RunOpts) -> RunResult {
 }
 
 fn repro(seed: u64, strict: bool, replicated: bool) -> String {
-    let features = match (
-        cfg!(feature = "planted-bug"),
-        cfg!(feature = "planted-router-bug"),
-    ) {
-        (true, true) => " --features planted-bug,planted-router-bug",
-        (true, false) => " --features planted-bug",
-        (false, true) => " --features planted-router-bug",
-        (false, false) => "",
+    let planted: Vec<&str> = [
+        (cfg!(feature = "planted-bug"), "planted-bug"),
+        (cfg!(feature = "planted-router-bug"), "planted-router-bug"),
+        (cfg!(feature = "planted-wakeup-bug"), "planted-wakeup-bug"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    let features = if planted.is_empty() {
+        String::new()
+    } else {
+        format!(" --features {}", planted.join(","))
     };
     let strict = if strict { " --strict" } else { "" };
     let replicated = if replicated { " --replicated" } else { "" };
@@ -223,7 +227,7 @@ fn repro(seed: u64, strict: bool, replicated: bool) -> String {
         replicated
     };
     let features = if cfg!(feature = "planted-move-bug") {
-        " --features planted-move-bug"
+        " --features planted-move-bug".to_string()
     } else {
         features
     };
@@ -571,14 +575,19 @@ fn summary(
             per.join(" ")
         );
     }
+    let sum =
+        |f: fn(&world::RunStats) -> u64| -> u64 { results.iter().map(|(r, _)| f(&r.stats)).sum() };
+    println!(
+        "back-pressure: sockets filled {}, connections read again when their socket drained {}, closed over the push bound {}",
+        sum(|s| s.socket_full),
+        sum(|s| s.wakeups),
+        sum(|s| s.push_cutoffs)
+    );
     let mut all = xxhash_rust::xxh3::Xxh3::new();
     for (r, _) in results {
         all.update(r.digest.as_bytes());
     }
     if replicated {
-        let sum = |f: fn(&world::RunStats) -> u64| -> u64 {
-            results.iter().map(|(r, _)| f(&r.stats)).sum()
-        };
         println!(
             "replicated: peer messages delivered {} of {} sent; requests acknowledged {}, indeterminate {}",
             sum(|s| s.peer_delivered),

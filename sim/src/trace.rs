@@ -63,6 +63,11 @@ pub enum TraceEvent {
         conn: u64,
         why: &'static str,
     },
+    /// The node side of a connection stopped reading (its socket is full) or read again.
+    Flow {
+        conn: u64,
+        what: &'static str,
+    },
     Timer {
         node: u32,
         now_us: u64,
@@ -126,6 +131,7 @@ impl TraceEvent {
             TraceEvent::PeerSend { .. } => 15,
             TraceEvent::PeerRecv { .. } => 16,
             TraceEvent::PeerLink { .. } => 17,
+            TraceEvent::Flow { .. } => 18,
         };
         out.push(tag);
         u(out, at);
@@ -196,7 +202,7 @@ impl TraceEvent {
                 encode_frame(frame, scratch);
                 b(out, scratch);
             }
-            TraceEvent::Closed { conn, why } => {
+            TraceEvent::Closed { conn, why } | TraceEvent::Flow { conn, what: why } => {
                 u(out, *conn);
                 b(out, why.as_bytes());
             }
@@ -300,6 +306,9 @@ impl TraceEvent {
             }
             TraceEvent::Closed { conn, why } => {
                 let _ = write!(s, "CLOSED c{conn} {why}");
+            }
+            TraceEvent::Flow { conn, what } => {
+                let _ = write!(s, "FLOW c{conn} {what}");
             }
             TraceEvent::Timer { node, now_us } => {
                 let _ = write!(s, "TIMER n{node} now={now_us}");

@@ -85,6 +85,9 @@ pub struct Stats {
     pub total_error_replies: u64,
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
+    /// Connections closed because output pushed at them passed the bound, by the node or by
+    /// its driver (INFO `client_output_buffer_limit_disconnections`).
+    pub output_limit_disconnections: u64,
     pub expired_keys_lazy_or_active: u64,
     /// Indexed like the command table; full names for subcommands are resolved when reporting.
     pub commands: CommandStatsTable,

@@ -6,17 +6,20 @@
 //! persistence records to the persister, and the node's next deadline to whoever runs its
 //! timers. The server does this across several event-loop threads; the simulator does it for
 //! simulated loops in virtual time. Both drive the [`Router`] here, so the routing the server
-//! relies on (batching, mail between loops, the timer deadline, bounded connection output) runs
+//! relies on (batching, mail between loops, the timer deadline, bounded connection output, when
+//! a connection is read and when it is read again after its socket drained) runs
 //! under simulation with every fault the simulator injects.
 //!
 //! No IO, clocks, threads or OS randomness: the driver passes the time in and carries out what
 //! comes back (docs/ARCHITECTURE.md, "The router").
 
+mod flow;
 mod hasher;
 mod mail;
 mod output;
 mod router;
 
+pub use flow::{AfterWrite, ConnFlow, MailAction, PUSH_LIMIT_BYTES};
 pub use hasher::IdHasher;
 pub use mail::{Mail, Mailboxes, Slot};
 pub use output::{OutputQueue, PushOverflow};

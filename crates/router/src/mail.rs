@@ -21,6 +21,15 @@ pub enum Mail {
     },
 }
 
+impl Mail {
+    /// The connection the mail is for, and its slot.
+    pub fn target(&self) -> (Slot, ConnId) {
+        match *self {
+            Mail::Write { slot, conn, .. } | Mail::Close { slot, conn } => (slot, conn),
+        }
+    }
+}
+
 /// One queue per event loop, filled while the node runs (under the node's lock in the server)
 /// and emptied by the loop it is for, all at once. A queue holds its mail in the order the node
 /// produced it, so every connection's output keeps the node's order.

@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use lattice_node::{ConnId, Input};
 use lattice_resp::{Limits, RequestParser};
-use lattice_router::{Mail, OutputQueue};
+use lattice_router::{AfterWrite, ConnFlow, Mail, MailAction, OutputQueue, PUSH_LIMIT_BYTES};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
@@ -61,12 +61,6 @@ const ACCEPT_BACKOFF_US: u64 = 50_000;
 const MAX_TIMER_SLEEP_US: u64 = 100_000;
 /// Process figures (memory, CPU) are refreshed this often.
 const STATS_INTERVAL_US: u64 = 1_000_000;
-/// A connection whose socket is full and whose unwritten output passes this when another
-/// connection pushes to it (pub/sub, keyspace notifications) is closed, as Redis's default
-/// `client-output-buffer-limit pubsub` hard limit does: one subscriber that stops reading
-/// cannot make the server hold every message for it. A connection's own replies need no such
-/// bound, since it is not read from while its socket is full.
-const PUSH_BACKLOG_LIMIT_BYTES: usize = 32 * 1024 * 1024;
 
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
@@ -152,15 +146,10 @@ struct Conn {
     last_read_us: u64,
     /// `client-query-buffer-limit`: unparsed input past it closes the connection.
     qbuf_limit: usize,
-    /// Replies not yet written. While the socket is full, reading pauses (so a client that
-    /// does not read its replies cannot make this server buffer without bound) and writes
-    /// from other connections are bounded.
-    out: OutputQueue,
-    /// Close once `out` is written (QUIT, a kill, a protocol error).
-    closing: bool,
-    /// Input may be waiting: epoll is edge-triggered, so this stays set until a read comes back
-    /// short or would block.
-    readable: bool,
+    /// Replies not yet written, and when to read (crates/router's `ConnFlow` decides: while
+    /// the socket is full, reading pauses, so a client that does not read its replies cannot
+    /// make this server buffer without bound, and writes from other connections are bounded).
+    flow: ConnFlow,
     /// Already in the loop's list of connections to write at the end of this turn.
     flush_queued: bool,
     /// The nap window this connection was last counted in (nap.rs).
@@ -292,13 +281,13 @@ impl EventLoop {
                         };
                         // A reset or hang-up also ends a blocked write: the retry fails and
                         // closes the connection instead of leaving it waiting for space.
-                        if conn.out.is_blocked()
+                        if conn.flow.waiting_for_room()
                             && (event.is_writable() || event.is_write_closed() || event.is_error())
                         {
                             queue_flush(&mut self.to_flush, slot, conn);
                         }
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
-                            conn.readable = true;
+                            conn.flow.input_ready();
                             self.nap.count(&mut conn.nap_mark);
                             self.ready.push(slot);
                         }
@@ -497,7 +486,7 @@ impl EventLoop {
             self.free_slots.push(slot);
             return;
         }
-        let mut out = OutputQueue::new();
+        let mut flow = ConnFlow::new(PUSH_LIMIT_BYTES);
         let (limits, closing) = {
             let mut host = self.shared.host.lock();
             host.register(id, self.index, slot);
@@ -506,13 +495,17 @@ impl EventLoop {
                 peer_addr,
                 local_addr,
             });
-            let closing = host.drain(Some(id), out.replies_mut(), Some(self.index));
+            let closing = host.drain(Some(id), flow.replies_mut(), Some(self.index));
             host.router
                 .node_mut()
                 .set_query_buffer(id, 0, READ_CHUNK as u64);
             self.shared.check_timer(&mut host, Some(self.index));
             (limits_of(&host), closing)
         };
+        if closing {
+            flow.close_after_output();
+        }
+        // Input that came before registration is reported by the registration itself.
         let mut conn = Conn {
             id,
             socket,
@@ -522,15 +515,12 @@ impl EventLoop {
             qbuf_peak: 0,
             last_read_us: crate::host::clock_us(),
             qbuf_limit: usize::MAX,
-            out,
-            closing,
-            // Input that came before registration is reported by the registration itself.
-            readable: false,
+            flow,
             flush_queued: false,
             nap_mark: 0,
             tls,
         };
-        if !conn.out.is_empty() || conn.closing {
+        if conn.flow.wants_flush() {
             queue_flush(&mut self.to_flush, slot, &mut conn);
         }
         self.conns[slot] = Some(conn);
@@ -541,7 +531,7 @@ impl EventLoop {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.closing || conn.out.is_blocked() || !conn.readable {
+        if !conn.flow.should_read() {
             return;
         }
         // A TLS client's bytes are read into the loop's scratch buffer and decrypted from
@@ -586,8 +576,7 @@ impl EventLoop {
                                 // A client without a certificate, or with one the CA did not
                                 // sign, or not speaking TLS: refused, like a protocol error.
                                 tracing::debug!("TLS client {} refused: {e}", conn.id.0);
-                                conn.closing = true;
-                                conn.readable = false;
+                                conn.flow.close_after_output();
                                 queue_flush(&mut self.to_flush, slot, conn);
                                 return;
                             }
@@ -601,13 +590,13 @@ impl EventLoop {
                 conn.qbuf_peak = conn.qbuf_peak.max(conn.rbuf.len());
                 if n < spare {
                     // A short read drained the socket; new input raises a new edge.
-                    conn.readable = false;
+                    conn.flow.input_drained();
                 } else {
                     self.again.push(slot);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                conn.readable = false;
+                conn.flow.input_drained();
                 return;
             }
             Err(_) => {
@@ -655,8 +644,10 @@ impl EventLoop {
         if conn.parser.limits() != conn.limits {
             conn.parser.set_limits(conn.limits);
         }
-        conn.closing |= tls_closed;
-        if !conn.out.is_empty() || conn.closing {
+        if tls_closed {
+            conn.flow.close_after_output();
+        }
+        if conn.flow.wants_flush() {
             queue_flush(&mut self.to_flush, slot, conn);
         }
         // Mail this batch posted to this loop (a PUBLISH to a neighbour, say) is delivered now,
@@ -682,39 +673,28 @@ impl EventLoop {
                 .router
                 .take_mail(self.index, &mut mail);
             for m in mail.drain(..) {
-                match m {
-                    Mail::Write {
-                        slot,
-                        conn: id,
-                        data,
-                    } => {
-                        let Some(conn) = live_conn(&mut self.conns, slot, id) else {
-                            continue;
-                        };
-                        if let Err(e) = conn.out.push_from_other(data, PUSH_BACKLOG_LIMIT_BYTES) {
+                let (slot, id) = m.target();
+                let Some(conn) = live_conn(&mut self.conns, slot, id) else {
+                    continue;
+                };
+                match conn.flow.take_mail(m) {
+                    MailAction::Flush => queue_flush(&mut self.to_flush, slot, conn),
+                    MailAction::CloseNow(overflow) => {
+                        if let Some(e) = overflow {
                             tracing::warn!(
                                 "closing client {}: {} bytes of output unread, over the {} byte limit",
                                 id.0,
                                 e.unread_bytes,
-                                PUSH_BACKLOG_LIMIT_BYTES
+                                PUSH_LIMIT_BYTES
                             );
-                            self.close(slot);
-                            continue;
+                            self.shared
+                                .host
+                                .lock()
+                                .router
+                                .node_mut()
+                                .output_limit_disconnected();
                         }
-                        queue_flush(&mut self.to_flush, slot, conn);
-                    }
-                    Mail::Close { slot, conn: id } => {
-                        let Some(conn) = live_conn(&mut self.conns, slot, id) else {
-                            continue;
-                        };
-                        if conn.out.is_blocked() {
-                            // Killed (or timed out) while not reading its replies: waiting for
-                            // it to read them first could take forever.
-                            self.close(slot);
-                        } else {
-                            conn.closing = true;
-                            queue_flush(&mut self.to_flush, slot, conn);
-                        }
+                        self.close(slot);
                     }
                 }
             }
@@ -746,49 +726,46 @@ impl EventLoop {
         conn.flush_queued = false;
         let fd = conn.socket.as_raw_fd();
         let written = match conn.tls.as_deref_mut() {
-            None => write_plain(fd, &mut conn.out),
-            Some(session) => write_tls(fd, session, &mut conn.out, conn.closing),
+            None => write_plain(fd, conn.flow.out_mut()),
+            Some(session) => {
+                let closing = conn.flow.is_closing();
+                write_tls(fd, session, conn.flow.out_mut(), closing)
+            }
         };
-        match written {
-            Written::All => {}
-            Written::Blocked => {
-                if conn.out.block()
-                    && self
-                        .poll
-                        .registry()
-                        .reregister(
-                            &mut conn.socket,
-                            Token(slot),
-                            Interest::READABLE | Interest::WRITABLE,
-                        )
-                        .is_err()
+        let next = match written {
+            Written::All => conn.flow.all_written(),
+            Written::Blocked => conn.flow.socket_full(),
+            Written::Failed => AfterWrite::Close,
+        };
+        match next {
+            AfterWrite::Idle => {}
+            AfterWrite::WaitForRoom => {
+                if self
+                    .poll
+                    .registry()
+                    .reregister(
+                        &mut conn.socket,
+                        Token(slot),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )
+                    .is_err()
                 {
                     self.close(slot);
                 }
-                return;
             }
-            Written::Failed => {
-                self.close(slot);
-                return;
+            AfterWrite::Resume { read_now } => {
+                if self
+                    .poll
+                    .registry()
+                    .reregister(&mut conn.socket, Token(slot), Interest::READABLE)
+                    .is_err()
+                {
+                    self.close(slot);
+                } else if read_now {
+                    self.again.push(slot);
+                }
             }
-        }
-        if conn.out.unblock() {
-            if self
-                .poll
-                .registry()
-                .reregister(&mut conn.socket, Token(slot), Interest::READABLE)
-                .is_err()
-            {
-                self.close(slot);
-                return;
-            }
-            if conn.readable {
-                // Input that came while reading was paused raised no new edge.
-                self.again.push(slot);
-            }
-        }
-        if conn.closing {
-            self.close(slot);
+            AfterWrite::Close => self.close(slot),
         }
     }
 
@@ -1113,11 +1090,13 @@ fn execute(
         conn.id,
         batch,
         protocol_error,
-        conn.out.replies_mut(),
+        conn.flow.replies_mut(),
         crate::host::clock_us,
     );
     host.carry_out(Some(loop_index));
-    conn.closing |= closing;
+    if closing {
+        conn.flow.close_after_output();
+    }
     conn.limits = limits_of(&host);
     conn.qbuf_limit =
         usize::try_from(host.node().config().client_query_buffer_limit).unwrap_or(usize::MAX);

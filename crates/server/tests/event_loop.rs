@@ -210,6 +210,13 @@ fn a_subscriber_that_stops_reading_is_dropped_at_the_output_limit() {
                 "dropped after only {sent_mib} MiB, below the limit"
             );
             drop(subscriber);
+            // INFO counts the close, as Redis 7.0 does.
+            publisher.write_all(&command(&[b"INFO", b"stats"])).unwrap();
+            let info = read_bulk(&mut publisher);
+            assert!(
+                info.contains("client_output_buffer_limit_disconnections:1\r\n"),
+                "{info}"
+            );
             return;
         }
     }

@@ -178,7 +178,13 @@ fn client_list(m: &mut Model, cx: &mut Cx) -> Check {
     // The workload sends CLIENT LIST without filters.
     assert_eq!(cx.argc(), 2, "model limitation: CLIENT LIST filters");
     Check::ClientList {
-        ids: m.conns.keys().copied().collect(),
+        // A killed connection is closing: the node lists it no more.
+        ids: m
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.killed)
+            .map(|(id, _)| *id)
+            .collect(),
         verbatim: cx.proto == Proto::Resp3,
     }
 }

@@ -69,6 +69,9 @@ pub struct ConnState {
     pub watched: BTreeMap<Bytes, bool>,
     /// A watched key was modified: the next EXEC fails.
     pub dirty: bool,
+    /// Killed by another connection (CLIENT KILL): the node closes it when its output is
+    /// written and lists it no more meanwhile, though it still receives what it was sent.
+    pub killed: bool,
     /// Pub/sub subscriptions.
     pub channels: BTreeSet<Bytes>,
     pub patterns: BTreeSet<Bytes>,
@@ -245,6 +248,7 @@ impl Model {
                 multi: None,
                 watched: BTreeMap::new(),
                 dirty: false,
+                killed: false,
                 channels: BTreeSet::new(),
                 patterns: BTreeSet::new(),
             },
@@ -302,6 +306,11 @@ impl Model {
             self.pending_pops.is_empty() || reply.is_some(),
             "model: a random SPOP whose reply is suppressed: {args:?}"
         );
+        for v in &cx.kill {
+            if let Some(c) = self.conns.get_mut(v) {
+                c.killed = true;
+            }
+        }
         Applied {
             pushes,
             settle: !self.pending_pops.is_empty(),

@@ -219,6 +219,7 @@ impl World {
         };
         c.to_node.clear();
         c.to_client.clear();
+        c.unread_by_client = 0;
         let (client_open, side) = (c.client_open, c.node_side);
         if side == NodeSide::Pending {
             c.node_side = NodeSide::Done;
@@ -261,6 +262,7 @@ impl World {
             };
             c.to_node.clear();
             c.to_client.clear();
+            c.unread_by_client = 0;
             c.node_side = NodeSide::Done;
             c.inbuf.clear();
             if c.client_open {
@@ -324,6 +326,16 @@ impl World {
                 p.parked = false;
             }
             self.ensure_scheduled(id, true);
+        }
+        // Output that waited for room the client made meanwhile.
+        let mut waiting: Vec<u64> = self.hosts[n].conns.iter().copied().collect();
+        waiting.retain(|&id| {
+            self.conns[id as usize]
+                .as_ref()
+                .is_some_and(|c| c.flow.waiting_for_room())
+        });
+        for id in waiting {
+            self.queue_flush(id);
         }
         // Mail that waited for the node: every loop takes its own.
         for l in 0..self.hosts[n].loops {

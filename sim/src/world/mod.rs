@@ -34,6 +34,7 @@ use bytes::{Bytes, BytesMut};
 use lattice_node::{ConnId, Input, Micros};
 use lattice_persist::AckMode;
 use lattice_resp::RequestParser;
+use lattice_router::ConnFlow;
 
 use crate::bucket::SimBucket;
 use crate::check::{Expect, ScanState, Verifier};
@@ -74,6 +75,10 @@ enum Ev {
     },
     ClientWake {
         client: usize,
+    },
+    /// The client read bytes of connection `conn`: its node's socket has room again.
+    Writable {
+        conn: u64,
     },
     PeerTick,
     Heartbeat {
@@ -157,6 +162,18 @@ struct Conn {
     /// Replicated mode: history indices of the requests sent on this connection and not yet
     /// executed, in order (bytes arrive in order; a reset ends the connection).
     ops: VecDeque<u64>,
+    /// The node side's output queue and reading state, as the server keeps them
+    /// (`lattice_router::ConnFlow`): `inbuf` holds what a paused connection was sent.
+    flow: ConnFlow,
+    /// Bytes the node wrote towards the client that the client has not read yet; the node's
+    /// socket takes no more than `RunConfig::sock_buf_bytes` of them.
+    unread_by_client: usize,
+    /// An `Ev::Writable` is queued for this connection.
+    writable_queued: bool,
+    /// The node closed the connection dropping output it could not deliver (pushes over the
+    /// bound, or a kill while the client was not reading): its close may come before replies
+    /// the model expected.
+    cut_off: bool,
 }
 
 /// What ends an injected fault.
@@ -192,6 +209,12 @@ pub struct RunStats {
     pub hot_holders: u64,
     /// Frames that answered no request (pub/sub messages and extra confirmations).
     pub pushes: u64,
+    /// Connections whose node socket filled (reading paused), ones read again at once when it
+    /// drained because input had waited (the wake-up), and ones closed for pushes over the
+    /// bound.
+    pub socket_full: u64,
+    pub wakeups: u64,
+    pub push_cutoffs: u64,
     /// Commands generated per workload family (index into `workload::FAMILIES`).
     pub family_commands: Vec<u64>,
 }
@@ -202,6 +225,11 @@ pub struct World {
     /// the node wrote to it.
     capture: Option<(u64, BytesMut)>,
     rng: Rand,
+    /// The slow readers' draws: a stream of its own, so that runs with none draw as before.
+    flow_rng: Rand,
+    /// Connections whose node side has output queued this step; written at the step's end,
+    /// as the server writes at the end of a loop's turn.
+    to_flush: Vec<u64>,
     now: u64,
     seq: u64,
     queue: BinaryHeap<Reverse<Sched>>,
@@ -280,6 +308,8 @@ impl World {
         World {
             capture: None,
             rng,
+            flow_rng: Rand::new(cfg.seed ^ 0x534C_4F57_5245_4144),
+            to_flush: Vec::new(),
             now: 0,
             seq: 0,
             queue: BinaryHeap::new(),
@@ -460,6 +490,7 @@ impl World {
                 }
                 self.client_step(client);
             }
+            Ev::Writable { conn } => self.on_writable(conn),
             Ev::PeerTick => self.on_peer_tick(),
             Ev::Heartbeat { node } => self.on_heartbeat(node),
             Ev::Nemesis => self.on_nemesis(),
@@ -468,5 +499,6 @@ impl World {
             Ev::Upload { node } => self.on_upload(node),
             Ev::Phase(p) => self.on_phase(p),
         }
+        self.flush_pending();
     }
 }

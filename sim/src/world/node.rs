@@ -5,7 +5,7 @@
 use bytes::{Bytes, BytesMut};
 use lattice_node::{ConnId, Input, Micros};
 use lattice_resp::decode_frame;
-use lattice_router::{Mail, Route};
+use lattice_router::{AfterWrite, Mail, MailAction, Route};
 
 use crate::check::{Check, Expect};
 use crate::net::Seg;
@@ -78,8 +78,13 @@ impl World {
                     if c.node_side != NodeSide::Open {
                         continue;
                     }
+                    // The server reads the socket only while the connection's output is not
+                    // stuck; otherwise the bytes wait (here in `inbuf`) for the wake-up.
                     c.inbuf.extend_from_slice(&b);
-                    self.parse_and_execute(id, node);
+                    c.flow.input_ready();
+                    if c.flow.should_read() {
+                        self.parse_and_execute(id, node);
+                    }
                     touched = true;
                 }
                 Seg::Fin | Seg::Rst => {
@@ -160,7 +165,8 @@ impl World {
             let Some(c) = self.conn(id) else {
                 return;
             };
-            if c.node_side != NodeSide::Open {
+            // A closing connection is read no more (what came after a QUIT is never run).
+            if c.node_side != NodeSide::Open || c.flow.is_closing() {
                 c.inbuf.clear();
                 return;
             }
@@ -178,7 +184,11 @@ impl World {
                         }
                     }
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    // Everything delivered was read: the next bytes raise a new edge.
+                    c.flow.input_drained();
+                    break;
+                }
                 Err(e) => {
                     let message = e.message().to_string();
                     c.inbuf.clear();
@@ -431,7 +441,8 @@ impl World {
         }
     }
 
-    /// Event loop `loop_index` of `node` takes its mail.
+    /// Event loop `loop_index` of `node` takes its mail: what the connection's
+    /// `ConnFlow` queues is written at the end of the step.
     pub(super) fn take_loop_mail(&mut self, node: usize, loop_index: usize) {
         let mut mail = Vec::new();
         match self.hosts[node].router.as_mut() {
@@ -439,17 +450,23 @@ impl World {
             None => return,
         }
         for m in mail {
-            match m {
-                Mail::Write { conn, data, .. } => {
-                    if self.served_by(conn.0, node, loop_index) {
-                        self.write_to(node, conn.0, data);
+            let id = m.target().1 .0;
+            if !self.served_by(id, node, loop_index) {
+                continue;
+            }
+            let closes = matches!(m, Mail::Close { .. });
+            if let Mail::Write { data, .. } = &m {
+                self.record_output(node, id, data);
+            }
+            let c = self.conn(id).expect("served");
+            match c.flow.take_mail(m) {
+                MailAction::Flush => {
+                    if closes {
+                        self.node_forget(node, id);
                     }
+                    self.queue_flush(id);
                 }
-                Mail::Close { conn, .. } => {
-                    if self.served_by(conn.0, node, loop_index) {
-                        self.node_close(node, conn.0);
-                    }
-                }
+                MailAction::CloseNow(overflow) => self.cut_off(node, id, overflow.is_some()),
             }
         }
     }
@@ -475,38 +492,173 @@ impl World {
         self.after_node_step(node);
     }
 
-    /// Bytes the node wrote to connection `id`.
-    pub(super) fn write_to(&mut self, node: usize, id: u64, data: Bytes) {
+    /// Output of the node for connection `id`, as it leaves the node (trace, settle capture).
+    fn record_output(&mut self, node: usize, id: u64, data: &Bytes) {
         if let Some((_, out)) = self.capture.as_mut().filter(|c| c.0 == id) {
-            out.extend_from_slice(&data);
+            out.extend_from_slice(data);
         }
         self.trace(TraceEvent::Output {
             node: node as u32,
             conn: id,
             data: data.clone(),
         });
-        if self.conn(id).is_some() {
-            self.stream_write(id, false, data);
+    }
+
+    /// A reply of the batch connection `id` ran: queued, written at the end of the step.
+    pub(super) fn write_to(&mut self, node: usize, id: u64, data: Bytes) {
+        self.record_output(node, id, &data);
+        let Some(c) = self.conn(id).filter(|c| c.node_side == NodeSide::Open) else {
+            return;
+        };
+        c.flow.replies_mut().push(data);
+        self.queue_flush(id);
+    }
+
+    /// The node closed connection `id`: the connection goes once everything written before
+    /// is (unless the client stops reading meanwhile and another close cuts it off).
+    pub(super) fn node_close(&mut self, node: usize, id: u64) {
+        self.node_forget(node, id);
+        if let Some(c) = self.conn(id).filter(|c| c.node_side == NodeSide::Open) {
+            c.flow.close_after_output();
+            self.queue_flush(id);
         }
     }
 
-    /// The node closed connection `id` (after everything written before).
-    pub(super) fn node_close(&mut self, node: usize, id: u64) {
+    /// The node is done with connection `id` (what it said before is still to be written):
+    /// the model forgets it and no more output is routed to it.
+    fn node_forget(&mut self, node: usize, id: u64) {
         self.trace(TraceEvent::NodeClose {
             node: node as u32,
             conn: id,
         });
         let host = &mut self.hosts[node];
-        host.conns.remove(&id);
         host.model.disconnect(id);
         if let Some(r) = host.router.as_mut() {
             r.unregister(ConnId(id));
         }
+    }
+
+    /// The node side of connection `id` closes: FIN after the bytes already written.
+    fn node_fin(&mut self, node: usize, id: u64) {
+        self.hosts[node].conns.remove(&id);
         if let Some(c) = self.conn(id) {
             c.node_side = NodeSide::Done;
             c.inbuf.clear();
             self.stream_push(id, false, Seg::Fin);
         }
+    }
+
+    /// The driver closes connection `id` dropping its unwritten output: pushes passed the
+    /// bound (`overflow`: the node is told, as of any close it did not ask for), or the node
+    /// closed it while the client was not reading.
+    fn cut_off(&mut self, node: usize, id: u64, overflow: bool) {
+        self.node_forget(node, id);
+        let Some(c) = self.conn(id) else {
+            return;
+        };
+        c.cut_off = true;
+        let loop_index = c.loop_index;
+        self.stats.push_cutoffs += u64::from(overflow);
+        self.trace(TraceEvent::Closed {
+            conn: id,
+            why: if overflow { "push-limit" } else { "cut-off" },
+        });
+        self.node_fin(node, id);
+        if overflow {
+            let host = &mut self.hosts[node];
+            let t = host.clock.read(self.now);
+            if let Some(r) = host.router.as_mut() {
+                r.node_mut().output_limit_disconnected();
+                r.handle(Micros(t), Input::Closed { conn: ConnId(id) });
+            }
+            self.drain_on(node, None, Some(loop_index));
+        }
+    }
+
+    /// Connection `id` has output to write at the end of this step.
+    pub(super) fn queue_flush(&mut self, id: u64) {
+        if !self.to_flush.contains(&id) {
+            self.to_flush.push(id);
+        }
+    }
+
+    /// The end of a step (the server's end of a loop's turn): every connection with output
+    /// queued writes what its socket takes.
+    pub(super) fn flush_pending(&mut self) {
+        while !self.to_flush.is_empty() && self.failure.is_none() {
+            let list = std::mem::take(&mut self.to_flush);
+            for id in list {
+                self.flush_conn(id);
+            }
+        }
+    }
+
+    /// Writes connection `id`'s output into its stream while the socket has room (the client
+    /// has read all but `sock_buf_bytes` of it), and does what its `ConnFlow` says next.
+    fn flush_conn(&mut self, id: u64) {
+        let cap = self.cfg.sock_buf_bytes;
+        let Some(c) = self.conn(id).filter(|c| c.node_side == NodeSide::Open) else {
+            return;
+        };
+        let node = c.node;
+        let next = loop {
+            let c = self.conn(id).expect("open");
+            let Some(first) = c.flow.out().chunks().first().cloned() else {
+                break c.flow.all_written();
+            };
+            let room = cap.saturating_sub(c.unread_by_client);
+            if room == 0 {
+                break c.flow.socket_full();
+            }
+            let n = first.len().min(room);
+            c.flow.out_mut().written(n);
+            c.unread_by_client += n;
+            self.stream_write(id, false, first.slice(..n));
+        };
+        self.conn(id).expect("open").flow.check_invariants();
+        match next {
+            AfterWrite::Idle => {}
+            AfterWrite::WaitForRoom => {
+                self.stats.socket_full += 1;
+                self.trace(TraceEvent::Flow {
+                    conn: id,
+                    what: "socket full: reading paused",
+                });
+            }
+            AfterWrite::Resume { read_now } => {
+                self.trace(TraceEvent::Flow {
+                    conn: id,
+                    what: if read_now {
+                        "socket drained: reading the input that waited"
+                    } else {
+                        "socket drained: reading resumes"
+                    },
+                });
+                if read_now {
+                    self.stats.wakeups += 1;
+                    self.parse_and_execute(id, node);
+                    self.after_node_step(node);
+                }
+            }
+            AfterWrite::Close => self.node_fin(node, id),
+        }
+    }
+
+    /// The client read from connection `id`: its node writes what waited for room.
+    pub(super) fn on_writable(&mut self, id: u64) {
+        let Some(c) = self.conn(id) else {
+            return;
+        };
+        c.writable_queued = false;
+        if c.node_side != NodeSide::Open || !c.flow.waiting_for_room() {
+            return;
+        }
+        // A stopped process writes nothing; it writes what waits when it resumes.
+        let node = c.node;
+        if self.hosts[node].paused {
+            return;
+        }
+        self.queue_flush(id);
     }
 
     /// Re-arms the node's timer event at the router's plan, moved earlier first if the node

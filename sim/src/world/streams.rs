@@ -78,6 +78,15 @@ impl World {
         } else {
             c.to_client.scheduled = false;
         }
+        // A client that stopped reading takes its bytes when it reads again.
+        let paused_until = self.clients[client].read_paused_until;
+        if !to_node && paused_until > now {
+            if let Some(p) = self.pipe(id, false) {
+                p.scheduled = true;
+            }
+            self.at(paused_until, Ev::Pipe { conn: id, to_node });
+            return;
+        }
         let ch = self.client_host(client);
         let (src, dst) = if to_node { (ch, node) } else { (node, ch) };
         if self.net.blocked(src, dst) {

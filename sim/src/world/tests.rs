@@ -198,11 +198,19 @@ fn the_planted_bug_is_caught() {
 }
 
 /// Seeds of the router plant's check: the same short runs, with and without the plant.
+#[cfg(any(
+    feature = "planted-router-bug",
+    not(any(feature = "planted-bug", feature = "planted-wakeup-bug"))
+))]
 const ROUTER_PLANT_SEEDS: std::ops::Range<u64> = 0..12;
 
 /// The simulator drives the server's router (crates/router): without its planted bug
 /// these runs pass...
-#[cfg(not(any(feature = "planted-bug", feature = "planted-router-bug")))]
+#[cfg(not(any(
+    feature = "planted-bug",
+    feature = "planted-router-bug",
+    feature = "planted-wakeup-bug"
+)))]
 #[test]
 fn router_plant_absent_runs_pass() {
     for seed in ROUTER_PLANT_SEEDS {
@@ -222,6 +230,52 @@ fn router_plant_is_caught() {
         !caught.is_empty(),
         "the routing plant must be caught within seeds {ROUTER_PLANT_SEEDS:?}"
     );
+}
+
+/// Seeds of the wake-up plant's check: the same short runs, with and without the plant.
+#[cfg(any(
+    feature = "planted-wakeup-bug",
+    not(any(feature = "planted-bug", feature = "planted-router-bug"))
+))]
+const WAKEUP_PLANT_SEEDS: std::ops::Range<u64> = 0..16;
+
+/// The drivers' back-pressure runs under simulation (`lattice_router::ConnFlow`): over these
+/// seeds node sockets fill and input waits for the drain and is read then (closes over the
+/// push bound take more clients than these short runs have: the swarm's summary counts
+/// them); and every run passes...
+#[cfg(not(any(
+    feature = "planted-bug",
+    feature = "planted-router-bug",
+    feature = "planted-wakeup-bug"
+)))]
+#[test]
+fn wakeup_plant_absent_runs_pass() {
+    let mut totals = RunStats::default();
+    for seed in WAKEUP_PLANT_SEEDS {
+        let (_, failure, stats) = short_run(seed);
+        assert_eq!(failure, None, "seed {seed}");
+        totals.socket_full += stats.socket_full;
+        totals.wakeups += stats.wakeups;
+    }
+    assert!(totals.socket_full > 0, "no socket filled");
+    assert!(totals.wakeups > 0, "no input waited for a socket to drain");
+}
+
+/// ...and with the lost wake-up planted (input that came while the socket was full is not
+/// read when it drains) a client waits for replies that never come: a liveness failure.
+#[cfg(feature = "planted-wakeup-bug")]
+#[test]
+fn wakeup_plant_is_caught() {
+    let caught: Vec<(u64, String)> = WAKEUP_PLANT_SEEDS
+        .filter_map(|seed| short_run(seed).1.map(|f| (seed, f)))
+        .collect();
+    assert!(
+        !caught.is_empty(),
+        "the lost wake-up must be caught within seeds {WAKEUP_PLANT_SEEDS:?}"
+    );
+    for (seed, failure) in &caught {
+        assert!(failure.contains("liveness"), "seed {seed}: {failure}");
+    }
 }
 
 /// A short partitioned run of `seed`.

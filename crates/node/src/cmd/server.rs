@@ -627,7 +627,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let s = &core.stats;
             let _ = write!(
                 t,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nlazyfreed_objects:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nlazyfreed_objects:{}\r\nclient_output_buffer_limit_disconnections:{}\r\n",
                 s.total_connections_received,
                 s.total_commands_processed,
                 s.instantaneous_ops_per_sec(),
@@ -646,6 +646,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
                 core.tracking.prefixes.len(),
                 s.total_error_replies,
                 core.lazy_free.freed,
+                s.output_limit_disconnections,
             );
             let d = &core.acl.denied;
             let _ = write!(

@@ -12,7 +12,7 @@ use crate::events::{EVENT_KEYEVENT, EVENT_KEYSPACE};
 /// A subscriber whose unread output passes this is disconnected (Redis's default pubsub
 /// client-output-buffer-limit hard limit), so one slow reader cannot exhaust memory. This
 /// counts what the node still holds; output it has handed to the driver is the driver's to
-/// bound (the server's event loop applies the same limit, `PUSH_BACKLOG_LIMIT_BYTES`).
+/// bound (the drivers apply the same limit, `lattice_router::PUSH_LIMIT_BYTES`).
 const SUBSCRIBER_OUTPUT_LIMIT: usize = 32 * 1024 * 1024;
 
 impl Core {
@@ -88,6 +88,7 @@ impl Core {
             .get(&conn)
             .is_some_and(|c| c.out.len() > SUBSCRIBER_OUTPUT_LIMIT)
         {
+            self.stats.output_limit_disconnections += 1;
             self.close_client(conn);
         }
     }

@@ -35,6 +35,12 @@ impl Node {
         }
     }
 
+    /// The driver closed a connection whose unread output passed its bound (INFO stats
+    /// `client_output_buffer_limit_disconnections` counts these with the node's own).
+    pub fn output_limit_disconnected(&mut self) {
+        self.core.stats.output_limit_disconnections += 1;
+    }
+
     /// Also INFO's `used_memory`, between the driver's periodic process readings.
     pub fn report_memory(&mut self, used_bytes: u64) {
         self.core.eviction.report(used_bytes);
