@@ -758,7 +758,11 @@ impl Replicator {
             (&mut self.merkle, &mut self.stale_digests, &mut self.scratch);
         let gc_queue = &mut self.gc_queue;
         // Without a live peer the next anti-entropy ships the whole difference anyway.
-        let pending = self.peers.values().any(|p| p.up).then_some(&mut self.pending);
+        let pending = self
+            .peers
+            .values()
+            .any(|p| p.up)
+            .then_some(&mut self.pending);
         // Worked on where the entry is (`KeyMap::update`): a string key, packed before and
         // after, never enters the table. The delta is queued from inside, while the store's
         // new value is at hand: an assignment goes into the queue as its wire form.
@@ -2467,9 +2471,7 @@ impl PendingDeltas {
         }
         out.clear();
         let taken = match queued {
-            Queued::Wire {
-                stamp, at, len, ..
-            } => {
+            Queued::Wire { stamp, at, len, .. } => {
                 out.extend_from_slice(&self.wire[at..at + len]);
                 Taken::Stamp(stamp)
             }
@@ -2507,7 +2509,9 @@ impl PendingDeltas {
             } = q
             {
                 assert!(
-                    at <= value_at && value_at + value_len <= at + len && at + len <= self.wire.len(),
+                    at <= value_at
+                        && value_at + value_len <= at + len
+                        && at + len <= self.wire.len(),
                     "a queued wire form past the buffer"
                 );
             }
