@@ -2342,14 +2342,14 @@ enum Queued {
         value_at: usize,
         value_len: usize,
     },
-    Full(Full),
+    Full(Box<Full>),
 }
 
 /// A delta taken from the queue, its encoding left in the taker's buffer: what a partitioned
 /// flush still needs of it, its contexts.
 enum Taken {
     Stamp(AssignStamp),
-    Full(Full),
+    Full(Box<Full>),
 }
 
 impl Taken {
@@ -2424,17 +2424,19 @@ impl PendingDeltas {
             // one window only when a command of the other intent or a read of the replicated
             // state came between. Both sides in general form, joined.
             let queued = &mut self.queue[n - self.popped].2;
-            let mut full = match std::mem::replace(queued, Queued::Full(Full::default())) {
-                Queued::Full(f) => f,
+            match queued {
+                Queued::Full(f) => f.merge(&delta.into_full(value)),
                 Queued::Wire {
                     stamp,
                     value_at,
                     value_len,
                     ..
-                } => stamp.to_full(&self.wire[value_at..value_at + value_len]),
-            };
-            full.merge(&delta.into_full(value));
-            *queued = Queued::Full(full);
+                } => {
+                    let mut full = stamp.to_full(&self.wire[*value_at..*value_at + *value_len]);
+                    full.merge(&delta.into_full(value));
+                    *queued = Queued::Full(Box::new(full));
+                }
+            }
             return true;
         }
         if self.queue.len() >= bound {

@@ -1143,8 +1143,8 @@ pub enum Delta {
     /// A plain assignment of the store's new string, as its stamp alone: the caller encodes
     /// it with the store's bytes ([`AssignStamp::encode_into`]).
     Assign(AssignStamp),
-    /// Any other delta.
-    Full(Full),
+    /// Any other delta (boxed: a `Full` is about 500 bytes, the rest a few dozen).
+    Full(Box<Full>),
 }
 
 impl Delta {
@@ -1153,7 +1153,7 @@ impl Delta {
         match self {
             Delta::Unchanged => Full::default(),
             Delta::Assign(a) => a.to_full(value),
-            Delta::Full(f) => f,
+            Delta::Full(f) => *f,
         }
     }
 }
@@ -1358,7 +1358,7 @@ impl KeyState {
         if unchanged {
             Delta::Unchanged
         } else {
-            Delta::Full(delta)
+            Delta::Full(Box::new(delta))
         }
     }
 
