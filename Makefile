@@ -263,7 +263,8 @@ membership-test: partition-deps
 	    grep -q 'an_old_owner_keeps_a_group_until_the_ack ... FAILED' && \
 	    echo "planted move bug caught"
 
-## SET throughput: a standalone node vs one node of a 3-node cluster, and their ratio.
+## SET throughput: a standalone node vs one node of a 3-node cluster, and their ratio, both
+## without persistence (CLUSTER_AOF=yes: the cluster nodes keep their log on).
 cluster-bench: deps
 	CARGO=$(CARGO) ./scripts/cluster-bench.sh
 

@@ -19,7 +19,7 @@
 # same load, zeroes the counters (callgrind_control -z), runs redis-benchmark (50 clients,
 # 64-byte values, -r 100000), dumps the counters and divides the instructions (Ir) by the
 # requests. Startup and warm-up are not counted. Output: one line per command, and the dumps
-# under target/callgrind/ for callgrind_annotate.
+# under target/callgrind/ for callgrind_annotate. PORT_RANGE=LOW-HIGH: ports from that range only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SERVER=lattice
@@ -51,7 +51,24 @@ command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install 
 command -v callgrind_control >/dev/null || { echo "callgrind_control is required (valgrind)"; exit 2; }
 OUT="$ROOT/target/callgrind"
 mkdir -p "$OUT"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# PORT_RANGE=LOW-HIGH takes every port from that range (for hosts whose users each have a
+# range of their own), each once per run (free_port runs in $(...), so a file remembers them).
+PORTS_TAKEN=$(mktemp)
+free_port() {
+    if [ -n "${PORT_RANGE:-}" ]; then
+        local p
+        for ((p = ${PORT_RANGE%-*}; p <= ${PORT_RANGE#*-}; p++)); do
+            if ! grep -qx "$p" "$PORTS_TAKEN" && python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1])))' "$p" 2>/dev/null; then
+                echo "$p" >>"$PORTS_TAKEN"
+                echo "$p"
+                return 0
+            fi
+        done
+        echo "no free port in $PORT_RANGE" >&2
+        return 1
+    fi
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
 PORT=${CALLGRIND_PORT:-$(free_port)}
 BENCH_TARGET=(-p "$PORT")
 if [ "$TLS" = 1 ]; then
@@ -102,7 +119,7 @@ esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT/$SERVER.%p.out" "${CMD[@]}" \
     >"$OUT/$SERVER.server.log" 2>&1 &
 PID=$!
-trap 'kill $PID ${REPLICAS[*]:-} 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
+trap 'kill $PID ${REPLICAS[*]:-} 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -f "$PORTS_TAKEN"' EXIT
 for _ in $(seq 1 300); do
     redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
     sleep 0.1

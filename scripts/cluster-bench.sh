@@ -8,6 +8,10 @@
 #
 #   scripts/cluster-bench.sh            (or: make cluster-bench)
 #   BENCH_N=50000 scripts/cluster-bench.sh   for a shorter run
+#   CLUSTER_AOF=yes scripts/cluster-bench.sh the cluster nodes log their replicated states (their
+#                                            default); without it they run with appendonly off,
+#                                            as the standalone node they are compared with
+#   PORT_RANGE=LOW-HIGH                      ports from that range only (scripts/cluster-common.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -36,7 +40,8 @@ cpu_ns() {
 
 echo "== standalone node"
 P0=$(free_port)
-# Without persistence, as the cluster nodes (which do not persist yet).
+# Without persistence, as the cluster nodes (unless CLUSTER_AOF=yes): a comparison of
+# replication's cost, not of the log's.
 printf 'appendonly = "no"\n' >"$WORK/standalone.toml"
 "$BIN" --bind 127.0.0.1 --port "$P0" --dir "$WORK/standalone" --config "$WORK/standalone.toml" \
   2>"$WORK/standalone.log" &
@@ -55,7 +60,9 @@ awk -v a="$C0" -v b="$C1" -v c="$C2" -v n="$N" 'BEGIN {
 
 echo "== 3-node cluster"
 export LATTICE_CLUSTER_SECRET="bench-secret-$RANDOM$RANDOM"
-start_cluster "$BIN" 3 node
+printf 'appendonly = "%s"\n' "${CLUSTER_AOF:-no}" >"$WORK/cluster.toml"
+echo "cluster nodes: appendonly ${CLUSTER_AOF:-no}"
+start_cluster "$BIN" 3 node --config "$WORK/cluster.toml"
 cluster_cpu() { for p in "${PIDS[@]}"; do cpu_ns "$p"; done | paste -sd' '; }
 K0=$(cluster_cpu)
 CLUSTER=$(bench "${PORTS[0]}")

@@ -58,7 +58,9 @@ use hashbrown::HashTable;
 
 use self::hint::ChangeHint;
 use self::merkle::{Merkle, DEPTH, FANOUT};
-use self::state::{Assignment, CompactWire, Full, Intent, KeyState, Patch, Stamper};
+use self::state::{
+    AssignStamp, Assignment, CompactWire, Delta, Full, Intent, KeyState, Patch, Stamper,
+};
 use self::wire::{
     Ack, Body, DeltaBatch, Deltas, Digests, Envelope, Functions, KeyBlob, Publish, SliceAck,
 };
@@ -704,7 +706,7 @@ impl Replicator {
             .count()
             * std::mem::size_of::<Full>();
         let merkle = self.merkle.heap_bytes();
-        let pending = self.pending.len() * std::mem::size_of::<(u64, Bytes, Full)>();
+        let pending = self.pending.heap_bytes();
         let unacked = self.peers.values().map(|p| p.unacked_bytes).sum();
         let queues = (self.gc_queue.capacity() + self.gc_sweep.capacity())
             * std::mem::size_of::<KeyId>()
@@ -717,7 +719,7 @@ impl Replicator {
             ("leaf index", leaves),
             ("packed records", packed),
             ("merkle tree", merkle),
-            ("delta queue (outer)", pending),
+            ("delta queue", pending),
             ("unacknowledged messages", unacked),
             ("gc and deferral queues", queues),
         ]
@@ -795,9 +797,17 @@ impl Replicator {
         let (merkle, stale, scratch) =
             (&mut self.merkle, &mut self.stale_digests, &mut self.scratch);
         let gc_queue = &mut self.gc_queue;
+        // Deltas are queued while some peer is up or keeps a backlog (§77); without one, the
+        // next anti-entropy ships the whole difference anyway.
+        let pending = self
+            .peers
+            .values()
+            .any(|p| p.up || !p.backlog_dropped)
+            .then_some(&mut self.pending);
         // Worked on where the entry is (`KeyMap::update`): a string key, packed before and
-        // after, never enters the table.
-        let delta = self.keys.update(h, key, db, KeyEntry::fresh, |entry, db| {
+        // after, never enters the table. The delta is queued from inside, while the store's
+        // new value is at hand: an assignment goes into the queue as its wire form.
+        let queued = self.keys.update(h, key, db, KeyEntry::fresh, |entry, db| {
             let now_value = db
                 .get_raw_hashed(h, key)
                 .filter(|e| !gone && !e.is_expired(now_ms))
@@ -818,8 +828,8 @@ impl Replicator {
             let delta = entry
                 .state
                 .capture(frontier, now_value, intent, overwrote, hint, &mut st);
-            if delta == Full::default() {
-                return (None, true); // unchanged: no new metadata, nothing to send
+            if delta == Delta::Unchanged {
+                return (None, true); // no new metadata, nothing to send
             }
             redigest(h, key, entry, new_str.as_deref(), merkle, stale, scratch);
             // A state in compact form holds nothing GC could drop: only the others wait for it.
@@ -827,21 +837,19 @@ impl Replicator {
                 entry.gc_queued = true;
                 gc_queue.push((h, key.clone()));
             }
-            (Some(delta), true)
+            let value = new_str.as_deref().unwrap_or_default();
+            let queued = pending.map(|q| q.push(h, key, delta, value, MAX_QUEUED_KEYS));
+            (queued, true)
         });
-        let Some(delta) = delta else {
-            return;
-        };
-        if !self.peers.values().any(|p| p.up || !p.backlog_dropped) {
-            // Nobody to keep deltas for (no peer known yet, or every backlog overflowed): the
-            // next anti-entropy ships the whole difference anyway.
-            return;
-        }
-        if !self.pending.push(h, key.clone(), delta, MAX_QUEUED_KEYS) {
-            self.pending.clear();
-            for p in self.peers.values_mut() {
-                p.needs_ae = true;
-                p.overflows += 1;
+        match queued {
+            None => return,
+            Some(true) => {}
+            Some(false) => {
+                self.pending.clear();
+                for p in self.peers.values_mut() {
+                    p.needs_ae = true;
+                    p.overflows += 1;
+                }
             }
         }
         if self.flush_due_ms.is_none() {
@@ -1095,8 +1103,7 @@ impl Replicator {
         }
         while !self.pending.is_empty() {
             let mut writer = wire::BatchWriter::default();
-            while let Some((k, st)) = self.pending.pop_front() {
-                encode_state_into(&st, &mut self.scratch);
+            while let Some((k, _)) = self.pending.pop_front(&mut self.scratch) {
                 writer.push(&k, &self.scratch);
                 if writer.len() >= MAX_BATCH_BYTES {
                     break;
@@ -1155,8 +1162,7 @@ impl Replicator {
                 .map(|_| (wire::BatchWriter::default(), CausalContext::default()))
                 .collect();
             let mut bytes = 0;
-            while let Some((k, st)) = self.pending.pop_front() {
-                encode_state_into(&st, &mut self.scratch);
+            while let Some((k, st)) = self.pending.pop_front(&mut self.scratch) {
                 let owners = placement.owners(lattice_placement::key_slot(&k));
                 for (i, id) in ups.iter().enumerate() {
                     if owners.contains(&id.0)
@@ -1165,7 +1171,7 @@ impl Replicator {
                     {
                         writers[i].0.push(&k, &self.scratch);
                     } else {
-                        st.contexts().iter().for_each(|c| writers[i].1.merge(c));
+                        st.merge_contexts_into(&mut writers[i].1);
                     }
                 }
                 bytes += self.scratch.len() + k.len();
@@ -2405,17 +2411,58 @@ fn encode_state_into(st: &Full, scratch: &mut Vec<u8>) {
         .expect("in-memory states always encode");
 }
 
+/// One queued delta: a string assignment already in its wire form (`len` bytes at `at` of
+/// [`PendingDeltas::wire`], the value's copy `value_len` bytes at `value_at`), or any other
+/// in general form.
+enum Queued {
+    Wire {
+        stamp: AssignStamp,
+        at: usize,
+        len: usize,
+        value_at: usize,
+        value_len: usize,
+    },
+    Full(Box<Full>),
+}
+
+/// A delta taken from the queue, its encoding left in the taker's buffer: what a partitioned
+/// flush still needs of it, its contexts.
+enum Taken {
+    Stamp(AssignStamp),
+    Full(Box<Full>),
+}
+
+impl Taken {
+    /// Joins the delta's causal contexts into `cc`.
+    fn merge_contexts_into(&self, cc: &mut CausalContext) {
+        match self {
+            Taken::Stamp(s) => cc.merge(&s.context()),
+            Taken::Full(f) => f.contexts().iter().for_each(|c| cc.merge(c)),
+        }
+    }
+}
+
+/// The wire buffer's capacity kept when the queue empties. A flush every few milliseconds
+/// takes a few thousand SETs at most under a saturating load (about 100 bytes each for
+/// 64-byte values), well within it; a burst of large values that grew it further gives the
+/// excess back instead of holding it as resident memory for good.
+const WIRE_KEEP_BYTES: usize = 1 << 20;
+
 /// Deltas captured since the last flush: one per key (a later capture of a queued key merges
 /// into its delta), sent in capture order. A hash index finds a queued key without the
 /// ordered map's search, which cost as much as the capture itself under random-key writes.
 #[derive(Default)]
 struct PendingDeltas {
     /// (key hash, key, delta), oldest first.
-    queue: VecDeque<(u64, Bytes, Full)>,
+    queue: VecDeque<(u64, Bytes, Queued)>,
     /// Entries taken from the front so far: `queue[i]` is entry number `popped + i`.
     popped: usize,
     /// The entry number of each queued key, hashed by its key hash.
     index: HashTable<(u64, usize)>,
+    /// The wire forms of the queued assignments, back to back (emptied with the queue). An
+    /// assignment coalesced with a later delta leaves its bytes here unused until then: at
+    /// most one such range per queued key.
+    wire: Vec<u8>,
 }
 
 impl PendingDeltas {
@@ -2431,37 +2478,94 @@ impl PendingDeltas {
         self.queue.clear();
         self.popped = 0;
         self.index.clear();
+        self.clear_wire();
     }
 
-    /// Queues `delta` for `key`, merging it into a queued delta of the same key. Returns false
-    /// (and queues nothing) when a new key would exceed `bound` keys.
-    fn push(&mut self, hash: u64, key: Bytes, delta: Full, bound: usize) -> bool {
+    fn clear_wire(&mut self) {
+        self.wire.clear();
+        self.wire.shrink_to(WIRE_KEEP_BYTES);
+    }
+
+    /// Heap bytes (the queue's entries and the wire buffer), for `Replicator::memory`.
+    fn heap_bytes(&self) -> usize {
+        self.queue.capacity() * std::mem::size_of::<(u64, Bytes, Queued)>() + self.wire.capacity()
+    }
+
+    /// Queues `delta` for `key` (`value`: the store's string, which an assignment assigns),
+    /// merging it into a queued delta of the same key. Returns false (and queues nothing)
+    /// when a new key would exceed `bound` keys.
+    fn push(&mut self, hash: u64, key: &Bytes, delta: Delta, value: &[u8], bound: usize) -> bool {
         let (queue, popped) = (&self.queue, self.popped);
         let found = self
             .index
             .find(hash, |&(h, n)| h == hash && queue[n - popped].1 == key);
         if let Some(&(_, n)) = found {
-            self.queue[n - self.popped].2.merge(&delta);
+            // Rare: a string key's capture waits for the flush, so a key is captured twice in
+            // one window only when a command of the other intent or a read of the replicated
+            // state came between. Both sides in general form, joined.
+            let queued = &mut self.queue[n - self.popped].2;
+            match queued {
+                Queued::Full(f) => f.merge(&delta.into_full(value)),
+                Queued::Wire {
+                    stamp,
+                    value_at,
+                    value_len,
+                    ..
+                } => {
+                    let mut full = stamp.to_full(&self.wire[*value_at..*value_at + *value_len]);
+                    full.merge(&delta.into_full(value));
+                    *queued = Queued::Full(Box::new(full));
+                }
+            }
             return true;
         }
         if self.queue.len() >= bound {
             return false;
         }
+        let queued = match delta {
+            Delta::Assign(stamp) => {
+                let at = self.wire.len();
+                let value_at = stamp.encode_into(value, &mut self.wire);
+                Queued::Wire {
+                    stamp,
+                    at,
+                    len: self.wire.len() - at,
+                    value_at,
+                    value_len: value.len(),
+                }
+            }
+            Delta::Full(f) => Queued::Full(f),
+            Delta::Unchanged => return true,
+        };
         let n = self.popped + self.queue.len();
-        self.queue.push_back((hash, key, delta));
+        self.queue.push_back((hash, key.clone(), queued));
         self.index.insert_unique(hash, (hash, n), |&(h, _)| h);
         true
     }
 
-    /// The oldest queued delta.
-    fn pop_front(&mut self) -> Option<(Bytes, Full)> {
-        let (hash, key, delta) = self.queue.pop_front()?;
+    /// The oldest queued delta, its encoding left in `out` (replacing its contents).
+    fn pop_front(&mut self, out: &mut Vec<u8>) -> Option<(Bytes, Taken)> {
+        let (hash, key, queued) = self.queue.pop_front()?;
         let n = self.popped;
         self.popped += 1;
         if let Ok(e) = self.index.find_entry(hash, |&(h, at)| h == hash && at == n) {
             e.remove();
         }
-        Some((key, delta))
+        out.clear();
+        let taken = match queued {
+            Queued::Wire { stamp, at, len, .. } => {
+                out.extend_from_slice(&self.wire[at..at + len]);
+                Taken::Stamp(stamp)
+            }
+            Queued::Full(f) => {
+                encode_state_into(&f, out);
+                Taken::Full(f)
+            }
+        };
+        if self.queue.is_empty() {
+            self.clear_wire();
+        }
+        Some((key, taken))
     }
 
     fn check_invariants(&self) {
@@ -2476,6 +2580,23 @@ impl PendingDeltas {
                 queued.is_some_and(|(qh, _, _)| *qh == h),
                 "pending index points at another entry"
             );
+        }
+        for (_, _, q) in &self.queue {
+            if let Queued::Wire {
+                at,
+                len,
+                value_at,
+                value_len,
+                ..
+            } = q
+            {
+                assert!(
+                    at <= value_at
+                        && value_at + value_len <= at + len
+                        && at + len <= self.wire.len(),
+                    "a queued wire form past the buffer"
+                );
+            }
         }
     }
 }

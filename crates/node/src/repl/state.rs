@@ -45,7 +45,7 @@ use crate::cmd::hll::format as hll;
 
 mod assign_wire;
 mod compact_wire;
-pub use assign_wire::Assignment;
+pub use assign_wire::{AssignStamp, Assignment};
 pub use compact_wire::CompactWire;
 
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
@@ -1135,6 +1135,29 @@ impl CompactStr {
     }
 }
 
+/// What a local capture produced ([`KeyState::capture`]).
+#[derive(Debug, PartialEq)]
+pub enum Delta {
+    /// The command changed nothing that replicates: no new metadata, nothing to send.
+    Unchanged,
+    /// A plain assignment of the store's new string, as its stamp alone: the caller encodes
+    /// it with the store's bytes ([`AssignStamp::encode_into`]).
+    Assign(AssignStamp),
+    /// Any other delta (boxed: a `Full` is about 500 bytes, the rest a few dozen).
+    Full(Box<Full>),
+}
+
+impl Delta {
+    /// The delta in the general form (`value`: the store's string, for an assignment).
+    pub fn into_full(self, value: &[u8]) -> Full {
+        match self {
+            Delta::Unchanged => Full::default(),
+            Delta::Assign(a) => a.to_full(value),
+            Delta::Full(f) => *f,
+        }
+    }
+}
+
 /// A compact string whose value is in the store, reduced to its stamp (see
 /// [`KeyState::packed`]): its dot and the timestamp of its write, issued by the same node.
 /// 24 bytes, so that a replicated key's own bytes stay a fraction of its store entry's.
@@ -1262,10 +1285,11 @@ impl KeyState {
         overwrote: bool,
         hint: Option<ChangeHint<'_>>,
         st: &mut Stamper<'_>,
-    ) -> Full {
+    ) -> Delta {
         // The common write, a plain assignment of a persistent string over nothing or over a
         // compact string, is built directly: the same state and delta as the general path
-        // below, without expanding into a `Full` and compacting back.
+        // below, without expanding into a `Full` and compacting back, and the delta as its
+        // stamp (the store holds the value).
         if let (Some((Value::Str(s), None)), Intent::Assign) = (now, intent) {
             let old = match &self.repr {
                 Repr::Empty => Some(None),
@@ -1276,36 +1300,36 @@ impl KeyState {
                 let new = s.as_bytes();
                 if let Some(c) = old {
                     if !overwrote && c.value(Some(&new[..])) == &new[..] {
-                        return Full::default();
+                        return Delta::Unchanged;
                     }
                 }
-                let dot = st.dot();
-                let ts = st.ts;
-                let mut delta = Full::default();
-                let reg = Reg::assigned(Bytes::copy_from_slice(&new), ts);
-                let mut delta_cc = CausalContext::new();
-                // The overwritten dot leaves the context only once the frontier covers it.
-                let old_dot = old.map(|c| c.dot);
-                if let Some(d) = old_dot {
-                    delta_cc.insert(d);
-                }
-                delta.string = OrMap::singleton((), dot, reg, delta_cc);
-                delta.stamps[Kind::Str as usize] = ts;
-                let still_needed = old_dot.is_some_and(|d| d.counter > frontier.get(d.node));
-                if still_needed {
-                    // The old value leaves with its dot (the delta's context names it).
-                    let full = self.full_mut(frontier, Some(&new));
-                    full.string.merge(&delta.string);
-                    let stamp = &mut full.stamps[Kind::Str as usize];
-                    *stamp = (*stamp).max(ts);
+                let stamp = AssignStamp {
+                    dot: st.dot(),
+                    ts: st.ts,
+                    overwritten: old.map(|c| c.dot),
+                };
+                let still_needed = old.filter(|c| c.dot.counter > frontier.get(c.dot.node));
+                if let Some(c) = still_needed {
+                    // The old value leaves with its dot, which stays in the context until the
+                    // frontier covers it: only the general form holds that. Built as the join
+                    // of the expanded old state and the delta comes out (the old entry goes,
+                    // its dot named by the delta's context; the new one joins, its dot unseen
+                    // here), without building either.
+                    let mut full = Full::fresh(frontier);
+                    let mut cc = CausalContext::from_vv(frontier);
+                    cc.insert(c.dot);
+                    let reg = Reg::assigned(Bytes::copy_from_slice(&new), stamp.ts);
+                    full.string = OrMap::singleton((), stamp.dot, reg, cc);
+                    full.stamps[Kind::Str as usize] = c.ts.max(stamp.ts);
+                    self.repr = Repr::Full(Box::new(full));
                 } else {
                     self.repr = Repr::Str(CompactStr {
-                        dot,
-                        ts,
+                        dot: stamp.dot,
+                        ts: stamp.ts,
                         value: None,
                     });
                 }
-                return delta;
+                return Delta::Assign(stamp);
             }
         }
         // The store's new string stands in for a value the state lacks (see the type's doc).
@@ -1326,11 +1350,16 @@ impl KeyState {
         // registers (a cached count, another encoding): that is no write, so the state keeps
         // the bytes it had (the node copied them back before the command, `keep_value`), and
         // the store's differ.
-        let rewrite = intent == Intent::Registers && delta == Full::default();
+        let unchanged = delta == Full::default();
+        let rewrite = intent == Intent::Registers && unchanged;
         if new_str.is_some() && !rewrite {
             self.drop_value();
         }
-        delta
+        if unchanged {
+            Delta::Unchanged
+        } else {
+            Delta::Full(Box::new(delta))
+        }
     }
 
     /// Joins `other` (a delta or a peer's state) into this state (`stored` as for
@@ -2110,7 +2139,8 @@ mod tests {
                 if !refused {
                     let dk = ks[who].capture(&none, value.as_ref().map(|v| (v, None)), intent,
                                              true, None, &mut st);
-                    prop_assert_eq!(&dk, &d);
+                    let stored = rs[who].stored().unwrap_or_default();
+                    prop_assert_eq!(&dk.into_full(&stored), &d);
                 }
                 if sync_from != who {
                     let other = rs[sync_from].state.clone();
@@ -2289,7 +2319,8 @@ mod tests {
         );
         assert!(k.is_compact_form(), "{k:?}");
         assert!(k.value_in_store(), "the store holds the value: {k:?}");
-        assert_eq!(*k.expand(&none, Some(b"v")), d);
+        assert!(matches!(d, Delta::Assign(_)), "{d:?}");
+        assert_eq!(*k.expand(&none, Some(b"v")), d.into_full(b"v"));
         // Overwritten while the old dot is above the frontier: full until GC passes it.
         let mut st = stamper_for(1, 11, &mut counter, &mut issued);
         k.capture(

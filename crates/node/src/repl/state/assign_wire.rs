@@ -76,6 +76,93 @@ impl Assignment {
     }
 }
 
+/// A local plain string assignment as the writer's capture issues it: its stamp, and the dot
+/// of the compact string it overwrote, if any. The value is the store's (the capture runs after
+/// the command wrote it), so queueing this instead of the `Full` delta it stands for
+/// ([`AssignStamp::to_full`]) leaves the flush a few bytes to copy where it built, encoded and
+/// freed a general state per write (ARCHITECTURE §73).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AssignStamp {
+    pub dot: Dot,
+    pub ts: Hlc,
+    pub overwritten: Option<Dot>,
+}
+
+impl AssignStamp {
+    /// The string component's causal context: the new dot and the overwritten one.
+    pub fn context(&self) -> CausalContext {
+        CausalContext::from_dots(self.overwritten.into_iter().chain([self.dot]))
+    }
+
+    /// The delta in the general form, `value` being the assigned string.
+    pub fn to_full(&self, value: &[u8]) -> Full {
+        let mut cc = CausalContext::new();
+        if let Some(d) = self.overwritten {
+            cc.insert(d);
+        }
+        let reg = Reg::assigned(Bytes::copy_from_slice(value), self.ts);
+        let mut full = Full {
+            string: OrMap::singleton((), self.dot, reg, cc),
+            ..Full::default()
+        };
+        full.stamps[Kind::Str as usize] = self.ts;
+        full
+    }
+
+    /// Appends the wire encoding of [`AssignStamp::to_full`] of `value` to `out`: the bytes
+    /// [`Full::encode_assignment_into`] writes for it, without building it. Returns where in
+    /// `out` the value's copy starts.
+    pub fn encode_into(&self, value: &[u8], out: &mut Vec<u8>) -> usize {
+        out.push(ASSIGNMENT_MASK);
+        string_entry(out, self.dot, self.ts, value);
+        // The value is followed by the empty counter parts' length, one byte.
+        let value_at = out.len() - 1 - value.len();
+        few_dots_context(out, self.overwritten, self.dot);
+        hlc(out, self.ts);
+        for _ in 1..5 {
+            hlc(out, Hlc::ZERO);
+        }
+        value_at
+    }
+}
+
+/// The encoding of the causal context holding exactly `a` (if any) and `b`, in the canonical
+/// form `CausalContext` keeps (each node's dots counted from 1 without a gap go into its
+/// vector, the rest into the cloud), as [`context`] would write it, without building one.
+fn few_dots_context(out: &mut Vec<u8>, a: Option<Dot>, b: Dot) {
+    // The dots in (node, counter) order, once each.
+    let dots: ([Dot; 2], usize) = match a {
+        Some(a) if a == b => ([b, b], 1),
+        Some(a) if a < b => ([a, b], 2),
+        Some(a) => ([b, a], 2),
+        None => ([b, b], 1),
+    };
+    let dots = &dots.0[..dots.1];
+    // Per dot, the vector entry it makes its node's top (counter 1, or 2 above its node's 1).
+    let mut in_vv = [false; 2];
+    for (i, d) in dots.iter().enumerate() {
+        let below = i > 0 && in_vv[i - 1] && dots[i - 1].node == d.node;
+        in_vv[i] = d.counter == 1 || (below && d.counter == dots[i - 1].counter + 1);
+    }
+    // A node's vector entry is its last dot in the vector.
+    let n = dots.len();
+    let is_top =
+        |i: usize| in_vv[i] && !(i + 1 < n && in_vv[i + 1] && dots[i + 1].node == dots[i].node);
+    varint(out, (0..n).filter(|&i| is_top(i)).count() as u64);
+    for (i, d) in dots.iter().enumerate() {
+        if is_top(i) {
+            varint(out, u64::from(d.node.0));
+            varint(out, d.counter);
+        }
+    }
+    varint(out, (0..n).filter(|&i| !in_vv[i]).count() as u64);
+    for (i, d) in dots.iter().enumerate() {
+        if !in_vv[i] {
+            dot(out, *d);
+        }
+    }
+}
+
 /// A cursor over bincode's encoding; every read is None past the end or on a malformed value.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -237,6 +324,38 @@ mod tests {
             for cut in 0..theirs.len() {
                 prop_assert!(Assignment::decode(&theirs[..cut]).is_none());
             }
+        }
+    }
+
+    fn small_dot() -> impl Strategy<Value = Dot> {
+        // Counters 1-3 on two nodes: every way two dots can share a node, start its vector
+        // or leave a gap; plus large ones for the varint boundaries.
+        let node = prop_oneof![Just(1u32), Just(2), Just(251), any::<u32>()];
+        let counter = prop_oneof![1..4u64, 250..253u64, any::<u64>().prop_map(|c| c.max(1))];
+        (node, counter).prop_map(|(n, c)| Dot::new(NodeId(n), c))
+    }
+
+    proptest! {
+        /// A captured stamp writes the bytes serde writes for the delta it stands for, and
+        /// its context is that delta's.
+        #[test]
+        fn stamps_encode_as_their_full_delta_does(
+            d in small_dot(),
+            overwritten in proptest::option::of(small_dot()),
+            wall in any::<u64>(),
+            logical in any::<u32>(),
+            value in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let a = AssignStamp { dot: d, ts: Hlc::new(wall, logical, d.node), overwritten };
+            let full = a.to_full(&value);
+            let mut ours = vec![7u8]; // appended after what is there
+            let at = a.encode_into(&value, &mut ours);
+            prop_assert_eq!(&ours[at..at + value.len()], &value[..]);
+            let theirs = codec().serialize(&full).unwrap();
+            prop_assert_eq!(&ours[1..], &theirs[..]);
+            prop_assert_eq!(&a.context(), full.string.context());
+            let read = Assignment::decode(&theirs).expect("a plain assignment");
+            prop_assert_eq!(read.to_full(), full);
         }
     }
 
