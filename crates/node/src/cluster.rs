@@ -489,6 +489,52 @@ impl Cluster {
         }
     }
 
+    /// Every member record's rank as one number: the tombstone bit above the epoch, the
+    /// order `Member::rank` merges by (a member changes its own record only by raising its
+    /// epoch, so records of one member with equal ranks are equal). A peer that reports a
+    /// higher rank of a member than ours knows a record we have not heard of.
+    pub fn ranks(&self) -> BTreeMap<u32, u64> {
+        self.members
+            .iter()
+            .map(|(&id, m)| {
+                let left = u64::from(m.status == Status::Left) << 63;
+                (id, left | m.epoch.min(u64::MAX >> 1))
+            })
+            .collect()
+    }
+
+    /// Whether a peer that sent `theirs` (its whole list) lacks a record we have: a member it
+    /// does not list, or one it lists at a lower rank.
+    pub fn lacks(&self, theirs: &BTreeMap<u32, Member>) -> bool {
+        self.members
+            .iter()
+            .any(|(id, ours)| theirs.get(id).is_none_or(|t| t.rank() < ours.rank()))
+    }
+
+    /// Per live member other than us: the groups it owns and does not hold yet, by its
+    /// record.
+    pub fn gaining(&self) -> BTreeMap<u32, Groups> {
+        let mut out = BTreeMap::new();
+        let Some(p) = &self.placement else {
+            return out;
+        };
+        for (&id, m) in self.members.iter().filter(|(&id, _)| id != self.me) {
+            if m.status != Status::Up {
+                continue;
+            }
+            let mut g = Groups::default();
+            for group in (0..lattice_placement::GROUPS).filter(|&x| !m.held.contains(x)) {
+                if p.is_owner(id, group * lattice_placement::SLOTS_PER_GROUP) {
+                    g.insert(group);
+                }
+            }
+            if !g.is_empty() {
+                out.insert(id, g);
+            }
+        }
+        out
+    }
+
     /// Groups this node owns under the placement.
     pub fn owned(&self) -> Groups {
         let mut out = Groups::default();

@@ -165,7 +165,8 @@ impl Node {
                 crate::repl::Effect::Publish(channel, message) => {
                     self.core.deliver_publish(&channel, &message);
                 }
-                crate::repl::Effect::Members(m) => self.cluster_members(m),
+                crate::repl::Effect::Members(m) => self.cluster_members(peer, m),
+                crate::repl::Effect::MembersBehind => self.send_members(&[peer]),
                 crate::repl::Effect::Forwards(m) => {
                     // Replies first: they release clients' replies here; the forwards are the
                     // peer's clients' commands, run in the order they were sent.

@@ -229,3 +229,61 @@ fn an_old_owner_keeps_a_group_until_the_ack() {
     assert!(info.contains("cluster_my_status:left"), "{info}");
     check(&mut net, &acked, &[0, 2], &placement(&[1, 3], 1));
 }
+
+/// A write's delta that reaches a gaining owner before the gossip of the change it was sent
+/// under (the gossip held on a slow path, the delta on a fast one, as a link that reorders
+/// or a lost gossip message leaves it). The holders' streams were listed before the write, so
+/// they cannot bring it; the gainer must not acknowledge the delta it could not keep, and gets
+/// it again once it has heard of the change (ARCHITECTURE §65). Without that it acknowledged
+/// and dropped the delta, and held the group without the write (the simulator's membership
+/// seed 7: an owner short of six list elements after a leave).
+#[test]
+fn a_delta_that_overtakes_the_gossip_of_its_change_is_not_lost() {
+    // Three nodes at RF 2; node 0 (id 1) leaves, so each group it owned gains the owner that
+    // did not own it. `k`: a new key of a group owned by ids 1 and `s`, gained by `r`, whose
+    // Merkle leaf the streams' first window of slices passes (each slice lists 8,192 leaves
+    // of an empty keyspace, 4 slices unacknowledged at most).
+    let (leaver, ids) = (0, [1, 2, 3]);
+    let before = placement(&ids, 2);
+    let after = placement(&ids[1..], 2);
+    let (k, s, r) = (0..10_000)
+        .map(|n| format!("k:{n}"))
+        .find_map(|k| {
+            let slot = key_slot(k.as_bytes());
+            let leaf = (lattice_store::key_hash(k.as_bytes()) >> 48) as usize;
+            let owners = before.owners(slot);
+            (owners.contains(&1) && leaf < 8_192).then(|| {
+                let s = *owners.iter().find(|&&o| o != 1).expect("two owners");
+                let r = *after.owners(slot).iter().find(|&&o| o != s).expect("two");
+                (k, s as usize - 1, r as usize - 1)
+            })
+        })
+        .expect("such a key");
+    let mut net = net(3, 0, 2);
+    // Past the anti-entropy pushes the links' coming up starts (a second later from the
+    // higher id): the next is a minute away, so only the moves can bring the write.
+    net.advance(2_000);
+    net.latency_ms = 5;
+    // What the leaver and the other owner send the gainer arrives only in a second: their
+    // gossip of the leave and the first slices of their streams, listed before the write.
+    let until_ms = net.now_ms + 1_000;
+    net.hold(leaver, r, until_ms);
+    net.hold(s, r, until_ms);
+    assert_eq!(net.cmd(leaver, &["CLUSTER", "LEAVE"]), "+OK\r\n");
+    net.advance(2 * net.step_ms);
+    // The write's delta goes on the fast path and arrives first.
+    net.hold(s, r, 0);
+    assert_eq!(net.cmd(s, &["SET", &k, "v"]), "+OK\r\n");
+    net.advance(4 * net.step_ms);
+    net.hold(leaver, r, 0);
+    let mut acked = BTreeMap::from([(k.clone(), "v".to_string())]);
+    run_moves(&mut net, &[0, 1, 2], &[s], &mut acked);
+    assert_eq!(
+        net.cmd(r, &["GET", &k]),
+        bulk("v"),
+        "the gainer holds the write"
+    );
+    check(&mut net, &acked, &[1, 2], &after);
+    let held_back = info_field(&cluster_info(&mut net, r), "cluster_move_deltas_held_back");
+    assert!(held_back > 0, "the delta was held back, not dropped");
+}

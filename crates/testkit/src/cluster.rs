@@ -57,6 +57,9 @@ pub struct Cluster<M: Member = Host> {
     links: Vec<Vec<Link>>,
     /// Bytes delivered, `[from][to]`.
     link_bytes: Vec<Vec<u64>>,
+    /// `[from][to]`: nothing sent on that direction arrives before this time (see
+    /// [`Cluster::hold`]).
+    held_until: Vec<Vec<u64>>,
 }
 
 impl<M: Member> Cluster<M> {
@@ -74,6 +77,7 @@ impl<M: Member> Cluster<M> {
             sent: 0,
             links: vec![vec![Link::Up; n]; n],
             link_bytes: vec![vec![0; n]; n],
+            held_until: vec![vec![0; n]; n],
         }
     }
 
@@ -91,6 +95,7 @@ impl<M: Member> Cluster<M> {
             sent: self.sent,
             links: self.links,
             link_bytes: self.link_bytes,
+            held_until: self.held_until,
         }
     }
 
@@ -121,7 +126,7 @@ impl<M: Member> Cluster<M> {
         for (to, msg) in sends {
             if self.links[i][to] == Link::Up {
                 self.sent += 1;
-                let at = self.now_ms + self.latency_ms;
+                let at = (self.now_ms + self.latency_ms).max(self.held_until[i][to]);
                 self.wire.insert((at, self.sent), (i, to, msg));
             }
         }
@@ -144,6 +149,25 @@ impl<M: Member> Cluster<M> {
             }
             self.link_bytes[from][to] += M::size(&msg) as u64;
             self.on(to, |m, now| m.receive(now, from, msg));
+        }
+    }
+
+    /// Holds what member `from` sends member `to`, on the wire now or sent later, until
+    /// `until_ms` (in order), while the other directions and links deliver as usual: a slow
+    /// path that later messages on other paths overtake. `hold(from, to, 0)` stops holding
+    /// what is sent from then on; what was held still arrives at its time, after which
+    /// messages sent later may arrive first (a link that reorders).
+    pub fn hold(&mut self, from: usize, to: usize, until_ms: u64) {
+        self.held_until[from][to] = until_ms;
+        let held: Vec<(u64, u64)> = self
+            .wire
+            .iter()
+            .filter(|(&(at, _), &(f, t, _))| f == from && t == to && at < until_ms)
+            .map(|(&k, _)| k)
+            .collect();
+        for (at, n) in held {
+            let m = self.wire.remove(&(at, n)).expect("listed");
+            self.wire.insert((until_ms, n), m);
         }
     }
 

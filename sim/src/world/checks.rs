@@ -10,7 +10,11 @@ use crate::cluster::{self, NodeView};
 use crate::fault::FaultClass;
 use crate::trace::{escape, TraceEvent};
 
-use super::{Phase, World};
+use super::{Ev, Phase, World};
+
+/// How soon a membership run asks again a node that refused CLUSTER LEAVE for not knowing its
+/// members yet: a few gossip round trips.
+const LEAVE_RETRY_US: u64 = 50_000;
 
 impl World {
     pub(super) fn on_phase(&mut self, p: Phase) {
@@ -219,6 +223,16 @@ impl World {
         let left = self.hosts[node]
             .node_mut()
             .is_some_and(|n| n.leave_cluster());
+        let placed = self.hosts[node]
+            .node_mut()
+            .is_some_and(|n| n.cluster_placed());
+        if !left && !placed && self.phase != Phase::End {
+            // Not yet a complete member list (lost gossip under the peer faults): the node
+            // answers CLUSTERDOWN, and an operator asks again; so does the run, every
+            // `LEAVE_RETRY_US`, until the run ends.
+            self.at(self.now + LEAVE_RETRY_US, Ev::Leave { node });
+            return;
+        }
         if !left {
             self.fail(format!("membership: n{node} refused CLUSTER LEAVE"));
         }

@@ -194,6 +194,16 @@ impl Node {
             .is_some_and(|c| c.leave().is_ok())
     }
 
+    /// Whether this partitioned node knows enough members to place slots (before that CLUSTER
+    /// LEAVE is refused with CLUSTERDOWN, as every keyed command is).
+    #[must_use]
+    pub fn cluster_placed(&self) -> bool {
+        self.core
+            .cluster
+            .as_deref()
+            .is_some_and(|c| c.placement().is_some())
+    }
+
     /// Why this node's membership is not settled (a group still incoming or draining, a
     /// leave not finished), or None: once every node is settled every slot group is held by
     /// all its owners.

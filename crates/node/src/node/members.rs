@@ -69,15 +69,26 @@ impl Node {
         self.send_members(&ups);
     }
 
-    pub(super) fn cluster_members(&mut self, m: wire::Members) {
+    /// A peer's member list: merged, what was new gossiped on, and the peer answered with
+    /// our list when it lacks a record we have (it asks so when it held back deltas sent under
+    /// records it had not heard of, see `wire::Deltas`; a lost gossip message is repaired
+    /// the same way). Ends: an answer makes the peer learn, and a list that lacks nothing is
+    /// not answered.
+    pub(super) fn cluster_members(&mut self, peer: NodeId, m: wire::Members) {
         let Some(c) = self.core.cluster.as_deref_mut() else {
             return;
         };
-        let learned = c.learn(m.members.into_iter().filter_map(from_wire));
+        let theirs: std::collections::BTreeMap<u32, Member> =
+            m.members.into_iter().filter_map(from_wire).collect();
+        let lacks = c.lacks(&theirs);
+        let learned = c.learn(theirs);
         for (id, addr) in learned.dial {
             self.core.dials.push_back((NodeId(id), addr));
         }
         if !learned.changed {
+            if lacks {
+                self.send_members(&[peer]);
+            }
             return;
         }
         // Gossip what was new on; records only rise in rank, so this ends.
@@ -155,7 +166,13 @@ impl Node {
             .map(|(id, _)| *id)
             .collect();
         r.set_ownership(c.placement().cloned());
-        r.set_keepers(c.extra_keepers(), c.incoming(), members);
+        r.set_keepers(
+            c.extra_keepers(),
+            c.incoming(),
+            members,
+            c.ranks(),
+            c.gaining(),
+        );
         if !dropped.is_empty() {
             r.drop_groups(dropped);
         }

@@ -172,6 +172,9 @@ pub enum Effect {
     MoveIn(crate::cluster::Groups),
     /// A gaining owner asks for these groups.
     MoveAsk(crate::cluster::Groups),
+    /// The peer knows member records this replica does not (a `Deltas` message was held back
+    /// for it): send it ours, and it answers with what we lack.
+    MembersBehind,
 }
 
 struct Unacked {
@@ -469,6 +472,12 @@ pub struct Replicator {
     /// since a state of one of their keys can still arrive after the group is held (a stream
     /// owed by an owner that learnt of the change late, a push).
     gained: crate::cluster::Groups,
+    /// Every member record's rank (`Cluster::ranks`), to tell whether a peer's `Deltas` were
+    /// sent under member records this replica has not heard of yet.
+    member_ranks: BTreeMap<u32, u64>,
+    /// Per peer: the groups it owns and does not hold yet by its record. A `Deltas` message
+    /// carrying a key of one of them carries our ranks too (see `wire::Deltas`).
+    gaining: BTreeMap<u32, crate::cluster::Groups>,
     /// The members GC waits for (None: `cluster_size` peers, a static cluster).
     members: Option<std::collections::BTreeSet<u32>>,
     moves_out: BTreeMap<NodeId, moves::MoveOut>,
@@ -581,6 +590,8 @@ impl Replicator {
             extra_keepers: BTreeMap::new(),
             incoming: Default::default(),
             gained: Default::default(),
+            member_ranks: BTreeMap::new(),
+            gaining: BTreeMap::new(),
             members: None,
             moves_out: BTreeMap::new(),
             moves_in: BTreeMap::new(),
@@ -1111,17 +1122,29 @@ impl Replicator {
             }
             let batch = writer.finish();
             for &id in &ups {
-                self.send_deltas(id, batch.clone(), now_ms);
+                self.send_deltas(id, batch.clone(), false, now_ms);
             }
         }
     }
 
     /// One numbered `Deltas` message to `id`, kept for retransmission until acknowledged.
-    fn send_deltas(&mut self, id: NodeId, batch: Bytes, now_ms: u64) {
+    /// `ranks`: the batch holds a key of a group `id` is gaining, so our member ranks go along
+    /// (see `wire::Deltas`).
+    fn send_deltas(&mut self, id: NodeId, batch: Bytes, ranks: bool, now_ms: u64) {
         let p = self.peers.get_mut(&id).expect("listed");
         let seq = p.next_seq;
         p.next_seq += 1;
-        let data = self.envelope(Body::Deltas(Deltas { seq, batch }));
+        let (member_ids, member_ranks) = if ranks {
+            self.member_ranks.iter().map(|(&i, &r)| (i, r)).unzip()
+        } else {
+            Default::default()
+        };
+        let data = self.envelope(Body::Deltas(Deltas {
+            seq,
+            batch,
+            member_ids,
+            member_ranks,
+        }));
         let p = self.peers.get_mut(&id).expect("listed");
         p.delta_bytes += data.len() as u64;
         if p.unacked_bytes + data.len() > MAX_UNACKED_BYTES {
@@ -1161,6 +1184,7 @@ impl Replicator {
                 .iter()
                 .map(|_| (wire::BatchWriter::default(), CausalContext::default()))
                 .collect();
+            let mut ranks = vec![false; ups.len()];
             let mut bytes = 0;
             while let Some((k, st)) = self.pending.pop_front(&mut self.scratch) {
                 let owners = placement.owners(lattice_placement::key_slot(&k));
@@ -1170,6 +1194,7 @@ impl Replicator {
                         || self.extra_keeper(id.0, &k)
                     {
                         writers[i].0.push(&k, &self.scratch);
+                        ranks[i] = ranks[i] || self.gaining_key(id.0, &k);
                     } else {
                         st.merge_contexts_into(&mut writers[i].1);
                     }
@@ -1188,7 +1213,7 @@ impl Replicator {
                         .expect("in-memory contexts always encode")
                 };
                 let batch = writer.finish_with_skipped(&skipped);
-                self.send_deltas(ups[i], batch, now_ms);
+                self.send_deltas(ups[i], batch, ranks[i], now_ms);
             }
         }
         self.ownership = Some(placement);
@@ -1788,6 +1813,22 @@ impl Replicator {
                     self.stats.bad_messages += 1;
                     return effects;
                 };
+                if d.member_ids.len() != d.member_ranks.len() {
+                    self.stats.bad_messages += 1;
+                    return effects;
+                }
+                if self.behind(&d.member_ids, &d.member_ranks)
+                    && batch.entries.iter().any(|b| !self.keeps(&b.key))
+                {
+                    // The sender sent a key we do not keep under member records we have not
+                    // heard of: most likely we gain its group by a change whose gossip has not
+                    // reached us. Dropped and acknowledged, the write would be lost to us
+                    // (the holders' streams may have passed the key before it was written);
+                    // held back, the sender sends it again once we know (ARCHITECTURE §65).
+                    self.move_stats.deltas_held_back += 1;
+                    effects.push(Effect::MembersBehind);
+                    return effects;
+                }
                 if !batch.skipped.is_empty() {
                     match state::codec().deserialize::<CausalContext>(&batch.skipped) {
                         Ok(cc) => self.seen.merge(&cc),
@@ -2678,7 +2719,7 @@ impl Replicator {
         let mut writer = wire::BatchWriter::default();
         writer.push(key, &blob.state);
         let batch = writer.finish();
-        self.send_deltas(peer, batch, now_ms);
+        self.send_deltas(peer, batch, false, now_ms);
     }
 
     /// Asks the owners for copies of (or renews) `keys`, or gives them back.

@@ -65,6 +65,9 @@ pub struct MoveStats {
     pub keys_received: u64,
     pub keys_dropped: u64,
     pub slices_refused: u64,
+    /// `Deltas` messages neither merged nor acknowledged: sent under member records this
+    /// replica had not heard of, with a key it did not keep (see `wire::Deltas`).
+    pub deltas_held_back: u64,
 }
 
 impl Replicator {
@@ -285,14 +288,20 @@ impl Replicator {
     }
 
     /// Which groups this replica keeps besides its owned ones (`extra`: per group, the
-    /// members draining it, perhaps this one), and which owned groups it does not hold yet
-    /// (`incoming`: merged against no GC frontier, and GC waits until they arrived).
+    /// members draining it, perhaps this one), which owned groups it does not hold yet
+    /// (`incoming`: merged against no GC frontier, and GC waits until they arrived), every
+    /// member record's rank (`ranks`) and, per peer, the groups it owns without holding them
+    /// yet (`gaining`): deltas of those carry the ranks (see `wire::Deltas`).
     pub fn set_keepers(
         &mut self,
         extra: std::collections::BTreeMap<u16, Vec<u32>>,
         incoming: Groups,
         members: std::collections::BTreeSet<u32>,
+        ranks: std::collections::BTreeMap<u32, u64>,
+        gaining: std::collections::BTreeMap<u32, Groups>,
     ) {
+        self.member_ranks = ranks;
+        self.gaining = gaining;
         self.extra_keepers = extra;
         self.incoming = incoming;
         self.gained = self.gained.union(&incoming);
@@ -357,6 +366,24 @@ impl Replicator {
             && self.gained.contains(lattice_placement::Placement::group_of(
                 lattice_placement::key_slot(key),
             ))
+    }
+
+    /// Whether peer `id` owns the group of `key` without holding it yet, by its record.
+    pub(super) fn gaining_key(&self, id: u32, key: &[u8]) -> bool {
+        !self.gaining.is_empty()
+            && self.gaining.get(&id).is_some_and(|g| {
+                g.contains(lattice_placement::Placement::group_of(
+                    lattice_placement::key_slot(key),
+                ))
+            })
+    }
+
+    /// Whether a peer that sent these member ranks knew a record this replica does not (a
+    /// member unknown here, or one at a higher rank than ours).
+    pub(super) fn behind(&self, ids: &[u32], ranks: &[u64]) -> bool {
+        ids.iter()
+            .zip(ranks)
+            .any(|(id, &r)| self.member_ranks.get(id).is_none_or(|&ours| ours < r))
     }
 
     /// Whether `id` keeps the group of `key` besides its owners (draining it).

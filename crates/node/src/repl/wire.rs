@@ -218,6 +218,16 @@ pub struct Deltas {
     pub seq: u64,
     #[prost(bytes = "bytes", tag = "2")]
     pub batch: bytes::Bytes,
+    /// Live membership: the sender's member records as ranks (`Cluster::ranks`), by id, sent
+    /// only when the batch holds a key of a group the receiver owns by the sender's placement
+    /// and does not hold yet by its record. A receiver that does not keep a key of the batch
+    /// and knows a lower rank of one of these members has not heard of the change yet: it
+    /// neither merges nor acknowledges the message, and sends the sender its own records,
+    /// which the sender answers with the ones it lacks (ARCHITECTURE §65).
+    #[prost(uint32, repeated, tag = "3")]
+    pub member_ids: Vec<u32>,
+    #[prost(uint64, repeated, tag = "4")]
+    pub member_ranks: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
