@@ -94,20 +94,29 @@ fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
     put_varint(out, e.key().len() as u64);
     out.extend_from_slice(e.key());
     put_varint(out, e.expire_at_ms().map_or(0, |d| d.saturating_add(1)));
-    // The value is encoded in place and its length put before it afterwards (moving it by
-    // the varint's few bytes), rather than through a buffer of its own per key.
+    // The value is encoded in place after a one-byte length, which is filled in afterwards;
+    // only a value of 128 bytes or more is moved, by the varint's few extra bytes (rather
+    // than every value being encoded into a buffer of its own per key, or moved).
+    let at = out.len();
+    out.push(0);
     let start = out.len();
     dump::put_body(out, &e.value);
     let len = out.len() - start;
     if len < 0x80 {
-        out.insert(start, len as u8);
+        out[at] = len as u8;
     } else {
-        let mut prefix = Vec::with_capacity(10);
-        put_varint(&mut prefix, len as u64);
-        let k = prefix.len();
-        out.resize(out.len() + k, 0);
-        out.copy_within(start..start + len, start + k);
-        out[start..start + k].copy_from_slice(&prefix);
+        let mut prefix = [0u8; 10];
+        let (mut k, mut v) = (0, len);
+        while v >= 0x80 {
+            prefix[k] = v as u8 | 0x80;
+            v >>= 7;
+            k += 1;
+        }
+        prefix[k] = v as u8;
+        k += 1;
+        out.resize(out.len() + k - 1, 0);
+        out.copy_within(start..start + len, at + k);
+        out[at..at + k].copy_from_slice(&prefix[..k]);
     }
 }
 
@@ -124,8 +133,9 @@ impl Core {
             if self.persist.logging {
                 self.persist.commands.clear();
                 self.persist.clear = true;
-                let keys = r.keys_with_content(&self.db);
-                self.persist.dirty.extend(keys);
+                for k in r.keys_with_content(&self.db) {
+                    self.persist.dirty.push(&k);
+                }
             }
             return;
         }
@@ -153,7 +163,7 @@ impl Core {
             || !p.logging
             || p.snapshot.is_some()
             || args.len() < 2
-            || p.dirty.last() != Some(&args[1])
+            || p.dirty.last() != Some(&args[1][..])
         {
             return;
         }
@@ -178,7 +188,7 @@ impl Core {
         let n = p.dirty.len();
         // The key's state is already due in this record: a command before it would apply
         // twice. (Linear, but only on this path: large values.)
-        if p.dirty[..n - 1].contains(&args[1]) {
+        if p.dirty.iter().take(n - 1).any(|k| k == &args[1][..]) {
             return;
         }
         p.dirty.pop();
@@ -206,8 +216,25 @@ impl Core {
         data.extend_from_slice(&blob);
     }
 
-    /// Turns the changes captured since the last record into the next record.
+    /// Turns the changes captured since the last record into the next record. The check for
+    /// nothing to log is inlined: every poll of the node's output makes it, several times
+    /// per request, and a call into the whole flush cost each of them its prologue.
+    #[inline]
     pub(crate) fn persist_flush(&mut self) {
+        let p = &self.persist;
+        if p.dirty.is_empty()
+            && p.waiting.is_empty()
+            && !p.clear
+            && p.commands.is_empty()
+            && !p.functions
+        {
+            return;
+        }
+        self.persist_flush_changes();
+    }
+
+    #[inline(never)]
+    fn persist_flush_changes(&mut self) {
         let p = &mut self.persist;
         let waiting_due = !p.waiting.is_empty()
             && self
@@ -235,13 +262,33 @@ impl Core {
         if p.commands.capacity() > SCRATCH_KEEP_BYTES {
             p.commands = Vec::new();
         }
-        let mut keys = std::mem::take(&mut p.dirty);
-        if keys.len() > 1 {
-            keys.sort_unstable();
-            keys.dedup();
+        // Each key once, in the order of its hash: sorting (hash, index) pairs compares
+        // integers where sorting the keys compared their bytes (a quarter of what logging
+        // cost a request at pipeline depth 16), and the hash serves the lookup too. A key
+        // whose repeats are not adjacent after the sort (a hash shared with another key) is
+        // encoded twice: the same state twice, harmless.
+        let keys = std::mem::take(&mut p.dirty);
+        let mut order = std::mem::take(&mut p.order);
+        if keys.len() == 1 {
+            // One key (a request at pipeline depth 1): no order to take.
+            let k = keys.get(0);
+            order.push((lattice_store::key_hash(k), 0));
+        } else {
+            order.extend(
+                keys.iter()
+                    .enumerate()
+                    .map(|(i, k)| (lattice_store::key_hash(k), i as u32)),
+            );
+            order.sort_unstable();
         }
-        for k in &keys {
-            match self.db.get_raw(k) {
+        let mut last: Option<(u64, &[u8])> = None;
+        for &(h, i) in &order {
+            let k = keys.get(i as usize);
+            if last == Some((h, k)) {
+                continue;
+            }
+            last = Some((h, k));
+            match self.db.get_raw_hashed(h, k) {
                 Some(e) => put_entry(&mut data, e),
                 None => {
                     data.push(OP_DEL);
@@ -250,9 +297,12 @@ impl Core {
                 }
             }
         }
+        let mut keys = keys;
         keys.clear();
+        order.clear();
         let p = &mut self.persist;
         p.dirty = keys;
+        p.order = order;
         self.emit_record(data, false, now_ms);
     }
 
@@ -267,13 +317,15 @@ impl Core {
         }
         let now_ms = self.now.as_millis();
         let p = &mut self.persist;
-        let mut keys = std::mem::take(&mut p.dirty);
+        let mut dirty = std::mem::take(&mut p.dirty);
+        let mut waiting = std::collections::BTreeSet::new();
         let ended = self.repl.as_ref().expect("clustered").deferrals_ended();
         if ended != p.waiting_epoch {
             // Some deferral ended: any waiting key may be captured now.
-            keys.extend(std::mem::take(&mut p.waiting));
+            waiting = std::mem::take(&mut p.waiting);
             p.waiting_epoch = ended;
         }
+        let mut keys: Vec<&[u8]> = dirty.iter().chain(waiting.iter().map(|k| &k[..])).collect();
         if keys.len() > 1 {
             keys.sort_unstable();
             keys.dedup();
@@ -288,23 +340,25 @@ impl Core {
         let mut state = Vec::new();
         let repl = self.repl.as_mut().expect("clustered");
         for k in keys {
-            if repl.is_deferred(&k) {
+            if repl.is_deferred(k) {
                 // A copy of its own: a waiting key must not pin the key buffer's block.
-                self.persist.waiting.insert(Bytes::copy_from_slice(&k[..]));
-            } else if repl.encode_state(&k, &self.db, &mut state) {
-                put_repl(&mut data, &k, &state);
+                self.persist.waiting.insert(Bytes::copy_from_slice(k));
+            } else if repl.encode_state(k, &self.db, &mut state) {
+                put_repl(&mut data, k, &state);
             } else {
                 // Not replicated: a stream, or a key that never had a replicated state.
-                match self.db.get_raw(&k) {
+                match self.db.get_raw(k) {
                     Some(e) => put_entry(&mut data, e),
                     None => {
                         data.push(OP_DEL);
                         put_varint(&mut data, k.len() as u64);
-                        data.extend_from_slice(&k);
+                        data.extend_from_slice(k);
                     }
                 }
             }
         }
+        dirty.clear();
+        self.persist.dirty = dirty;
         if data.is_empty() {
             self.persist.scratch = data;
         } else {

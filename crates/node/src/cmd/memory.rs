@@ -130,7 +130,7 @@ fn overhead(core: &Core) -> Overhead {
         .sum();
     let p = &core.persist;
     let aof = (p.commands.capacity()
-        + p.dirty.iter().map(|k| k.len()).sum::<usize>()
+        + p.dirty.bytes_len()
         + p.held.iter().map(|(_, _, b)| b.len()).sum::<usize>()) as u64;
     let lua = core.scripts.cache_bytes as u64;
     let keys = core.db.len() as u64;

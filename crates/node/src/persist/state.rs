@@ -37,7 +37,8 @@ pub struct Persist {
     pub active: bool,
     /// Changes are being captured (appendonly, or a snapshot in progress).
     pub(crate) logging: bool,
-    pub(crate) dirty: Vec<Bytes>,
+    /// Keys changed since the last record, in the order of their changes (repeats kept).
+    pub(crate) dirty: DirtyKeys,
     /// Changed keys of a clustered node whose capture was deferred at the last record: logged
     /// once the capture is made. Looked at again only when some deferral has ended since
     /// (`waiting_epoch`, the replicator's `deferrals_ended` then): re-sorting and probing
@@ -49,13 +50,14 @@ pub struct Persist {
     pub(crate) commands: Vec<u8>,
     /// The buffer the next record is encoded in (see `Core::emit_record`).
     pub(crate) scratch: Vec<u8>,
-    /// Records and changed keys leave as views of these buffers (`split().freeze()`), not as
-    /// an allocation each: once the driver dropped the views of earlier records, `reserve`
-    /// takes the whole buffer back, so a steady write load allocates nothing per record
-    /// (an allocation, a copy and a free per record and per key were a third of what
-    /// `everysec` cost a SET, ARCHITECTURE §68).
+    /// Records leave as views of this buffer (`split().freeze()`), not as an allocation
+    /// each: once the driver dropped the views of earlier records, `reserve` takes the whole
+    /// buffer back, so a steady write load allocates nothing per record (an allocation, a
+    /// copy and a free per record were a third of what `everysec` cost a SET, ARCHITECTURE
+    /// §68).
     pub(crate) records: bytes::BytesMut,
-    pub(crate) keys: bytes::BytesMut,
+    /// The (hash, index) pairs a record's changed keys are ordered by (kept between records).
+    pub(crate) order: Vec<(u64, u32)>,
     pub(crate) clear: bool,
     /// The function library set changed since the last record.
     pub(crate) functions: bool,
@@ -116,9 +118,73 @@ pub struct UploadFigures {
     pub snapshots_uploaded: u64,
 }
 
-/// A changed key's buffer: keys live until the next record (or, on a clustered node whose
-/// capture was deferred, a copy of their own is kept), so a small buffer is soon free again.
-const KEY_ARENA_BYTES: usize = 1 << 10;
+/// The changed-key buffers are kept for the next record up to this many bytes (one huge
+/// MSET must not pin its key bytes for good).
+const DIRTY_KEEP_BYTES: usize = 64 << 10;
+
+/// The keys changed since the last record, copied end to end into one buffer: noting a key
+/// is a copy of its bytes and one index, with no allocation once the buffers have grown to
+/// the usual record (a reference-counted view per key cost about a hundred instructions of
+/// every logged write, ARCHITECTURE §76). A key lives only until the next record, so the
+/// buffers are reused record after record.
+#[derive(Default)]
+pub(crate) struct DirtyKeys {
+    bytes: Vec<u8>,
+    /// Where each key ends in `bytes` (a key starts where the one before it ends).
+    ends: Vec<usize>,
+}
+
+impl DirtyKeys {
+    pub(crate) fn push(&mut self, key: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`th key noted.
+    pub(crate) fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    pub(crate) fn last(&self) -> Option<&[u8]> {
+        (!self.is_empty()).then(|| self.get(self.len() - 1))
+    }
+
+    /// Forgets the last key noted.
+    pub(crate) fn pop(&mut self) {
+        if self.ends.pop().is_some() {
+            self.bytes.truncate(self.ends.last().copied().unwrap_or(0));
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Bytes of key held (INFO memory).
+    pub(crate) fn bytes_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        if self.bytes.capacity() > DIRTY_KEEP_BYTES {
+            self.bytes = Vec::new();
+        }
+        if self.ends.capacity() * std::mem::size_of::<usize>() > DIRTY_KEEP_BYTES {
+            self.ends = Vec::new();
+        }
+    }
+}
 
 /// `data` copied into a view of `arena`, which is refilled `min_bytes` at a time (reclaimed
 /// whole when every earlier view is gone, else a new buffer: memory stays bounded by what
@@ -144,7 +210,6 @@ impl Persist {
     pub(crate) fn note_modified(&mut self, key: &[u8]) {
         self.changes_since_save += 1;
         if self.logging {
-            let key = arena_copy(&mut self.keys, key, KEY_ARENA_BYTES);
             self.dirty.push(key);
         }
     }
