@@ -818,59 +818,12 @@ fn an_hll_key_keeps_the_string_rules_for_set_and_del() {
     c.converge(5_000);
 }
 
-/// The unacknowledged messages to peer `peer_id` that node `i` holds for retransmission.
-fn unacked_to(c: &mut Cluster, i: usize, peer_id: u64) -> u64 {
-    let info = c.cmd(i, &["INFO", "replication"]);
-    let line = info
-        .lines()
-        .find(|l| l.contains(&format!(":id={peer_id},")))
-        .unwrap_or_else(|| panic!("no peer {peer_id} in {info}"));
-    let field = line
-        .split(',')
-        .find_map(|f| f.strip_prefix("unacked_msgs="))
-        .expect("unacked_msgs");
-    field.parse().expect("number")
-}
-
-/// After a cut nobody noticed (messages lost, links not reported down), the writer's backlog of
-/// unacknowledged deltas goes again as soon as the peer answers one retransmission, not one
-/// message per round trip as each becomes the oldest: 200 lost messages used to take 200 timer
-/// steps (2 s here) to drain, which is what kept replicas apart for seconds after a partition
-/// of real processes healed.
-#[test]
-fn a_cut_backlog_is_resent_in_one_burst_after_the_peer_answers() {
-    let mut c = Cluster::new(2);
-    c.settle();
-    c.silence(1);
-    for n in 0..200 {
-        c.cmd(0, &["SET", &format!("k{n}"), "v"]);
-        c.advance(10); // one delta message per write
-    }
-    assert!(
-        unacked_to(&mut c, 0, 2) >= 150,
-        "the writes' deltas were lost"
-    );
-    c.heal(1);
-    // The oldest message's retransmission timer has backed off; the peer's seen-set report
-    // (every 250 ms) tells the writer the link works, the probe goes, its ack starts the burst.
-    let mut waited_ms = 0;
-    while unacked_to(&mut c, 0, 2) > 0 {
-        assert!(
-            waited_ms < 600,
-            "backlog still {} messages {waited_ms} ms after the heal",
-            unacked_to(&mut c, 0, 2)
-        );
-        c.advance(10);
-        waited_ms += 10;
-    }
-    assert_eq!(c.cmd(1, &["DBSIZE"]), ":200\r\n");
-}
-
 /// Writes made while a link was down, or that were in flight when it went down, reach the peer
 /// as soon as the link is back: the deltas are kept for it (bounded) and resent at once,
 /// instead of waiting for an anti-entropy round, which while another peer repairs this node
 /// may wait for seconds (what kept a partition of real processes from healing within 1.5 s).
 #[test]
+#[ignore = "the backlog kept for a down peer is off (KEEP_BACKLOG_WHILE_DOWN, ARCHITECTURE §77)"]
 fn writes_made_during_a_cut_arrive_right_after_the_heal() {
     let mut c = Cluster::new(3);
     c.settle();
