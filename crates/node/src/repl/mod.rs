@@ -84,9 +84,9 @@ const FLUSH_EAGER_KEYS: usize = 4_096;
 const MAX_UNACKED_BYTES: usize = 32 << 20;
 const RTO_INITIAL_MS: u64 = 200;
 const RTO_MAX_MS: u64 = 5_000;
-/// Bytes resent at once when a peer acknowledges a retransmission and older messages are still
-/// unacknowledged (lost; see the `Ack` case of `on_message`): a megabyte per round trip drains a
-/// cut's backlog in a few round trips without one burst filling the link's queue.
+/// Bytes of a kept backlog resent at once when a peer's link comes back (`peer_up`): a megabyte
+/// goes in one round trip without one burst filling the link's queue; the rest follows as the
+/// tick's probes do.
 const RESEND_BURST_BYTES: usize = 1 << 20;
 /// Whether deltas are kept for a peer whose link is down and resent when it is back (ARCHITECTURE
 /// §77). Off: with it on, the 1,000,000-key load into three replicas (`scripts/repl-load.sh`)
@@ -192,34 +192,19 @@ struct Unacked {
     tries: u32,
 }
 
-/// Resends, oldest first, `p`'s unacknowledged messages last transmitted before `before_ms`
-/// (`u64::MAX`: all of them), up to `RESEND_BURST_BYTES`; the first one beyond the budget is
-/// made due at once, so the tick probes with it and its acknowledgement brings the next burst.
-/// Messages transmitted since `before_ms` are in flight and left alone.
-fn resend_burst(
-    p: &mut Peer,
-    outbox: &mut outbox::Outbox,
-    peer: NodeId,
-    before_ms: u64,
-    now_ms: u64,
-) {
+/// Resends, oldest first, `p`'s unacknowledged messages up to `RESEND_BURST_BYTES`; the first
+/// one beyond the budget is made due at once, so the tick probes with it.
+fn resend_burst(p: &mut Peer, outbox: &mut outbox::Outbox, peer: NodeId, now_ms: u64) {
     let mut budget = RESEND_BURST_BYTES;
     for m in p.unacked.values_mut() {
-        if m.sent_ms >= before_ms {
-            if m.tries == 0 {
-                break; // first sent after `before_ms`, and so is everything behind it
-            }
-            continue;
-        }
         if budget < m.data.len() {
             m.due_ms = now_ms;
             break;
         }
         budget -= m.data.len();
-        // Marked as retransmitted (its acknowledgement brings the next burst), but not counted
-        // toward `MAX_RETRIES`: only the tick's backed-off probes are, or a message a peer
-        // holds back (a move it has not heard of yet) would be given up on within a few
-        // bursts, taking the whole queue with it.
+        // Marked as retransmitted, but not counted toward `MAX_RETRIES`: only the tick's
+        // backed-off probes are, or a message a peer holds back (a move it has not heard of
+        // yet) would be given up on after a few link flaps, taking the whole queue with it.
         m.tries = m.tries.max(1);
         m.sent_ms = now_ms;
         m.rto_ms = RTO_INITIAL_MS;
@@ -1088,10 +1073,10 @@ impl Replicator {
         p.up = true;
         p.backlog_dropped = false;
         // Deltas kept while the link was down (see `delta_targets`) go now, the first
-        // `RESEND_BURST_BYTES` at once and the rest as the peer acknowledges those: its own
+        // `RESEND_BURST_BYTES` at once and the rest with the tick's probes: its own
         // writes reach a returning peer in a round trip, before any anti-entropy round (which
         // may wait for another peer's repair, `defer_round`).
-        resend_burst(p, &mut self.outbox, peer, u64::MAX, now_ms);
+        resend_burst(p, &mut self.outbox, peer, now_ms);
         // Whatever happened while the link was down is repaired by one anti-entropy round,
         // started at once by the lower id of the pair (both sides are told the link is up, and
         // two sessions would compare the trees twice and ship the difference twice: for a
