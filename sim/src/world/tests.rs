@@ -325,8 +325,10 @@ fn the_planted_move_bug_is_caught_in_membership_mode() {
 }
 
 /// Seeds of the replicated bucket check: the same runs pass without the planted upload bug
-/// and catch it with it.
-const BUCKET_SEEDS: std::ops::Range<u64> = 0..12;
+/// and catch it with it. Sixty, because about one run in eight loses a write with the bug
+/// planted (8 of 60 when this was set): twelve seeds once caught it only by one of them, and a
+/// change of timing elsewhere left none.
+const BUCKET_SEEDS: std::ops::Range<u64> = 0..60;
 
 /// A short replicated run of `seed` with disks (a policy per seed) and buckets under
 /// `s3-durability sync`: crashes (half of them losing the disk) and isolating partitions
@@ -352,14 +354,19 @@ fn short_bucket_run(seed: u64) -> World {
 #[cfg(not(feature = "planted-upload-bug"))]
 #[test]
 fn replicated_buckets_keep_their_promise() {
+    let mut crashed_runs = 0;
     for seed in BUCKET_SEEDS {
         let w = short_bucket_run(seed);
         assert_eq!(w.failure, None, "seed {seed}");
-        assert!(
-            w.hosts.iter().any(|h| h.incarnation > 1),
-            "seed {seed}: crashed"
-        );
+        crashed_runs += usize::from(w.hosts.iter().any(|h| h.incarnation > 1));
     }
+    // The nemesis is random: a short run may end before its first crash, but most must crash
+    // or the test proves nothing about crashes.
+    let runs = BUCKET_SEEDS.count();
+    assert!(
+        crashed_runs * 4 >= runs * 3,
+        "only {crashed_runs} of {runs} runs crashed a replica"
+    );
 }
 
 /// `s3-durability sync` acknowledging after the local fsync alone: a replica that loses its
