@@ -36,6 +36,9 @@ pub struct Node {
     held: VecDeque<Input>,
     /// When the periodic work (active expiry, statistics, idle timeouts) runs next.
     next_cron_ms: u64,
+    /// The time the running timer call began, when its active expiry deleted keys: the
+    /// driver's [`Node::timers_done`] then makes it an `expire-cycle` latency sample.
+    expire_cycle_began: Option<Micros>,
 }
 
 impl Node {
@@ -46,6 +49,7 @@ impl Node {
             core: Core::new(config, table, seed, buggify, now),
             held: VecDeque::new(),
             next_cron_ms: now.as_millis(),
+            expire_cycle_began: None,
         }
     }
 
@@ -217,6 +221,25 @@ impl Node {
         self.end_timing();
     }
 
+    /// The timer call ([`Node::handle_timeout`]) just made was over at `now`, the driver's clock
+    /// after it. If its active expiry deleted keys, its duration is a sample of the latency
+    /// monitor's `expire-cycle` event when it reaches `latency-monitor-threshold`, as Redis
+    /// samples its active expire cycle (freeing a large expired value is what makes one slow).
+    /// The node has no clock of its own, so the whole call is timed: its other work is bounded
+    /// slices. A driver that never calls it records no such samples.
+    pub fn timers_done(&mut self, now: Micros) {
+        self.advance(now);
+        let Some(began) = self.expire_cycle_began.take() else {
+            return;
+        };
+        let threshold_ms = self.core.config.latency_monitor_threshold_ms;
+        let ms = self.core.now.0.saturating_sub(began.0) / 1000;
+        if threshold_ms > 0 && ms >= threshold_ms {
+            let end_s = self.core.now.0 / 1_000_000;
+            self.core.latency.add("expire-cycle", end_s, ms);
+        }
+    }
+
     /// Ends the timing of the requests being timed at the node's time, unless a script they
     /// started still runs (its slices are part of its time).
     fn end_timing(&mut self) {
@@ -270,6 +293,10 @@ impl Node {
         for key in &expired {
             core.after_expiry(key);
         }
+        if !expired.is_empty() {
+            self.expire_cycle_began = Some(core.now);
+        }
+        let core = &mut self.core;
         core.capture_dirty(crate::repl::state::Intent::Assign, false);
         core.stats.sample(now_ms);
         if core.tracking.clients > 0 {

@@ -127,6 +127,44 @@ fn slowlog_redacts_passwords() {
     assert!(log.contains("(redacted)"), "{log}");
 }
 
+/// A timer run whose active expiry deleted a key is an `expire-cycle` sample when the driver
+/// reports it took the threshold or more (Redis's unit/latency-monitor expires a set of a
+/// million members and expects the event); a slow timer run that expired nothing is not one.
+#[test]
+fn latency_monitor_records_a_slow_expire_cycle() {
+    /// One timer run a second on, reported over by the driver `took_ms` later.
+    fn timer_run(h: &mut Harness, took_ms: u64) {
+        h.now_ms += 1000;
+        let now = h.now();
+        h.node.handle_timeout(now);
+        h.now_ms += took_ms;
+        let end = h.now();
+        h.node.timers_done(end);
+    }
+    let mut h = Harness::with_clients(2);
+    run(&mut h, "CONFIG SET latency-monitor-threshold 20");
+    // A slow timer run with nothing to expire.
+    timer_run(&mut h, 50);
+    assert_eq!(run(&mut h, "LATENCY LATEST"), "*0\r\n");
+    // A fast one that expires a key.
+    run(&mut h, "SET k v PX 10");
+    timer_run(&mut h, 5);
+    assert_eq!(run(&mut h, "DBSIZE"), ":0\r\n");
+    assert_eq!(run(&mut h, "LATENCY LATEST"), "*0\r\n");
+    // A slow one that expires a key.
+    run(&mut h, "SET k v PX 10");
+    timer_run(&mut h, 30);
+    let end_s = h.now_ms / 1000;
+    assert_eq!(run(&mut h, "DBSIZE"), ":0\r\n");
+    assert_eq!(
+        run(&mut h, "LATENCY LATEST"),
+        format!(
+            "*1\r\n*4\r\n{}:{end_s}\r\n:30\r\n:30\r\n",
+            bulk("expire-cycle")
+        )
+    );
+}
+
 #[test]
 fn latency_monitor_records_slow_commands_per_second() {
     let mut h = Harness::with_clients(2);

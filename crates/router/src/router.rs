@@ -371,10 +371,13 @@ impl<D: Dir> Router<D> {
         Some(p.close(&mut self.node, now))
     }
 
-    /// Runs the node's timers and drains. Returns the node's next deadline.
-    pub fn run_timers(&mut self, now: Micros) -> Option<Micros> {
+    /// Runs the node's timers and drains. Returns the node's next deadline. `clock_us` is read
+    /// once the timers ran: the time they took is the latency monitor's (`Node::timers_done`).
+    pub fn run_timers(&mut self, now: Micros, clock_us: impl FnOnce() -> u64) -> Option<Micros> {
         let now = self.now(now.0);
         self.node.handle_timeout(now);
+        let end = self.now(clock_us());
+        self.node.timers_done(end);
         self.drain(now, None, &mut Vec::new());
         self.node.poll_timeout()
     }
@@ -590,7 +593,9 @@ mod tests {
         assert_eq!(r.earlier_timer(), None, "already planned");
         r.plan_timers(wanted - 1);
         assert_eq!(r.earlier_timer(), None, "planned earlier than needed");
-        let next = r.run_timers(Micros(wanted)).expect("a next deadline");
+        let next = r
+            .run_timers(Micros(wanted), || wanted)
+            .expect("a next deadline");
         r.plan_timers(next.0);
         assert_eq!(r.planned_timers_us(), next.0);
         assert!(next.0 >= wanted);

@@ -814,7 +814,10 @@ impl EventLoop {
                 Input::ProcessStats(crate::process::read(self.shared.port)),
             );
         }
-        let next = host.router.run_timers(now).map_or(u64::MAX, |t| t.0);
+        let next = host
+            .router
+            .run_timers(now, crate::host::clock_us)
+            .map_or(u64::MAX, |t| t.0);
         host.carry_out(Some(self.index));
         let next = next.min(now.0 + MAX_TIMER_SLEEP_US);
         host.router.plan_timers(next);

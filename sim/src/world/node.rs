@@ -696,7 +696,7 @@ impl World {
         }
         let t = host.clock.read(now);
         let router = host.router.as_mut().expect("up");
-        let next_us = router.run_timers(Micros(t)).map_or(u64::MAX, |d| d.0);
+        let next_us = router.run_timers(Micros(t), || t).map_or(u64::MAX, |d| d.0);
         router.plan_timers(next_us);
         // A sync the timers asked for (everysec), then what it released.
         let mut released = Vec::new();

@@ -2,10 +2,11 @@
 //!
 //! With `latency-monitor-threshold` above 0, a command whose duration (measured as the slow
 //! log measures it, `crate::cmd::slowlog`) reaches the threshold in milliseconds is a sample
-//! of the event `command`, or `fast-command` for a command flagged fast. Samples within one
-//! second keep the largest; each event keeps its last [`HISTORY_LEN`] seconds with samples and
-//! the largest ever. Those are the only events: the node does nothing else whose time it can
-//! measure (expiry, snapshots and fsyncs are the driver's and happen between its inputs).
+//! of the event `command`, or `fast-command` for a command flagged fast; a timer run whose
+//! active expiry deleted keys and that reached it is a sample of `expire-cycle`
+//! (`Node::timers_done`). Samples within one second keep the largest; each event keeps its
+//! last [`HISTORY_LEN`] seconds with samples and the largest ever. Those are the only events:
+//! snapshots and fsyncs are the driver's and happen between the node's inputs.
 //!
 //! **Node-local**, like the slow log: a node monitors the commands it ran.
 

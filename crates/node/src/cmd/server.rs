@@ -565,7 +565,7 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             let uptime_s = core.uptime_ms() / 1000;
             let _ = write!(
                 t,
-                "# Server\r\nredis_version:{REDIS_VERSION}\r\nlattice_version:{LATTICE_VERSION}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nconfigured_hz:{}\r\nexecutable:lattice-server\r\n",
+                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nlattice_version:{LATTICE_VERSION}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nconfigured_hz:{}\r\nexecutable:lattice-server\r\n",
                 std::env::consts::OS,
                 p.process_id,
                 core.run_id,
