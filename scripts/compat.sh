@@ -131,7 +131,6 @@ log() { echo "compat.sh: $*" >&2; }
 # by design; "not yet" marks a gap still open, with what closes it.
 # ---------------------------------------------------------------------------------------
 LATTICE_SKIPS=(
-    "unit/type/string|SETBIT/BITFIELD only increase dirty when the value changed|cannot apply: reads INFO rdb_changes_since_last_save, Redis's count of writes since the last RDB save; Lattice has no RDB and reports 0 (docs/ARCHITECTURE.md §29)"
     "unit/other|EXPIRES after AOF reload (without rewrite)|cannot apply: sets aof-use-rdb-preamble; Lattice's log has no RDB preamble"
     "unit/functions|FUNCTION - test debug reload different options|cannot apply: DEBUG RELOAD NOFLUSH / MERGE; a Lattice reload always replaces the dataset and refuses those options"
     "unit/functions|FUNCTION - test debug reload with nosave and noflush|cannot apply: DEBUG RELOAD NOFLUSH; as above"
