@@ -823,6 +823,7 @@ fn an_hll_key_keeps_the_string_rules_for_set_and_del() {
 /// instead of waiting for an anti-entropy round, which while another peer repairs this node
 /// may wait for seconds (what kept a partition of real processes from healing within 1.5 s).
 #[test]
+#[ignore = "the backlog kept for a down peer is off (KEEP_BACKLOG_WHILE_DOWN, ARCHITECTURE §77)"]
 fn writes_made_during_a_cut_arrive_right_after_the_heal() {
     let mut c = Cluster::new(3);
     c.settle();
