@@ -107,6 +107,14 @@ forms() {
 }
 forms 0
 for t in $(seq 5 5 "${WATCH:-0}"); do sleep 5; forms "$t"; done
+# Outgoing links each node lost since it started, by reason: a link replaced or dropped under
+# the load is a PeerDown and a PeerUp for the node, whose replication then takes another path.
+for i in "${!PORTS[@]}"; do
+  lost=$(grep -o 'outgoing link to node .* down: .*' "$WORK/lattice$((i + 1)).log" |
+    sed -E 's/^outgoing link to node ([0-9]+) \([^)]*\) down: /to \1: /' | sort | uniq -c |
+    awk '{ $1 = $1 "x"; print }' | paste -sd ';' - || true)
+  echo "  node $((i + 1)) links lost: ${lost:-none}"
+done
 for p in "${PIDS[@]}"; do stop_pid "$p"; done
 PIDS=()
 [ "${ONLY:-}" != lattice ] || exit 0
