@@ -199,7 +199,7 @@ pub fn dump(value: &Value) -> Vec<u8> {
 /// which [`restore_body`] reads back. For containers that checksum their contents already
 /// (the persistence log's frames): the byte-wise CRC-64 of the footer was most of the cost
 /// of logging a small key. Generic over the buffer so the log encodes a value straight into
-/// the buffer its record leaves in (ARCHITECTURE §79) while DUMP keeps its `Vec`.
+/// the buffer its record leaves in (ARCHITECTURE §81) while DUMP keeps its `Vec`.
 pub fn put_body<B: BufMut + ?Sized>(out: &mut B, value: &Value) {
     match value {
         Value::Str(Str::Raw(b)) => {

@@ -5,7 +5,7 @@
 //! a record's frame itself, the payload encoded in place after a header filled in last
 //! ([`begin_frame`], [`seal_frame`]), so a record reaches the driver ready to be written: the
 //! payload is neither copied into a record buffer of its own nor copied again into the write
-//! buffer behind a header (ARCHITECTURE §79). Reading frames (`scan`) is `lattice-persist`'s.
+//! buffer behind a header (ARCHITECTURE §81). Reading frames (`scan`) is `lattice-persist`'s.
 //!
 //! Version 2 (written since ARCHITECTURE §76) checksums a frame with CRC-32C (Castagnoli),
 //! which x86-64 computes eight bytes per instruction (SSE4.2); version 1 used CRC-32 (IEEE),

@@ -53,7 +53,7 @@ pub struct Persist {
     /// takes the whole buffer back, so a steady write load allocates nothing per record (an
     /// allocation, a copy and a free per record were a third of what `everysec` cost a SET,
     /// ARCHITECTURE §68). A record is encoded here directly, behind its frame header, rather
-    /// than in a buffer of its own that is then copied in (ARCHITECTURE §79). Empty between
+    /// than in a buffer of its own that is then copied in (ARCHITECTURE §81). Empty between
     /// records.
     pub(crate) records: bytes::BytesMut,
     /// The (hash, index) pairs a record's changed keys are ordered by (kept between records).
