@@ -33,7 +33,31 @@ EVERYSEC_WINDOW_MS = 1000
 SLACK_MS = 500
 
 
+_ports_given = set()
+
+
 def free_port():
+    """A free port on 127.0.0.1; with PORT_RANGE=LOW-HIGH, from that range only (for hosts
+    whose users each have a range of their own), none handed out twice until all were."""
+    spec = os.environ.get("PORT_RANGE")
+    if spec:
+        low, high = (int(x) for x in spec.split("-"))
+        for _ in range(2):
+            for p in range(low, high + 1):
+                if p in _ports_given:
+                    continue
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    continue
+                finally:
+                    s.close()
+                _ports_given.add(p)
+                return p
+            # Every port was handed out once: the early ones are free again by now.
+            _ports_given.clear()
+        raise SystemExit(f"no free port in {spec}")
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]

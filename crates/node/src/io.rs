@@ -95,9 +95,12 @@ pub enum Output {
     /// Persistence record `seq` (one more than the previous): the new state of every key the
     /// commands since the previous record changed (encoding in `persist.rs`). `resume` marks
     /// the first record after logging was off. Emitted only after `Node::enable_persistence`.
+    /// `frame` is the record as the log holds it, framed and checksummed by the node
+    /// (`persist::frame`: kind `Resume` or `Batch`, sequence number `seq`), so the driver
+    /// appends it as it is; `persist::frame::payload` gives the record's payload.
     Append {
         seq: u64,
-        data: Bytes,
+        frame: Bytes,
         resume: bool,
     },
     /// Make every record up to `seq` durable, then answer [`Input::Persisted`] (or

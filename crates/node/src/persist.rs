@@ -29,13 +29,14 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use lattice_store::dump;
 
 use crate::client::{ConnId, REPLAY_CONN};
 use crate::ctx::Core;
 use crate::io::{Input, Output};
 
+pub mod frame;
 pub mod state;
 
 use state::Snapshot;
@@ -48,13 +49,15 @@ const SNAPSHOT_SLICE_BYTES: usize = 1 << 20;
 /// Under `everysec`/`no`, writes are refused (MISCONF) while the disk fails and more than this
 /// many bytes of records wait for it: the backlog the driver keeps is bounded.
 pub const MAX_UNSYNCED_BYTES_ON_FAULT: u64 = 64 << 20;
-/// The record buffer is kept for the next record up to this capacity.
+/// The logged-commands buffer is kept for the next record up to this capacity.
 const SCRATCH_KEEP_BYTES: usize = 64 << 10;
-/// The buffer records leave in (`Persist::records`) is refilled this much at a time: a few
-/// hundred small records per allocation; a larger record gets a buffer of its own size.
+/// The buffer records are framed in and leave from (`Persist::records`) is refilled this
+/// much at a time: a few hundred small records per allocation. A record that grew past it
+/// keeps its buffer for itself (freed with its view).
 const RECORD_ARENA_BYTES: usize = 64 << 10;
-/// Frame overhead per record in the log (header and checksum), for INFO's size estimate.
-const FRAME_BYTES: u64 = 18;
+/// A record starts in the arena as it is while this much room is left; below, the arena is
+/// refilled first (taking its block back whole when the driver dropped every earlier view).
+const RECORD_ROOM_BYTES: usize = 4 << 10;
 
 const OP_CLEAR: u8 = 0;
 /// The key's state with the value as a full DUMP payload: written by older versions, read.
@@ -80,30 +83,42 @@ pub use crate::config::Fsync;
 
 pub(crate) use crate::varint::{get_bytes, get_varint, put_varint};
 
+/// A buffer a record's operations are encoded into: the record arena (a `BytesMut`, where
+/// the record is framed in place) or a snapshot chunk's `Vec`.
+pub(crate) trait RecordBuf: BufMut + AsRef<[u8]> + AsMut<[u8]> {}
+impl<B: BufMut + AsRef<[u8]> + AsMut<[u8]>> RecordBuf for B {}
+
 /// Appends a clustered node's replicated state of `key` (`state` as anti-entropy encodes it).
-fn put_repl(out: &mut Vec<u8>, key: &[u8], state: &[u8]) {
-    out.push(OP_REPL);
+fn put_repl<B: RecordBuf>(out: &mut B, key: &[u8], state: &[u8]) {
+    out.put_u8(OP_REPL);
     put_varint(out, key.len() as u64);
-    out.extend_from_slice(key);
+    out.put_slice(key);
     put_varint(out, state.len() as u64);
-    out.extend_from_slice(state);
+    out.put_slice(state);
 }
 
-fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
-    out.push(OP_VALUE);
+/// `2 varint-len key`: the key was removed.
+fn put_del<B: RecordBuf>(out: &mut B, key: &[u8]) {
+    out.put_u8(OP_DEL);
+    put_varint(out, key.len() as u64);
+    out.put_slice(key);
+}
+
+fn put_entry<B: RecordBuf>(out: &mut B, e: &lattice_store::Entry) {
+    out.put_u8(OP_VALUE);
     put_varint(out, e.key().len() as u64);
-    out.extend_from_slice(e.key());
+    out.put_slice(e.key());
     put_varint(out, e.expire_at_ms().map_or(0, |d| d.saturating_add(1)));
     // The value is encoded in place after a one-byte length, which is filled in afterwards;
     // only a value of 128 bytes or more is moved, by the varint's few extra bytes (rather
     // than every value being encoded into a buffer of its own per key, or moved).
-    let at = out.len();
-    out.push(0);
-    let start = out.len();
+    let at = out.as_ref().len();
+    out.put_u8(0);
+    let start = at + 1;
     dump::put_body(out, &e.value);
-    let len = out.len() - start;
+    let len = out.as_ref().len() - start;
     if len < 0x80 {
-        out[at] = len as u8;
+        out.as_mut()[at] = len as u8;
     } else {
         let mut prefix = [0u8; 10];
         let (mut k, mut v) = (0, len);
@@ -114,10 +129,27 @@ fn put_entry(out: &mut Vec<u8>, e: &lattice_store::Entry) {
         }
         prefix[k] = v as u8;
         k += 1;
-        out.resize(out.len() + k - 1, 0);
-        out.copy_within(start..start + len, at + k);
-        out[at..at + k].copy_from_slice(&prefix[..k]);
+        out.put_bytes(0, k - 1);
+        let buf = out.as_mut();
+        buf.copy_within(start..start + len, at + k);
+        buf[at..at + k].copy_from_slice(&prefix[..k]);
     }
+}
+
+/// Takes the record arena with a frame begun in it (the header's room; the payload is
+/// encoded after it, then [`Core::emit_record`] seals and splits it off). The arena holds no
+/// earlier bytes: every record is split off as it is sealed, and an empty one is cleared.
+/// Refilled first when little room is left: once the driver has dropped the views of the
+/// earlier records, `reserve` takes the whole block back, so a steady write load allocates
+/// nothing per record.
+fn begin_record(arena: &mut BytesMut) -> BytesMut {
+    debug_assert!(arena.is_empty(), "a record was left unsealed in the arena");
+    let mut data = std::mem::take(arena);
+    if data.capacity() < RECORD_ROOM_BYTES {
+        data.reserve(RECORD_ARENA_BYTES);
+    }
+    frame::begin_frame(&mut data);
+    data
 }
 
 impl Core {
@@ -209,11 +241,11 @@ impl Core {
     }
 
     /// `OP_FUNCTIONS` with the current library set.
-    fn put_functions(&self, data: &mut Vec<u8>) {
+    fn put_functions<B: RecordBuf>(&self, data: &mut B) {
         let blob = crate::cmd::function::entries_blob(self);
-        data.push(OP_FUNCTIONS);
+        data.put_u8(OP_FUNCTIONS);
         put_varint(data, blob.len() as u64);
-        data.extend_from_slice(&blob);
+        data.put_slice(&blob);
     }
 
     /// Turns the changes captured since the last record into the next record. The check for
@@ -248,17 +280,19 @@ impl Core {
             return self.persist_flush_replicated();
         }
         let now_ms = self.now.as_millis();
-        let mut data = std::mem::take(&mut p.scratch);
+        // The record is encoded straight into its frame in the arena it leaves from.
+        let mut data = begin_record(&mut p.records);
         if p.clear {
-            data.push(OP_CLEAR);
+            data.put_u8(OP_CLEAR);
             p.clear = false;
         }
         if std::mem::take(&mut self.persist.functions) {
             self.put_functions(&mut data);
         }
         let p = &mut self.persist;
-        data.append(&mut p.commands);
-        // As the scratch buffer: a huge logged command must not pin its buffer for good.
+        data.put_slice(&p.commands);
+        p.commands.clear();
+        // A huge logged command must not pin its buffer for good.
         if p.commands.capacity() > SCRATCH_KEEP_BYTES {
             p.commands = Vec::new();
         }
@@ -290,11 +324,7 @@ impl Core {
             last = Some((h, k));
             match self.db.get_raw_hashed(h, k) {
                 Some(e) => put_entry(&mut data, e),
-                None => {
-                    data.push(OP_DEL);
-                    put_varint(&mut data, k.len() as u64);
-                    data.extend_from_slice(k);
-                }
+                None => put_del(&mut data, k),
             }
         }
         let mut keys = keys;
@@ -303,7 +333,8 @@ impl Core {
         let p = &mut self.persist;
         p.dirty = keys;
         p.order = order;
-        self.emit_record(data, false, now_ms);
+        p.records = data;
+        self.emit_record(false, now_ms);
     }
 
     /// A clustered node's record: the replicated state of every changed key. A key whose
@@ -330,9 +361,9 @@ impl Core {
             keys.sort_unstable();
             keys.dedup();
         }
-        let mut data = std::mem::take(&mut self.persist.scratch);
+        let mut data = begin_record(&mut self.persist.records);
         if std::mem::take(&mut self.persist.clear) {
-            data.push(OP_CLEAR);
+            data.put_u8(OP_CLEAR);
         }
         if std::mem::take(&mut self.persist.functions) {
             self.put_functions(&mut data);
@@ -349,42 +380,49 @@ impl Core {
                 // Not replicated: a stream, or a key that never had a replicated state.
                 match self.db.get_raw(k) {
                     Some(e) => put_entry(&mut data, e),
-                    None => {
-                        data.push(OP_DEL);
-                        put_varint(&mut data, k.len() as u64);
-                        data.extend_from_slice(k);
-                    }
+                    None => put_del(&mut data, k),
                 }
             }
         }
         dirty.clear();
         self.persist.dirty = dirty;
-        if data.is_empty() {
-            self.persist.scratch = data;
+        let empty = data.len() == frame::FRAME_HEADER;
+        self.persist.records = data;
+        if empty {
+            self.persist.records.clear();
         } else {
-            self.emit_record(data, false, now_ms);
+            self.emit_record(false, now_ms);
         }
     }
 
-    /// Emits the record encoded in `data` (taken from `Persist::scratch`, which gets it back
-    /// for the next record: one buffer that has grown to the usual record's size, rather than
-    /// a new one growing per record).
-    fn emit_record(&mut self, mut data: Vec<u8>, resume: bool, now_ms: u64) {
+    /// Emits the record framed in `Persist::records` (begun by [`begin_record`], its payload
+    /// encoded after the header): the header is filled in and the frame leaves as a view of
+    /// the arena, which keeps the rest of its block for the next records.
+    fn emit_record(&mut self, resume: bool, now_ms: u64) {
         let p = &mut self.persist;
         p.seq += 1;
-        let bytes = data.len() as u64 + FRAME_BYTES;
+        let kind = if resume {
+            frame::Kind::Resume
+        } else {
+            frame::Kind::Batch
+        };
+        frame::seal_frame(&mut p.records, kind, p.seq);
+        let record = p.records.split().freeze();
+        if record.len() > RECORD_ARENA_BYTES {
+            // A large record keeps its block to itself, freed with its view: reclaimed by the
+            // arena, the block would stay for good (one logged SADD of 100,000 members pinned
+            // about a megabyte, which Redis's lazyfree suite sees as memory UNLINK never gave
+            // back).
+            p.records = BytesMut::new();
+        }
+        let bytes = record.len() as u64;
         p.log_bytes += bytes;
         p.note_unsynced(now_ms, bytes);
         p.out.push_back(Output::Append {
             seq: p.seq,
-            data: state::arena_copy(&mut p.records, &data, RECORD_ARENA_BYTES),
+            frame: record,
             resume,
         });
-        // Kept up to a bound: one huge record must not pin its buffer for good.
-        if data.capacity() <= SCRATCH_KEEP_BYTES {
-            data.clear();
-            p.scratch = data;
-        }
         if self.acks_wait_for_persisted() {
             self.request_sync(now_ms);
         }
@@ -762,7 +800,9 @@ impl Core {
         let now_ms = self.now.as_millis();
         if self.config.appendonly && !was_appendonly {
             if !self.persist.logging {
-                self.emit_record(Vec::new(), true, now_ms);
+                let data = begin_record(&mut self.persist.records);
+                self.persist.records = data;
+                self.emit_record(true, now_ms);
             }
             self.persist.logging = true;
             self.start_snapshot(SnapshotKind::Background, None);

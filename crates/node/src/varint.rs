@@ -3,12 +3,12 @@
 //! persistence layer.
 
 /// LEB128-style unsigned varint.
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint<B: bytes::BufMut + ?Sized>(out: &mut B, mut v: u64) {
     while v >= 0x80 {
-        out.push(v as u8 | 0x80);
+        out.put_u8(v as u8 | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
 }
 
 pub(crate) fn get_varint(data: &[u8], at: &mut usize) -> Result<u64, String> {

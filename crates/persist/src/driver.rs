@@ -84,11 +84,12 @@ impl<D: Dir> Persister<D> {
     /// Carries out one persistence output; anything else is handed back.
     pub fn output(&mut self, node: &mut Node, now: Micros, out: Output) -> Option<Output> {
         match out {
-            Output::Append { seq, data, resume } => {
-                let kind = if resume { Kind::Resume } else { Kind::Batch };
-                self.store.append(kind, seq, &data);
+            Output::Append { seq, frame, resume } => {
+                // Framed by the node: appended as it is.
+                self.store.append_frame(seq, &frame);
                 if let Some(u) = self.upload.as_mut() {
-                    u.record(kind, seq, &data);
+                    let kind = if resume { Kind::Resume } else { Kind::Batch };
+                    u.record(kind, seq, crate::frame::payload(&frame));
                 }
             }
             Output::Sync { .. } => self.sync_wanted = true,

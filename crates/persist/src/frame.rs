@@ -1,66 +1,16 @@
-//! Framing: one checksummed, versioned frame per record.
+//! Reading frames: one checksummed, versioned frame per record.
 //!
-//! Version 2 (written since ARCHITECTURE §76) checksums a frame with CRC-32C (Castagnoli),
-//! which x86-64 computes eight bytes per instruction (SSE4.2); version 1 used CRC-32 (IEEE,
-//! crc32fast), whose table or carry-less-multiply code cost a small record about 140
-//! instructions, a tenth of what logging added to a SET. Both are read: the version byte,
-//! the first byte the checksum covers, says which checksum to verify.
+//! The node builds the frames it logs (`lattice_node::persist::frame`, which holds the layout,
+//! the kinds and the checksums, re-exported here); this module decodes them and tells a torn
+//! tail from corruption. Both format versions are read: the version byte, the first byte the
+//! checksum covers, says which checksum to verify (2: CRC-32C, 1: CRC-32 IEEE).
 
-/// The frame format this code writes.
-pub const FORMAT_VERSION: u8 = 2;
-/// The frame format before it: the same layout, checksummed with CRC-32 (IEEE). Still read.
-pub const FORMAT_VERSION_CRC32: u8 = 1;
-/// Bytes before a frame's payload: length, checksum, version, kind, sequence number.
-pub const FRAME_HEADER: usize = 4 + 4 + 1 + 1 + 8;
+pub use lattice_node::persist::frame::{
+    crc32c, encode_frame, payload, Kind, FORMAT_VERSION, FORMAT_VERSION_CRC32, FRAME_HEADER,
+};
+
 /// Largest payload accepted when reading (a bigger length is damage, not a record).
 const MAX_PAYLOAD: usize = 1 << 31;
-
-/// What a frame holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// The new state of the keys one batch of commands changed (the node's encoding).
-    Batch = 1,
-    /// Logging resumed after a pause (`appendonly` was off): the log before this frame does
-    /// not lead to the state after it, so replay from an older snapshot stops here.
-    Resume = 2,
-    /// A snapshot's first frame; its sequence number is the snapshot's.
-    SnapBegin = 3,
-    /// Key states of a snapshot (the same encoding as a batch).
-    SnapChunk = 4,
-    /// A snapshot's last frame; the payload is its key count (u64).
-    SnapEnd = 5,
-}
-
-impl Kind {
-    fn from_byte(b: u8) -> Option<Kind> {
-        Some(match b {
-            1 => Kind::Batch,
-            2 => Kind::Resume,
-            3 => Kind::SnapBegin,
-            4 => Kind::SnapChunk,
-            5 => Kind::SnapEnd,
-            _ => return None,
-        })
-    }
-}
-
-/// Appends one frame to `out`.
-pub fn encode_frame(kind: Kind, seq: u64, payload: &[u8], out: &mut Vec<u8>) {
-    let body_len = FRAME_HEADER - 8 + payload.len();
-    // The header is assembled on the stack and copied with the payload in two copies, the
-    // checksum filled in last.
-    let mut header = [0u8; FRAME_HEADER];
-    header[0..4].copy_from_slice(&(body_len as u32).to_le_bytes());
-    header[8] = FORMAT_VERSION;
-    header[9] = kind as u8;
-    header[10..18].copy_from_slice(&seq.to_le_bytes());
-    out.reserve(FRAME_HEADER + payload.len());
-    let start = out.len();
-    out.extend_from_slice(&header);
-    out.extend_from_slice(payload);
-    let crc = crc32c(&out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-}
 
 /// The checksum of a frame's `body` (from its version byte on), by the version's algorithm;
 /// None for an unknown version.
@@ -70,65 +20,6 @@ fn body_checksum(body: &[u8]) -> Option<u32> {
         Some(&FORMAT_VERSION_CRC32) => Some(crc32fast::hash(body)),
         _ => None,
     }
-}
-
-/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, as iSCSI and ext4 use it).
-pub fn crc32c(data: &[u8]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("sse4.2") {
-            // SAFETY: the CPU supports SSE4.2, checked just above.
-            return unsafe { crc32c_sse42(data) };
-        }
-    }
-    crc32c_portable(data)
-}
-
-/// CRC-32C by the SSE4.2 `crc32` instruction, eight bytes at a time.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-unsafe fn crc32c_sse42(data: &[u8]) -> u32 {
-    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
-    let mut crc = u64::from(u32::MAX);
-    let mut words = data.chunks_exact(8);
-    for w in &mut words {
-        crc = _mm_crc32_u64(crc, u64::from_le_bytes(w.try_into().expect("8 bytes")));
-    }
-    let mut crc = crc as u32;
-    for &b in words.remainder() {
-        crc = _mm_crc32_u8(crc, b);
-    }
-    !crc
-}
-
-/// The byte-wise table for [`crc32c_portable`].
-const CRC32C_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            bit += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-};
-
-/// CRC-32C a byte at a time: CPUs without SSE4.2 (and the check of the fast path).
-fn crc32c_portable(data: &[u8]) -> u32 {
-    let mut crc = u32::MAX;
-    for &b in data {
-        crc = (crc >> 8) ^ CRC32C_TABLE[((crc ^ u32::from(b)) & 0xff) as usize];
-    }
-    !crc
 }
 
 /// One decoded frame.
@@ -292,17 +183,6 @@ mod tests {
         out[start + 8] = FORMAT_VERSION_CRC32;
         let crc = crc32fast::hash(&out[start + 8..]);
         out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    }
-
-    #[test]
-    fn crc32c_matches_the_standard_check_value_on_both_paths() {
-        // The catalogue's check value of CRC-32C over "123456789".
-        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
-        assert_eq!(crc32c_portable(b"123456789"), 0xE306_9283);
-        let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + i / 13) as u8).collect();
-        for len in 0..data.len() {
-            assert_eq!(crc32c(&data[..len]), crc32c_portable(&data[..len]), "{len}");
-        }
     }
 
     #[test]

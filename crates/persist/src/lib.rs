@@ -13,9 +13,11 @@
 //! - `snap-<seq>.snap`: a snapshot taken from sequence number `seq` on (see [`Store::recover`]).
 //! - `MANIFEST`: which snapshot is current, replaced atomically.
 //!
-//! Every frame is `len u32 | crc32 u32 | version u8 | kind u8 | seq u64 | payload`, little
-//! endian, the checksum (crc32fast) covering everything after itself. This crate reads no clock
-//! and does no IO of its own.
+//! Every frame is `len u32 | crc u32 | version u8 | kind u8 | seq u64 | payload`, little
+//! endian, the checksum (CRC-32C since format version 2, CRC-32 before) covering everything
+//! after itself. Log records arrive framed by the node (`lattice_node::persist::frame`, whose
+//! layout and checksums this crate re-exports and reads); snapshot frames are built here. This
+//! crate reads no clock and does no IO of its own.
 
 mod driver;
 mod frame;

@@ -291,6 +291,19 @@ impl<D: Dir> Store<D> {
         self.framed_seq = seq;
     }
 
+    /// Adds record `seq` (the next after the last one), framed already by the node
+    /// (`Output::Append`), to the write buffer.
+    pub fn append_frame(&mut self, seq: u64, frame: &[u8]) {
+        debug_assert!(seq > self.framed_seq, "records go in sequence order");
+        debug_assert_eq!(
+            frame.get(10..18),
+            Some(&seq.to_le_bytes()[..]),
+            "the frame is record {seq}'s"
+        );
+        self.buf.extend_from_slice(frame);
+        self.framed_seq = seq;
+    }
+
     /// Bytes framed but not yet written (kept across failed writes).
     pub fn buffered(&self) -> usize {
         self.buf.len()

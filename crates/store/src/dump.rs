@@ -35,6 +35,8 @@
 
 use std::fmt;
 
+use bytes::BufMut;
+
 use crate::hash::Limits;
 use crate::stream::{Consumer, Group, Pending, StreamId};
 use crate::{Hash, List, Set, Str, Stream, Value, ZSet};
@@ -113,32 +115,32 @@ pub fn crc64(data: &[u8]) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+fn put_varint<B: BufMut + ?Sized>(out: &mut B, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
 }
 
-fn put_int(out: &mut Vec<u8>, v: i64) {
+fn put_int<B: BufMut + ?Sized>(out: &mut B, v: i64) {
     put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
-fn put_len(out: &mut Vec<u8>, n: usize) {
+fn put_len<B: BufMut + ?Sized>(out: &mut B, n: usize) {
     put_varint(out, n as u64);
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+fn put_bytes<B: BufMut + ?Sized>(out: &mut B, b: &[u8]) {
     put_len(out, b.len());
-    out.extend_from_slice(b);
+    out.put_slice(b);
 }
 
-fn put_score(out: &mut Vec<u8>, score: f64) {
-    out.extend_from_slice(&score.to_bits().to_le_bytes());
+fn put_score<B: BufMut + ?Sized>(out: &mut B, score: f64) {
+    out.put_slice(&score.to_bits().to_le_bytes());
 }
 
-fn put_id(out: &mut Vec<u8>, id: StreamId) {
+fn put_id<B: BufMut + ?Sized>(out: &mut B, id: StreamId) {
     put_varint(out, id.ms);
     put_varint(out, id.seq);
 }
@@ -148,7 +150,7 @@ fn put_id(out: &mut Vec<u8>, id: StreamId) {
 /// varint entries read + 1 (0: unknown), varint c, c × (bytes consumer, varint seen time),
 /// varint p, p × (id, varint consumer index, varint delivery time, varint delivery count).
 /// An id is two varints (ms, seq). Streams may be empty (consumer groups keep them alive).
-fn put_stream(out: &mut Vec<u8>, st: &Stream) {
+fn put_stream<B: BufMut + ?Sized>(out: &mut B, st: &Stream) {
     put_len(out, st.len());
     for (id, fields) in st.iter() {
         put_id(out, id);
@@ -196,26 +198,27 @@ pub fn dump(value: &Value) -> Vec<u8> {
 /// Appends `value`'s type and body to `out`: a payload without the version and checksum,
 /// which [`restore_body`] reads back. For containers that checksum their contents already
 /// (the persistence log's frames): the byte-wise CRC-64 of the footer was most of the cost
-/// of logging a small key.
-pub fn put_body(out: &mut Vec<u8>, value: &Value) {
+/// of logging a small key. Generic over the buffer so the log encodes a value straight into
+/// the buffer its record leaves in (ARCHITECTURE §81) while DUMP keeps its `Vec`.
+pub fn put_body<B: BufMut + ?Sized>(out: &mut B, value: &Value) {
     match value {
         Value::Str(Str::Raw(b)) => {
-            out.push(T_STR_RAW);
+            out.put_u8(T_STR_RAW);
             put_bytes(out, b);
         }
         Value::Str(Str::Int(n)) => {
-            out.push(T_STR_INT);
+            out.put_u8(T_STR_INT);
             put_int(out, *n);
         }
         Value::List(l) => {
-            out.push(T_LIST);
+            out.put_u8(T_LIST);
             put_len(out, l.len());
             for e in l.iter() {
                 put_bytes(out, e);
             }
         }
         Value::Hash(h) => {
-            out.push(if h.is_compact() {
+            out.put_u8(if h.is_compact() {
                 T_HASH_LISTPACK
             } else {
                 T_HASH_TABLE
@@ -227,7 +230,7 @@ pub fn put_body(out: &mut Vec<u8>, value: &Value) {
             }
         }
         Value::Set(s) if s.is_intset() => {
-            out.push(T_SET_INTSET);
+            out.put_u8(T_SET_INTSET);
             put_len(out, s.len());
             for m in s.iter() {
                 let n = crate::value::parse_canonical_i64(&m).expect("intset members are integers");
@@ -235,14 +238,14 @@ pub fn put_body(out: &mut Vec<u8>, value: &Value) {
             }
         }
         Value::Set(s) => {
-            out.push(T_SET_TABLE);
+            out.put_u8(T_SET_TABLE);
             put_len(out, s.len());
             for m in s.iter() {
                 put_bytes(out, &m);
             }
         }
         Value::ZSet(z) => {
-            out.push(if z.encoding() == "skiplist" {
+            out.put_u8(if z.encoding() == "skiplist" {
                 T_ZSET_SKIPLIST
             } else {
                 T_ZSET_LISTPACK
@@ -254,7 +257,7 @@ pub fn put_body(out: &mut Vec<u8>, value: &Value) {
             }
         }
         Value::Stream(st) => {
-            out.push(T_STREAM);
+            out.put_u8(T_STREAM);
             put_stream(out, st);
         }
     }

@@ -118,8 +118,10 @@ impl Host {
                 }
                 Output::Close { conn } => self.closed.push(conn.0),
                 Output::PeerSend { peer, data } => sends.push((peer.0 as usize - 1, data)),
-                Output::Append { seq, data, .. } => {
-                    self.records.push(data);
+                Output::Append { seq, frame, .. } => {
+                    // The directory's records are payloads (as recovery hands them over).
+                    self.records
+                        .push(frame.slice(lattice_node::persist::frame::FRAME_HEADER..));
                     self.log_seqs.push(seq);
                 }
                 Output::SnapshotBegin { seq } if self.publish_snapshots => {

@@ -48,13 +48,13 @@ pub struct Persist {
     /// Commands logged as such (OP_CMD), in order; they go before the key states of the same
     /// record, whose states already include their effect.
     pub(crate) commands: Vec<u8>,
-    /// The buffer the next record is encoded in (see `Core::emit_record`).
-    pub(crate) scratch: Vec<u8>,
-    /// Records leave as views of this buffer (`split().freeze()`), not as an allocation
-    /// each: once the driver dropped the views of earlier records, `reserve` takes the whole
-    /// buffer back, so a steady write load allocates nothing per record (an allocation, a
-    /// copy and a free per record were a third of what `everysec` cost a SET, ARCHITECTURE
-    /// §68).
+    /// Records are framed in this buffer and leave as views of it (`split().freeze()`), not
+    /// as an allocation each: once the driver dropped the views of earlier records, `reserve`
+    /// takes the whole buffer back, so a steady write load allocates nothing per record (an
+    /// allocation, a copy and a free per record were a third of what `everysec` cost a SET,
+    /// ARCHITECTURE §68). A record is encoded here directly, behind its frame header, rather
+    /// than in a buffer of its own that is then copied in (ARCHITECTURE §81). Empty between
+    /// records.
     pub(crate) records: bytes::BytesMut,
     /// The (hash, index) pairs a record's changed keys are ordered by (kept between records).
     pub(crate) order: Vec<(u64, u32)>,
@@ -184,24 +184,6 @@ impl DirtyKeys {
             self.ends = Vec::new();
         }
     }
-}
-
-/// `data` copied into a view of `arena`, which is refilled `min_bytes` at a time (reclaimed
-/// whole when every earlier view is gone, else a new buffer: memory stays bounded by what
-/// the views still hold plus one buffer of `min_bytes`).
-pub(crate) fn arena_copy(arena: &mut bytes::BytesMut, data: &[u8], min_bytes: usize) -> Bytes {
-    // A record larger than the refill gets an allocation of its own, freed with its view: in
-    // the arena, `reserve` would take its block back once the view was dropped and keep it
-    // for good (one logged SADD of 100,000 members pinned about a megabyte, which Redis's
-    // lazyfree suite sees as memory UNLINK never gave back).
-    if data.len() > min_bytes {
-        return Bytes::copy_from_slice(data);
-    }
-    if arena.capacity() < data.len() {
-        arena.reserve(data.len().max(min_bytes));
-    }
-    arena.extend_from_slice(data);
-    arena.split().freeze()
 }
 
 impl Persist {
