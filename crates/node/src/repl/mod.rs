@@ -796,11 +796,19 @@ impl Replicator {
         }
     }
 
-    /// Whether this replica may evict keys at all: only a fully replicated one. A partitioned
-    /// node's seen-set also holds dots of keys it does not keep (skipped contexts, groups
-    /// moving), so its frontier does not say that every owner holds an evicted state.
+    /// Whether this replica may evict keys at all: only a fully replicated one (every member
+    /// owns every slot) that holds every group it owns. A partitioned node's seen-set also
+    /// holds dots of keys it does not keep (skipped contexts, groups moving), so its frontier
+    /// does not say that every owner holds an evicted state.
     pub fn may_evict(&self) -> bool {
-        self.ownership.is_none()
+        match &self.ownership {
+            None => true,
+            Some(p) => {
+                p.replication_factor() >= p.members().len()
+                    && self.incoming.is_empty()
+                    && self.extra_keepers.is_empty()
+            }
+        }
     }
 
     /// Whether `key` may be evicted now (ARCHITECTURE §79): its state is settled under the
