@@ -107,8 +107,10 @@ fn eviction_is_announced_before_the_reply() {
     );
 }
 
+/// A replica evicts only keys every replica holds (ARCHITECTURE §79; the cluster cases are in
+/// `cluster_eviction.rs`): with nothing settled under its frontier it refuses instead.
 #[test]
-fn a_clustered_node_refuses_instead_of_evicting() {
+fn a_clustered_node_with_nothing_settled_refuses() {
     let mut config = Config::default();
     config.cluster_size = 3;
     config.replication_factor = 3;
@@ -119,6 +121,12 @@ fn a_clustered_node_refuses_instead_of_evicting() {
     h.cmd(1, &["CONFIG", "SET", "maxmemory", "1000"]);
     h.node.report_memory(2_000);
     assert!(h.cmd(1, &["SET", "k", "v"]).starts_with("-OOM"));
+    h.node.report_memory(10);
+    assert_eq!(h.cmd(1, &["SET", "k", "v"]), "+OK\r\n");
+    // Written a moment ago: no peer is known to hold it, so it is not evicted.
+    h.node.report_memory(2_000);
+    assert!(h.cmd(1, &["SET", "k2", "v"]).starts_with("-OOM"));
+    assert_eq!(h.cmd(1, &["EXISTS", "k"]), ":1\r\n");
     assert_eq!(info_field(&mut h, "evicted_keys"), 0);
 }
 

@@ -7,9 +7,12 @@
 //! Victims are chosen by sampling `maxmemory-samples` random keys from the node's seeded
 //! generator, as Redis approximates LRU, LFU and TTL order by sampling.
 //!
-//! A clustered node never evicts (ARCHITECTURE, "maxmemory"): deleting a key there would either
-//! replicate the delete to every replica or leave this replica unable to serve a key it holds
-//! the only record of; it refuses writes with -OOM instead, whatever the policy.
+//! On a fully replicated cluster eviction is a local cache decision (ARCHITECTURE §79): only a
+//! key whose state every replica holds may go, its replicated state becomes a stub that keeps
+//! the key's digest (so anti-entropy neither ships it back nor ships a deletion), nothing is
+//! replicated or logged, and the key reads as missing here until a peer's state or a local
+//! write brings it back. A partitioned node refuses writes with -OOM instead, whatever the
+//! policy (its frontier does not say that every owner holds a key).
 
 use lattice_store::Entry;
 use rand_chacha::rand_core::Rng;
@@ -40,7 +43,7 @@ impl Core {
             return None;
         }
         let policy = Policy::parse(&self.config.maxmemory_policy);
-        if self.repl.is_none() && policy != Policy::NoEviction {
+        if self.repl.as_ref().is_none_or(|r| r.may_evict()) && policy != Policy::NoEviction {
             // Evictions are told to tracking clients before the reply, as in Redis.
             let running = self.tracking.current.take();
             let mut evicted = 0;
@@ -78,10 +81,11 @@ impl Core {
                 break;
             }
             let key_and_score = {
-                let rng = &mut self.rng;
-                self.db
-                    .random_entry(|| rng.next_u64())
+                let (rng, db, repl) = (&mut self.rng, &self.db, self.repl.as_ref());
+                db.random_entry(|| rng.next_u64())
                     .filter(|e| !volatile_only || e.expire_at_ms().is_some())
+                    // A replica evicts only what every other replica holds.
+                    .filter(|e| repl.is_none_or(|r| r.evictable(e.key(), db)))
                     .map(|e| (score(e, rank, now_ms, decay_min), e.key().to_vec()))
             };
             let Some((score, key)) = key_and_score else {
@@ -98,12 +102,23 @@ impl Core {
         let Some((_, key)) = best else {
             return false;
         };
+        // A replica's stub may take a table slot the packed key did not.
+        let stub_bytes = match self.repl.as_mut() {
+            Some(r) => r.evict(&key, &mut self.db),
+            None => 0,
+        };
         let Some(entry) = self.db.remove(&key) else {
             return false;
         };
-        self.eviction.freed_since_report += entry.memory_usage() as u64;
+        self.eviction.freed_since_report += entry.memory_usage().saturating_sub(stub_bytes) as u64;
         self.eviction.evicted_keys += 1;
-        self.modified(&key);
+        if self.repl.is_some() {
+            // Not a write: nothing is captured, replicated or logged. Watchers, tracking
+            // clients and blocked clients see it as any change of the key.
+            self.touched_by_peer(&key);
+        } else {
+            self.modified(&key);
+        }
         self.notify(EVENT_EVICTED, "evicted", &key);
         true
     }

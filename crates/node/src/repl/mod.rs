@@ -301,6 +301,15 @@ struct KeyEntry {
     digest_stale: bool,
     /// The `Replicator::messages_merged` number of the last message merged into this state.
     merged_in: u32,
+    /// Evicted here (ARCHITECTURE §79): the state is dropped and `digest` is the evicted
+    /// state's, so anti-entropy sees this replica as still holding it; the key reads as
+    /// missing. Never shipped, logged or collected.
+    evicted: bool,
+    /// Written here after it was evicted, and no peer's whole state merged since: the state is
+    /// a fragment that lacks what the evicted one held (its contexts claim only its own dots).
+    /// GC must not raise its contexts to the frontier, which would claim the evicted dots as
+    /// removed; the next anti-entropy state of the key from a peer completes it.
+    partial: bool,
 }
 
 /// A key whose state is a compact string with its value in the store, and that waits for no
@@ -309,7 +318,7 @@ impl keymap::Pack for KeyEntry {
     type Packed = (state::Packed, u64);
 
     fn pack(&self) -> Option<Self::Packed> {
-        if self.gc_queued || self.digest_stale {
+        if self.gc_queued || self.digest_stale || self.evicted || self.partial {
             return None;
         }
         self.state.packed().map(|p| (p, self.digest))
@@ -322,6 +331,8 @@ impl keymap::Pack for KeyEntry {
             gc_queued: false,
             digest_stale: false,
             merged_in: 0,
+            evicted: false,
+            partial: false,
         }
     }
 }
@@ -352,6 +363,8 @@ impl KeyEntry {
             gc_queued: false,
             digest_stale: false,
             merged_in: 0,
+            evicted: false,
+            partial: false,
         }
     }
 }
@@ -489,6 +502,16 @@ pub struct Replicator {
     dropping: crate::cluster::Groups,
     drop_leaf: usize,
     pub move_stats: moves::MoveStats,
+    /// Keys evicted here whose state is still the evicted stub (see `KeyEntry::evicted`).
+    evicted_stubs: usize,
+    /// The deadline registers of evicted keys that had one (see
+    /// [`KeyState::deadline_register`]): joined back when the key's state returns.
+    evicted_deadlines: BTreeMap<Bytes, lattice_crdt::LwwRegister<Option<u64>>>,
+    /// Deltas of evicted keys left unmerged (and unseen) for anti-entropy to bring whole.
+    pub deltas_held_for_evicted: u64,
+    /// The last message merged held a delta back for an evicted key: anti-entropy with its
+    /// sender is due at once.
+    held_back_evicted: bool,
 }
 
 /// Whether member `id` keeps `key`: every replica does when the cluster is not partitioned;
@@ -601,6 +624,10 @@ impl Replicator {
             dropping: Default::default(),
             drop_leaf: 0,
             move_stats: Default::default(),
+            evicted_stubs: 0,
+            evicted_deadlines: BTreeMap::new(),
+            deltas_held_for_evicted: 0,
+            held_back_evicted: false,
         }
     }
 
@@ -775,6 +802,77 @@ impl Replicator {
         }
     }
 
+    /// Whether this replica may evict keys at all: only a fully replicated one (every member
+    /// owns every slot) that holds every group it owns. A partitioned node's seen-set also
+    /// holds dots of keys it does not keep (skipped contexts, groups moving), so its frontier
+    /// does not say that every owner holds an evicted state.
+    pub fn may_evict(&self) -> bool {
+        match &self.ownership {
+            None => true,
+            Some(p) => {
+                p.replication_factor() >= p.members().len()
+                    && self.incoming.is_empty()
+                    && self.extra_keepers.is_empty()
+            }
+        }
+    }
+
+    /// Whether `key` may be evicted now (ARCHITECTURE §79): its state is settled under the
+    /// applied frontier (every replica holds it, see [`KeyState::settled_under`]), its capture
+    /// is not deferred, and its digest is current (it stays in the tree for the stub).
+    pub fn evictable(&self, key: &[u8], db: &Db) -> bool {
+        if !self.may_evict() || self.is_deferred(key) {
+            return false;
+        }
+        let h = lattice_store::key_hash(key);
+        self.keys.get_any(h, key, db).is_some_and(|e| {
+            !e.evicted && !e.partial && !e.digest_stale && e.state.settled_under(&self.frontier)
+        })
+    }
+
+    /// Evicts `key` here, which [`Replicator::evictable`] allowed: its state is dropped and a
+    /// stub keeps its digest (the Merkle tree does not change, so nothing is shipped either
+    /// way and no peer learns of it). The caller removes the store entry next. Returns the
+    /// bytes the stub takes that the key did not before (a packed key gets a table slot).
+    pub fn evict(&mut self, key: &[u8], db: &mut Db) -> usize {
+        let h = lattice_store::key_hash(key);
+        let was_packed = self.keys.get(h, key).is_none();
+        let Some(e) = self.keys.get_mut(h, key, db) else {
+            return 0;
+        };
+        let deadline = e.state.deadline_register();
+        e.state = KeyState::default();
+        e.evicted = true;
+        self.evicted_stubs += 1;
+        if let Some(d) = deadline {
+            self.evicted_deadlines
+                .insert(Bytes::copy_from_slice(key), d);
+        }
+        if was_packed {
+            std::mem::size_of::<keymap::Slot<KeyEntry>>() + key.len()
+        } else {
+            0
+        }
+    }
+
+    /// Keys evicted here that no write or peer state has brought back yet (INFO).
+    pub fn evicted_stubs(&self) -> usize {
+        self.evicted_stubs
+    }
+
+    /// Turns the stub of `key`, evicted here, into the state that claims nothing (with the
+    /// evicted deadline register), for a join or a local write. `entry` is the key's.
+    fn unevict(
+        entry: &mut KeyEntry,
+        key: &[u8],
+        stubs: &mut usize,
+        deadlines: &mut BTreeMap<Bytes, lattice_crdt::LwwRegister<Option<u64>>>,
+    ) {
+        entry.state = KeyState::claiming_nothing(deadlines.remove(key));
+        entry.evicted = false;
+        *stubs -= 1;
+    }
+
     /// Records a local change of `key` (its store value and deadline now) and queues the
     /// delta for every peer. `overwrote`: a command wrote the string value, so it takes a new
     /// stamp even if the bytes are the ones already captured (a later `SET` of the same value
@@ -809,6 +907,7 @@ impl Replicator {
         let (merkle, stale, scratch) =
             (&mut self.merkle, &mut self.stale_digests, &mut self.scratch);
         let gc_queue = &mut self.gc_queue;
+        let (stubs, deadlines) = (&mut self.evicted_stubs, &mut self.evicted_deadlines);
         // Deltas are queued while some peer is up or keeps a backlog (§77); without one, the
         // next anti-entropy ships the whole difference anyway.
         // `keeps_backlogs`, with `self` borrowed.
@@ -839,9 +938,27 @@ impl Replicator {
             // A key whose deadline passed expired during the command: the store's value before
             // it was not this state's, so only the full comparison can explain the new one.
             let hint = hint.filter(|_| entry.state.deadline_ms().is_none_or(|d| d > now_ms));
-            let delta = entry
-                .state
-                .capture(frontier, now_value, intent, overwrote, hint, &mut st);
+            let delta = if entry.evicted && gone {
+                // FLUSHALL removes what the key holds on every replica, evicted here or not:
+                // the frontier covers every dot of the evicted state.
+                Replicator::unevict(entry, key, stubs, deadlines);
+                let removal = KeyState::removal_of_settled(frontier, &mut st);
+                entry.state = KeyState::from_full(removal.clone());
+                Delta::Full(Box::new(removal))
+            } else if entry.evicted && now_value.is_none() {
+                return (None, false); // still missing here: nothing to record
+            } else {
+                if entry.evicted {
+                    // A write over the key this node evicted: it runs against the missing
+                    // key, as in Redis, and joins on the other replicas as a write
+                    // concurrent with what the key holds there (ARCHITECTURE §79).
+                    Replicator::unevict(entry, key, stubs, deadlines);
+                    entry.partial = true;
+                }
+                entry
+                    .state
+                    .capture(frontier, now_value, intent, overwrote, hint, &mut st)
+            };
             if delta == Delta::Unchanged {
                 return (None, true); // no new metadata, nothing to send
             }
@@ -878,6 +995,8 @@ impl Replicator {
     pub fn encode_state(&self, key: &[u8], db: &Db, out: &mut Vec<u8>) -> bool {
         let h = lattice_store::key_hash(key);
         match self.keys.get_any(h, key, db) {
+            // An evicted key is not logged: a restart comes back with its last logged state.
+            Some(e) if e.evicted => false,
             Some(e) => {
                 let stored = stored_for(db, h, key, &e.state);
                 let wire = &mut self.compact_wire.borrow_mut();
@@ -902,6 +1021,9 @@ impl Replicator {
             return;
         }
         for (key, e) in self.keys.leaf_entries(leaf, db) {
+            if e.evicted {
+                continue; // its stub would read as a deletion (see `KeyEntry::evicted`)
+            }
             let h = lattice_store::key_hash(&key);
             let stored = stored_for(db, h, &key, &e.state);
             e.state.encode_into(
@@ -1265,7 +1387,7 @@ impl Replicator {
                 }
                 let (k, e) = &list[i];
                 i += 1;
-                if !keep(self, k) {
+                if e.evicted || !keep(self, k) {
                     continue;
                 }
                 let blob = key_blob(
@@ -1554,7 +1676,9 @@ impl Replicator {
                 }
                 let (key, entry) = &slots[i];
                 i += 1;
-                if t.skip.contains(key) {
+                // An evicted key's stub is never shipped: encoded, it would read as a
+                // deletion of everything the key held (its peers hold the key anyway).
+                if entry.evicted || t.skip.contains(key) {
                     continue;
                 }
                 // Only an owner sends a key (a hot key's copy is not this node's to spread), to
@@ -1733,6 +1857,16 @@ impl Replicator {
                 continue; // listed twice; already visited
             }
             e.gc_queued = false;
+            if e.evicted {
+                continue; // a stub holds nothing to collect, and must keep its digest
+            }
+            if e.partial {
+                // Raising its contexts to the frontier would claim the evicted dots removed;
+                // visited again once a peer's state has completed it.
+                e.gc_queued = true;
+                self.gc_queue.push(id);
+                continue;
+            }
             if !self.hot.is_empty_held() && self.hot.holds(&id.1) {
                 // A hot key's copy keeps its metadata: it is merged against no frontier (see
                 // `merge_blobs`), and it is forgotten when given back.
@@ -1856,6 +1990,12 @@ impl Replicator {
                 }
                 let (changed, _) = self.merge_blobs(&batch.entries, true, db);
                 effects.push(Effect::Keys(changed));
+                if std::mem::take(&mut self.held_back_evicted) {
+                    if let Some(p) = self.peers.get_mut(&peer).filter(|p| p.up) {
+                        p.needs_ae = true;
+                        p.next_ae_ms = now_ms;
+                    }
+                }
                 let data = self.seen_report(d.seq);
                 self.outbox.push(peer, data);
             }
@@ -1979,6 +2119,41 @@ impl Replicator {
                     }
                 },
             };
+            let h = hashes[i];
+            if let Some(stub_digest) = self
+                .keys
+                .get(h, &b.key)
+                .filter(|e| e.evicted)
+                .map(|e| e.digest)
+            {
+                if deltas {
+                    // A delta cannot be joined into an evicted key without the evicted value:
+                    // it is left unmerged and its dots unseen (so no GC frontier passes them),
+                    // and anti-entropy with its sender, due at once, brings the key's whole
+                    // state, which holds the delta (ARCHITECTURE §79).
+                    self.deltas_held_for_evicted += 1;
+                    self.held_back_evicted = true;
+                    continue;
+                }
+                if let Incoming::Full(st) = &incoming {
+                    if st.digest(&b.key, &mut self.scratch).map(|d| d | 1) == Some(stub_digest) {
+                        // The state evicted here: it stays evicted.
+                        st.contexts().iter().for_each(|c| self.seen.merge(c));
+                        in_sync.push(b.key.clone());
+                        continue;
+                    }
+                }
+                // A peer's whole state holds the evicted one (every replica merged its dots):
+                // joined into the state that claims nothing, it is the key's state again.
+                if let Some(e) = self.keys.get_keyed_mut(h, &b.key) {
+                    Replicator::unevict(
+                        e,
+                        &b.key,
+                        &mut self.evicted_stubs,
+                        &mut self.evicted_deadlines,
+                    );
+                }
+            }
             if deltas {
                 self.stats.deltas_applied += 1;
             } else {
@@ -1988,7 +2163,6 @@ impl Replicator {
                 Incoming::Assignment(a) => self.seen.merge(&a.cc),
                 Incoming::Full(st) => st.contexts().iter().for_each(|c| self.seen.merge(c)),
             }
-            let h = hashes[i];
             // A hot key's copy is merged against no frontier: this node's frontier covers
             // dots of the key that reached it as other keys' skipped contexts before it held
             // the copy, so against it the copy would count elements it never received as
@@ -2023,6 +2197,10 @@ impl Replicator {
                     entry.state.merge_assignment(frontier, a, stored.as_deref())
                 }
                 Incoming::Full(st) => entry.state.merge(frontier, st, stored.as_deref()),
+            }
+            if !deltas {
+                // A peer's whole state: it holds what an eviction here dropped.
+                entry.partial = false;
             }
             if !entry.gc_queued && entry.state.may_hold_garbage() {
                 entry.gc_queued = true;
@@ -2253,7 +2431,7 @@ impl Replicator {
         let tombstone_keys = self
             .keys
             .keyed_values()
-            .filter(|e| e.state.is_empty())
+            .filter(|e| e.state.is_empty() && !e.evicted)
             .count();
         let list_tombstones: usize = self.keys.keyed_values().map(|e| e.state.tombstones()).sum();
         // Keys outside the packed records, by form: a compact string still in the table waits
@@ -2283,6 +2461,13 @@ impl Replicator {
             self.stats.gc_rounds,
             self.stats.keys_collected,
             self.stats.skew_exceeded,
+        );
+        // Keys this replica evicted and still holds as stubs (ARCHITECTURE §79), and deltas
+        // it left to anti-entropy because they reached such a stub.
+        let _ = write!(
+            out,
+            "evicted_stubs:{}\r\ndeltas_held_for_evicted:{}\r\n",
+            self.evicted_stubs, self.deltas_held_for_evicted
         );
         let _ = write!(
             out,
@@ -2713,7 +2898,7 @@ impl Replicator {
     /// acknowledged, like any delta); nothing for a key that holds nothing here.
     fn send_hot_state(&mut self, peer: NodeId, key: &Bytes, now_ms: u64, db: &Db) {
         let h = lattice_store::key_hash(key);
-        let Some(entry) = self.keys.get_any(h, key, db) else {
+        let Some(entry) = self.keys.get_any(h, key, db).filter(|e| !e.evicted) else {
             return;
         };
         let blob = key_blob(

@@ -1268,6 +1268,64 @@ impl KeyState {
         }
     }
 
+    /// Whether every dot this state holds or has seen is within `frontier` (the applied GC
+    /// frontier, which every replica has merged): then every replica's state of the key
+    /// contains this one, except for the deadline, which is written without a dot (see
+    /// [`KeyState::deadline_register`]). A tombstone or an absent key is never settled: there
+    /// is nothing to evict.
+    pub fn settled_under(&self, frontier: &VersionVector) -> bool {
+        match &self.repr {
+            Repr::Empty => false,
+            Repr::Str(c) => frontier.contains(c.dot),
+            Repr::Full(f) => {
+                !f.is_empty() && f.contexts().iter().all(|c| c.covered_by(frontier, None))
+            }
+        }
+    }
+
+    /// The deadline register of a general state when it was ever written (a compact string
+    /// has none): what an evicted key keeps, since a deadline change takes no dot and a
+    /// peer's state may lack it.
+    pub fn deadline_register(&self) -> Option<LwwRegister<Option<u64>>> {
+        match &self.repr {
+            Repr::Full(f) if f.expiry != LwwRegister::default() => Some(f.expiry.clone()),
+            _ => None,
+        }
+    }
+
+    /// The state that claims nothing: no contents and empty contexts, unlike
+    /// [`KeyState::default`], whose context is the applied frontier. What an evicted key's
+    /// state becomes before anything is joined into it: joined with a peer's state it is
+    /// that state, and a local write onto it is a write concurrent with whatever the key held
+    /// elsewhere. `deadline`: the register the evicted state had.
+    pub fn claiming_nothing(deadline: Option<LwwRegister<Option<u64>>>) -> KeyState {
+        let mut f = Full::default();
+        if let Some(d) = deadline {
+            f.expiry = d;
+        }
+        KeyState {
+            repr: Repr::Full(Box::new(f)),
+        }
+    }
+
+    /// The delta that removes, on every replica, whatever an evicted key held (FLUSHALL on
+    /// the node that evicted it): a removal whose contexts are the applied frontier, which
+    /// covers every dot of the evicted state, plus a fresh removal dot. Also the state the
+    /// key takes here.
+    pub fn removal_of_settled(frontier: &VersionVector, st: &mut Stamper<'_>) -> Full {
+        let mut f = Full::fresh(frontier);
+        let mut delta = Full::fresh(frontier);
+        f.record_removal(&mut delta, st);
+        delta
+    }
+
+    /// A general state from `full` as it is (no compaction: the caller's contexts are exact).
+    pub fn from_full(full: Full) -> KeyState {
+        KeyState {
+            repr: Repr::Full(Box::new(full)),
+        }
+    }
+
     /// Whether the state is held in a compact form (for INFO and tests).
     pub fn is_compact_form(&self) -> bool {
         !matches!(self.repr, Repr::Full(_))
