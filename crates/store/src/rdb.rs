@@ -14,6 +14,7 @@
 //! | 3    | ZSET (scores as text)     | sorted set, skiplist                         |
 //! | 4    | HASH (hashtable)          | hash, hashtable                              |
 //! | 5    | ZSET_2 (binary scores)    | sorted set, skiplist                         |
+//! | 9    | HASH_ZIPMAP (Redis < 2.6)| hash, listpack                               |
 //! | 10   | LIST_ZIPLIST              | list                                         |
 //! | 11   | SET_INTSET                | set, intset                                  |
 //! | 12   | ZSET_ZIPLIST              | sorted set, listpack                         |
@@ -25,7 +26,7 @@
 //! | 18   | LIST_QUICKLIST_2          | list                                         |
 //! | 19   | STREAM_LISTPACKS_2 (7.0)  | stream                                       |
 //!
-//! Everything else (modules, the zipmap of Redis < 2.6, 7.2's types 20 and 21) is "Bad data
+//! Everything else (modules, 7.2's types 20 and 21) is "Bad data
 //! format", as it is in Redis 7.0 for the types it does not know.
 //!
 //! Contract: never panics, and allocates no more than a small multiple of the input (every
@@ -54,6 +55,7 @@ const SET: u8 = 2;
 const ZSET: u8 = 3;
 const HASH: u8 = 4;
 const ZSET_2: u8 = 5;
+const HASH_ZIPMAP: u8 = 9;
 const LIST_ZIPLIST: u8 = 10;
 const SET_INTSET: u8 = 11;
 const ZSET_ZIPLIST: u8 = 12;
@@ -136,11 +138,13 @@ pub fn restore(body: &[u8]) -> Result<Value, DumpError> {
         LIST_ZIPLIST => {
             let mut l = List::new();
             push_all(&mut l, &ziplist(&r.string()?)?)?;
+            ensure(!l.is_empty())?;
             Value::List(Box::new(l))
         }
         t @ (LIST_QUICKLIST | LIST_QUICKLIST_2) => Value::List(Box::new(quicklist(&mut r, t)?)),
         ZSET_ZIPLIST => Value::ZSet(Box::new(zset_pairs(&ziplist(&r.string()?)?)?)),
         ZSET_LISTPACK => Value::ZSet(Box::new(zset_pairs(&listpack(&r.string()?)?)?)),
+        HASH_ZIPMAP => Value::Hash(Box::new(hash_pairs(&zipmap(&r.string()?)?)?)),
         HASH_ZIPLIST => Value::Hash(Box::new(hash_pairs(&ziplist(&r.string()?)?)?)),
         HASH_LISTPACK => Value::Hash(Box::new(hash_pairs(&listpack(&r.string()?)?)?)),
         t @ (STREAM_LISTPACKS | STREAM_LISTPACKS_2) => {
@@ -565,6 +569,31 @@ fn ziplist(zl: &[u8]) -> Res<Vec<Elem<'_>>> {
     Ok(out)
 }
 
+/// The fields and values of a zipmap (hashes of Redis < 2.6): a count byte (254 and up:
+/// too many to count), then entries of length, field, length, a free-space byte, value and
+/// that many unused bytes, then 0xFF. A length is one byte below 254, or 254 and a u32 LE.
+fn zipmap(zm: &[u8]) -> Res<Vec<Elem<'_>>> {
+    let mut r = Rdb { buf: zm };
+    let stated = r.u8()? as usize;
+    let mut out = Vec::new();
+    let len = |r: &mut Rdb| -> Res<Option<usize>> {
+        Ok(match r.u8()? {
+            0xff => None,
+            0xfe => Some(u32::from_le_bytes(r.array()?) as usize),
+            n => Some(n as usize),
+        })
+    };
+    while let Some(n) = len(&mut r)? {
+        out.push(Elem::Bytes(r.take(n)?));
+        let n = len(&mut r)?.ok_or(DumpError::BadFormat)?;
+        let free = r.u8()? as usize;
+        out.push(Elem::Bytes(r.take(n)?));
+        r.take(free)?;
+    }
+    ensure(r.buf.is_empty() && (stated >= 254 || stated * 2 == out.len()))?;
+    Ok(out)
+}
+
 /// An intset: u32 LE width (2, 4 or 8 bytes), u32 LE count, the integers (LE, strictly
 /// ascending).
 fn intset(blob: &[u8]) -> Res<Set> {
@@ -603,6 +632,9 @@ fn quicklist(r: &mut Rdb, t: u8) -> Res<List> {
             QUICKLIST_PACKED
         };
         let blob = r.string()?;
+        // A node of no bytes is refused as Redis refuses it (even a plain one: a plain node
+        // holds an element too big for a listpack, never an empty one).
+        ensure(!blob.is_empty())?;
         match kind {
             QUICKLIST_PLAIN => l.push(crate::list::End::Tail, &blob),
             QUICKLIST_PACKED if t == LIST_QUICKLIST_2 => push_all(&mut l, &listpack(&blob)?)?,
@@ -906,6 +938,21 @@ mod tests {
     }
 
     #[test]
+    fn zipmap_elements() {
+        // Two entries, the second value with two bytes of free space after it.
+        let zm = b"\x02\x01a\x02\x00xy\x01b\x01\x02z..\xff";
+        let want = vec![
+            Elem::Bytes(b"a"),
+            Elem::Bytes(b"xy"),
+            Elem::Bytes(b"b"),
+            Elem::Bytes(b"z"),
+        ];
+        assert_eq!(zipmap(zm).unwrap(), want);
+        assert!(zipmap(&zm[..zm.len() - 1]).is_err());
+        assert!(zipmap(b"\x03\x01a\x01\x00b\xff").is_err()); // wrong count
+    }
+
+    #[test]
     fn ziplist_elements() {
         // "ab", immediate 7, int16 1000.
         let entries = [
@@ -1023,6 +1070,25 @@ mod tests {
         assert!(g.consumers[&b"carol"[..]].pel.is_empty());
         let g2 = st.group(b"grp2").unwrap();
         assert_eq!((g2.last_id, g2.entries_read), (id(3, 0), None));
+    }
+
+    #[test]
+    fn redis_refusals_are_refused() {
+        // From Redis's corrupt-dump suite ("quicklist encoded_len is 0"): a plain node of 0
+        // bytes.
+        let empty_node = b"\x12\x01\x01\x00\x0a\x00\x8f\xc6\xc0\x57\x1c\x0a\xb3\x3c";
+        assert_eq!(restore_payload(empty_node), Err(DumpError::BadFormat));
+        // An empty ziplist as a list (Redis's corrupt_empty_keys.rdb): no empty keys.
+        let empty_ziplist = [LIST_ZIPLIST, 11, 11, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0xff];
+        assert_eq!(
+            restore_payload(&seal(&empty_ziplist, 10)),
+            Err(DumpError::BadFormat)
+        );
+        // A module value and a 7.2 stream: types Lattice does not read.
+        for t in [7, 21] {
+            let p = seal(&[t, 1, 0], 10);
+            assert_eq!(restore_payload(&p), Err(DumpError::BadFormat));
+        }
     }
 
     proptest! {
