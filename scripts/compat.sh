@@ -5,7 +5,7 @@
 #   scripts/compat.sh [--server lattice|redis|both] [--suites "unit/type/string unit/expire ..."]
 #                     [--quick] [--strict] [--skip-lattice NAME] [--timeout SECS] [--lattice-bin PATH]
 #                     [--redis-bin PATH] [--build] [--no-durable] [--lenient] [--with-save]
-#                     [--unskip-first-block] [--with-debug]
+#                     [--unskip-first-block] [--with-debug] [--ports LO]
 #
 # Every suite gets a FRESH server on a free port on 127.0.0.1, which is stopped afterwards.
 # Output of each run: target/compat/<server>/<suite>.log, the [err] lines with the start of
@@ -25,6 +25,11 @@
 #                   with its reason, printed before the run) unless --no-skips is given.
 #   --no-skips      run the tests of LATTICE_SKIPS on lattice too
 #   --timeout SECS  per-suite wall-clock limit (default 600); a suite killed by it is aborted
+#   --ports LO      keep to the 40 ports LO..LO+39 (for a machine shared with others who
+#                   were given port ranges): the server under test takes a free one of
+#                   LO..LO+7, runtest's own test server one of LO+8..LO+39 (--baseport LO+40;
+#                   runtest also probes each candidate + 10000 for a moment). Default: random
+#                   free ports from 20000 up.
 #   --build         run `cargo build --release -p lattice-server` first
 #   --no-durable    do not pass --durable to runtest (then an exception inside a test aborts
 #                   the suite instead of being counted as [err])
@@ -74,10 +79,11 @@ UNSKIP=0
 WITH_SAVE=0
 WITH_DEBUG=0
 NO_SKIPS=0
+PORT_LO=""
 LATTICE_BIN="$ROOT/target/release/lattice-server"
 REDIS_BIN="$(command -v redis-server || echo /usr/bin/redis-server)"
 
-usage() { sed -n '2,54p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,59p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -88,6 +94,7 @@ while [ $# -gt 0 ]; do
         --skip-lattice) SKIP_LATTICE+=(--skiptest "$2"); shift 2 ;;
         --no-skips) NO_SKIPS=1; shift ;;
         --timeout) TIMEOUT="$2"; TIMEOUT_SET=1; shift 2 ;;
+        --ports) PORT_LO="$2"; shift 2 ;;
         --build) BUILD=1; shift ;;
         --no-durable) DURABLE=0; shift ;;
         --lenient) LENIENT=1; shift ;;
@@ -141,7 +148,6 @@ LATTICE_SKIPS=(
     "unit/introspection-2|COMMAND LIST FILTERBY PATTERN - list all commands/subcommands|cannot apply: expects CONFIG REWRITE; Lattice's config file is TOML of its own options, not redis.conf, so there is no file CONFIG SET's parameters could be rewritten into"
     "unit/introspection-2|MIGRATE command is marked with movablekeys|cannot apply: Lattice has no MIGRATE (moving keys between servers; a cluster places its keys itself), so COMMAND INFO MIGRATE is nil"
     "unit/dump|RESTORE fail with invalid payload size|cannot apply: redis-server 7.0.15 fails it too: the test expects 'Bad data format' for a payload claiming RDB version 12, which 7.0 (and Lattice) reject first as 'DUMP payload version or checksum are wrong'"
-    "unit/type/stream-cgroups|Loading from legacy (Redis <= v6.2.x, rdb_ver < 10) persistence|not yet: RESTOREs a Redis 6.2 payload (RDB version 9, type 15 RDB_TYPE_STREAM_LISTPACKS, its entries an LZF-compressed listpack); Lattice's RESTORE reads only its own DUMP format (crates/store/src/dump.rs): a reader of Redis's RDB encoding (LZF strings, listpacks, the entry blocks keyed by their first ID, groups, pending entries and consumers) is not built"
 )
 
 # Adds the skips for the suites of this run to SKIP_LATTICE and prints them.
@@ -284,6 +290,12 @@ port_in_use() {
 
 free_port() {
     local p i
+    if [ -n "$PORT_LO" ]; then
+        for p in $(seq "$PORT_LO" $((PORT_LO + 7))); do
+            port_in_use "$p" || { echo "$p"; return 0; }
+        done
+        return 1
+    fi
     for i in $(seq 1 200); do
         p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
         if ! port_in_use "$p"; then
@@ -363,6 +375,7 @@ run_suite() {
     # runtest's own test-server port lies just below --baseport (default 21111, so 21079):
     # a random base keeps two runs on one machine from colliding there.
     local baseport=$(( 22000 + (RANDOM % 300) * 64 ))
+    [ -n "$PORT_LO" ] && baseport=$((PORT_LO + 40))
     log "$kind: $suite (port $port, timeout ${TIMEOUT}s)"
     local rc=0
     (

@@ -1,6 +1,8 @@
 //! DUMP / RESTORE payloads: a self-contained, checksummed binary form of one value.
 //!
-//! The payload is opaque to clients (as Redis's is), so the format is Lattice's own. Layout:
+//! The payload is opaque to clients (as Redis's is), so the format is Lattice's own; RESTORE
+//! also reads the payloads of Redis's DUMP, told apart by their version (module [`crate::rdb`]).
+//! Layout:
 //!
 //! ```text
 //! type: u8 | body | version: u16 LE | checksum: u64 LE
@@ -38,10 +40,12 @@ use std::fmt;
 use bytes::BufMut;
 
 use crate::hash::Limits;
+use crate::rdb;
 use crate::stream::{Consumer, Group, Pending, StreamId};
 use crate::{Hash, List, Set, Str, Stream, Value, ZSet};
 
-/// The version written in every payload; [`restore`] accepts only this one.
+/// The version written in every payload, the only one of Lattice's own format [`restore`]
+/// accepts (it also takes Redis's payloads, whose RDB versions start at 2: see [`rdb`]).
 pub const FORMAT_VERSION: u16 = 1;
 
 /// Bytes after the body: version and checksum.
@@ -358,15 +362,18 @@ fn ensure(ok: bool) -> Res<()> {
     }
 }
 
-/// Checks the footer of `payload` and returns the part before it (type and body).
-fn verify(payload: &[u8]) -> Res<&[u8]> {
+/// Checks the footer of `payload` and returns its version and the part before the footer
+/// (type and body). Versions other than Lattice's own are those of Redis's RDB encoding up
+/// to [`rdb::MAX_RDB_VERSION`] (what Redis 7.0 accepts); version 1 is Lattice's, which no
+/// Redis since DUMP exists (2.6, RDB version 6) writes.
+fn verify(payload: &[u8]) -> Res<(u16, &[u8])> {
     if payload.len() < FOOTER_LEN {
         return Err(DumpError::VersionOrChecksum);
     }
     let crc_at = payload.len() - 8;
     let version_at = crc_at - 2;
     let version = u16::from_le_bytes([payload[version_at], payload[version_at + 1]]);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && !(2..=rdb::MAX_RDB_VERSION).contains(&version) {
         return Err(DumpError::VersionOrChecksum);
     }
     let mut stored = [0u8; 8];
@@ -374,13 +381,16 @@ fn verify(payload: &[u8]) -> Res<&[u8]> {
     if crc64(&payload[..crc_at]) != u64::from_le_bytes(stored) {
         return Err(DumpError::VersionOrChecksum);
     }
-    Ok(&payload[..version_at])
+    Ok((version, &payload[..version_at]))
 }
 
-/// Decodes a payload made by [`dump`]. The value comes back equal to the one dumped, with
-/// the same encoding and iteration order.
+/// Decodes a payload made by [`dump`] (the value comes back equal to the one dumped, with
+/// the same encoding and iteration order) or by Redis's DUMP (see [`rdb`]).
 pub fn restore(payload: &[u8]) -> Result<Value, DumpError> {
-    restore_body(verify(payload)?)
+    match verify(payload)? {
+        (FORMAT_VERSION, body) => restore_body(body),
+        (_, body) => rdb::restore(body),
+    }
 }
 
 /// Decodes what [`put_body`] wrote (a payload without its footer), with the same checks as
@@ -599,9 +609,10 @@ mod tests {
         assert!(restore(&good).is_ok());
         assert_eq!(restore(b""), Err(DumpError::VersionOrChecksum));
         assert_eq!(restore(&good[1..]), Err(DumpError::VersionOrChecksum));
-        // Another version with a checksum that matches it is still refused.
+        // A version neither Lattice's nor Redis 7.0's, with a checksum that matches it, is
+        // still refused (2..=10 are Redis's: see the rdb module).
         let mut other = good[..good.len() - 10].to_vec();
-        other.extend_from_slice(&2u16.to_le_bytes());
+        other.extend_from_slice(&11u16.to_le_bytes());
         let crc = crc64(&other);
         other.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(restore(&other), Err(DumpError::VersionOrChecksum));

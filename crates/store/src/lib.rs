@@ -11,6 +11,7 @@ pub mod hash;
 pub mod keyhash;
 pub mod list;
 pub mod ostree;
+pub mod rdb;
 pub mod set;
 pub mod stream;
 pub mod value;
