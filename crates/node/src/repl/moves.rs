@@ -299,7 +299,7 @@ impl Replicator {
         {
             leaves += 1;
             let list = self.keys.leaf_entries(leaf, db);
-            if resume == 0 && leaf % CHECK_SPAN == 0 && !checked.is_empty() {
+            if resume == 0 && leaf.is_multiple_of(CHECK_SPAN) && !checked.is_empty() {
                 match self.span_sum(leaf, checked, db) {
                     None => stale_leaves.push(leaf as u32),
                     Some((_, 0)) => {}
