@@ -117,6 +117,25 @@ def moved_bytes(clients):
     return sum(cluster_info(c).get("cluster_move_bytes_sent", 0) for c in clients)
 
 
+MOVE_COUNTERS = ("cluster_move_streams_done", "cluster_move_streams_restarted",
+                 "cluster_move_keys_sent", "cluster_move_leaves_checked",
+                 "cluster_move_leaves_wanted", "cluster_move_keys_filled")
+
+
+def move_counters(clients):
+    """The move counters summed over `clients` (what each phase's streams did)."""
+    out = {}
+    for c in clients:
+        i = cluster_info(c)
+        for f in MOVE_COUNTERS:
+            out[f] = out.get(f, 0) + i.get(f, 0)
+    return out
+
+
+def counters_since(now, then):
+    return ", ".join("%s %d" % (f[len("cluster_move_"):], now[f] - then.get(f, 0)) for f in MOVE_COUNTERS)
+
+
 class Writer(threading.Thread):
     """Writes new keys through the given nodes, records what was acknowledged."""
 
@@ -125,6 +144,11 @@ class Writer(threading.Thread):
         self.clients = [redis.Redis(port=p, socket_timeout=20) for p in ports]
         self.pipeline = pipeline
         self.acked = {}
+        # Writes not acknowledged: `refused` ones said they did not run (they must be on no
+        # node), `unknown` ones may have run (a forwarded write whose reply timed out, a
+        # connection error): each of those is on every owner of its slot or on none.
+        self.refused = {}
+        self.unknown = {}
         self.errors = 0
         self.max_gap = 0.0
         self.stop = threading.Event()
@@ -144,6 +168,7 @@ class Writer(threading.Thread):
                 replies = p.execute(raise_on_error=False)
             except redis.exceptions.RedisError:
                 self.errors += len(batch)
+                self.unknown.update(batch)
                 continue
             now = time.time()
             self.max_gap = max(self.max_gap, now - last)
@@ -153,6 +178,10 @@ class Writer(threading.Thread):
                     self.acked[k] = v
                 else:
                     self.errors += 1
+                    if "did not run" in str(r):
+                        self.refused[k] = v
+                    else:
+                        self.unknown[k] = v
 
 
 # redis-benchmark's keys for `-t set -r N`: `key:` and 12 digits (the load's keys have fewer).
@@ -258,6 +287,7 @@ def main():
         new = n + 1
         before = owners_by_slot(clients[1])
         bytes0 = moved_bytes(clients.values())
+        counts0 = move_counters(clients.values())
         t = t_join = time.time()
         clients[new] = launch(args.binary, work, new, port[new], cport[new], args.rf,
                               ["--join", "127.0.0.1:%d" % cport[1]])
@@ -265,6 +295,7 @@ def main():
                  clients)
         join_s = time.time() - t
         join_bytes = moved_bytes(clients.values()) - bytes0
+        counts_join = move_counters(clients.values())
         after_join = owners_by_slot(clients[1])
 
         # 4. Two nodes leave.
@@ -278,6 +309,7 @@ def main():
                  and balanced([clients[i] for i in rest], len(rest)), args.timeout, work, clients)
         leave_s = time.time() - t
         leave_bytes = moved_bytes(clients.values()) - bytes0 - join_bytes
+        counts_leave = move_counters(clients.values())
         time.sleep(1)
         t_end = time.time()
         writer.stop.set()
@@ -318,6 +350,41 @@ def main():
                 expected[i] += len(owned)
             if short:
                 fail("owners disagree on redis-benchmark's keys")
+        # The writer's writes that were not acknowledged: one that may have run counts on
+        # every owner of its slot if it is on any node, and must then be on all of them; one
+        # refused as not run must be on none.
+        if writer.refused or writer.unknown:
+            found = {}
+
+            def unacked_settled():
+                local = {i: set(k.decode() for k in clients[i].scan_iter(match="w:*", count=1000))
+                         for i in clients}
+                anywhere = set().union(*local.values())
+                found["refused"] = sorted(anywhere & set(writer.refused))
+                found["ran"] = sorted(anywhere & set(writer.unknown))
+                found["short"] = {}
+                for k in found["ran"]:
+                    owners = [i for i in clients if port[i] in after_leave[key_slot(k.encode())]]
+                    short = [i for i in owners if k not in local[i]]
+                    if short:
+                        found["short"][k] = short
+                return not found["refused"] and not found["short"]
+
+            try:
+                wait_for("the unacknowledged writes settling", unacked_settled, 30, work)
+            except SystemExit:
+                for k in found["refused"][:5]:
+                    print("  %s was refused as not run, but a node holds it" % k)
+                for k, short in list(found["short"].items())[:5]:
+                    print("  %s (not acknowledged, but it ran) is missing on owner(s) %s" % (k, short))
+                raise
+            for k in found["ran"]:
+                for i in clients:
+                    if port[i] in after_leave[key_slot(k.encode())]:
+                        expected[i] += 1
+            print("writes not acknowledged: %d refused as not run (on no node), %d of unknown "
+                  "outcome (%d of them ran, on every owner)"
+                  % (len(writer.refused), len(writer.unknown), len(found["ran"])))
         sizes = {}
         try:
             wait_for("DBSIZE matching the placement",
@@ -326,7 +393,9 @@ def main():
         except SystemExit:
             print("  DBSIZE %s, expected %s" % (sizes, expected))
             for i, c in clients.items():
-                mine = set(k.decode() for k in c.keys("*"))
+                # redis-benchmark's keys were checked above: only the writer's and the
+                # load's are compared here.
+                mine = set(k.decode() for k in c.keys("*") if not BENCH_KEY.match(k))
                 owned = set(k for k in keys if port[i] in after_leave[slots[k]])
                 extra, missing = sorted(mine - owned), sorted(owned - mine)
                 print("  node %d: %d keys it does not own (%s), %d of its own missing (%s)"
@@ -356,6 +425,8 @@ def main():
               "moved slots" % (new, join_s, join_bytes, moved_key_bytes(before, after_join)))
         print("leave of nodes %s: done after %.2f s; %d bytes moved for %d bytes of keys in "
               "moved slots" % (leavers, leave_s, leave_bytes, moved_key_bytes(after_join, after_leave)))
+        print("  join's streams: %s" % counters_since(counts_join, counts0))
+        print("  leave's streams: %s" % counters_since(counts_leave, counts_join))
         print("longest gap with no reply to the writer: %.3f s" % writer.max_gap)
         if benches:
             print("redis-benchmark (-t set -r %d -P 16, %d nodes): %d keys written, on every "

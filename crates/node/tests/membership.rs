@@ -287,3 +287,55 @@ fn a_delta_that_overtakes_the_gossip_of_its_change_is_not_lost() {
     let held_back = info_field(&cluster_info(&mut net, r), "cluster_move_deltas_held_back");
     assert!(held_back > 0, "the delta was held back, not dropped");
 }
+
+/// What a join ships: each key of a gained group about once, as its state, not once per
+/// holder. At RF 3 the drainer streams a group to its three owners and the two that stay
+/// owe the gainer a stream of it too (ARCHITECTURE §65): sent whole, that was five states
+/// per gained key. The owners that have the group already are sent checks of it (a digest
+/// per Merkle leaf) and only the leaves that differ (ARCHITECTURE §78).
+#[test]
+fn a_join_ships_each_gained_key_about_once() {
+    let mut net = net(5, 1, 3);
+    let acked = load(&mut net, 2_000, 5);
+    let before = placement(&[1, 2, 3, 4, 5], 3);
+    net.heal(5);
+    let mut settled = acked.clone();
+    run_moves(
+        &mut net,
+        &[0, 1, 2, 3, 4, 5],
+        &[0, 1, 2, 3, 4, 5],
+        &mut settled,
+    );
+    let after = placement(&[1, 2, 3, 4, 5, 6], 3);
+    check(&mut net, &settled, &[0, 1, 2, 3, 4, 5], &after);
+    // Key-owner pairs the join created, among the keys loaded before it (the writes during
+    // the move reach the gainer as deltas, or in the streams: a little more).
+    let gained: usize = acked
+        .keys()
+        .map(|k| {
+            let slot = key_slot(k.as_bytes());
+            after
+                .owners(slot)
+                .iter()
+                .filter(|o| !before.owners(slot).contains(o))
+                .count()
+        })
+        .sum();
+    let info: Vec<String> = (0..6).map(|i| cluster_info(&mut net, i)).collect();
+    let sum = |f: &str| info.iter().map(|i| info_field(i, f)).sum::<u64>();
+    let (shipped, checked) = (
+        sum("cluster_move_keys_sent"),
+        sum("cluster_move_leaves_checked"),
+    );
+    eprintln!(
+        "join: {gained} key-owner pairs gained, {shipped} key states shipped, {checked} leaves \
+         checked, {} wanted, {} bytes moved",
+        sum("cluster_move_leaves_wanted"),
+        sum("cluster_move_bytes_sent"),
+    );
+    assert!(checked > 0, "the owners that keep a group are sent checks");
+    assert!(
+        (shipped as usize) < gained * 3 / 2,
+        "{shipped} key states shipped for {gained} gained key-owner pairs"
+    );
+}

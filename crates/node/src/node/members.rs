@@ -189,9 +189,18 @@ impl Node {
             });
             held.contains(g) && !owed.is_empty()
         });
+        // An owed stream to an owner that does not hold the group yet waits while a live
+        // draining holder streams it the group whole: sent once the owner holds it, it goes
+        // as checks of what the owner has (`Replicator::start_move`), not as the group again.
+        // With no live drainer it goes at once, whole, and may be what makes the owner hold.
         let mut to: std::collections::BTreeMap<u32, Groups> = Default::default();
         for (&g, owed) in &c.owe {
+            let drained = c.drainers(g).iter().any(|d| *d != c.me && c.up.contains(d));
             for &o in owed.iter().filter(|o| c.up.contains(o)) {
+                let has = c.members.get(&o).is_some_and(|m| m.held.contains(g));
+                if drained && !has {
+                    continue;
+                }
                 to.entry(o).or_default().insert(g);
             }
         }

@@ -1360,53 +1360,6 @@ impl Replicator {
         self.ownership = Some(placement);
     }
 
-    /// The states of the keys `keep` accepts, walking the Merkle leaves from `leaf` (the first
-    /// `resume` keys of it already sent) until a slice's bounds (`SLICE_BYTES`, `slice_keys`)
-    /// or `max_leaves` leaves: the blobs, their bytes, and where the next slice resumes
-    /// (`merkle::LEAVES` as the leaf once the walk is over).
-    fn walk_slice(
-        &mut self,
-        mut leaf: usize,
-        mut resume: usize,
-        slice_keys: usize,
-        max_leaves: usize,
-        keep: impl Fn(&Replicator, &Bytes) -> bool,
-        db: &Db,
-    ) -> (Vec<KeyBlob>, usize, usize, usize) {
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        let mut leaves = 0;
-        'leaves: while leaf < merkle::LEAVES && leaves < max_leaves {
-            leaves += 1;
-            let list = self.keys.leaf_entries(leaf, db);
-            let mut i = resume.min(list.len());
-            while i < list.len() {
-                if bytes >= SLICE_BYTES || entries.len() >= slice_keys {
-                    resume = i;
-                    break 'leaves;
-                }
-                let (k, e) = &list[i];
-                i += 1;
-                if e.evicted || !keep(self, k) {
-                    continue;
-                }
-                let blob = key_blob(
-                    k,
-                    &e.state,
-                    self.compact_wire.get_mut(),
-                    &self.frontier,
-                    db,
-                    &mut self.scratch,
-                );
-                bytes += blob.state.len() + k.len();
-                entries.push(blob);
-            }
-            leaf += 1;
-            resume = 0;
-        }
-        (entries, bytes, leaf, resume)
-    }
-
     /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
     /// node when the membership it knows changes the placement.
     pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use lattice_crdt::NodeId;
 use lattice_store::Db;
 
-use super::wire::{Body, MoveAck, MoveSlice};
-use super::{merkle, Effect, Replicator, SLICE_TIMEOUT_MS, SLICE_WINDOW};
+use super::wire::{Body, KeyBlob, MoveAck, MoveSlice};
+use super::{key_blob, merkle, Effect, Replicator, SLICE_BYTES, SLICE_TIMEOUT_MS, SLICE_WINDOW};
 use crate::cluster::Groups;
 
 /// Merkle leaves the drop sweep visits per step at most (a leaf is a lookup even when empty).
@@ -26,21 +26,59 @@ const DROP_LEAVES_PER_STEP: usize = 4_096;
 const DROP_KEYS_PER_STEP: usize = 4_096;
 /// Leaves one slice build visits at most (sparse keyspaces: most leaves are empty).
 const MOVE_LEAVES_PER_SLICE: usize = 8_192;
+/// Leaves one check covers: a digest per 64 leaves (1,024 checks cover the keyspace) is
+/// about 2.5 bytes per key of a group at 4 keys a check, against about 11 per key for a
+/// check per leaf, while a check that differs (a write in flight) costs a few keys' states.
+pub(super) const CHECK_SPAN: usize = 64;
+/// Checks one slice carries at most: about 40 KiB (2 bytes of distance and 8 of digest).
+const MOVE_CHECKS_PER_SLICE: usize = 4_096;
 
 /// A stream of slot groups to one peer.
 pub(super) struct MoveOut {
     stream: u64,
     groups: Groups,
+    /// Of `groups`, those the receiver held when the stream opened (by its record): their
+    /// keys are checked a leaf at a time by digest, and only the leaves that differ there
+    /// are sent (`want`). The rest go whole.
+    checked: Groups,
     /// The next Merkle leaf to list, and the keys of it already sent.
     leaf: usize,
     resume: usize,
-    /// (slice, sent at, the leaf and key it started from) not yet acknowledged.
-    inflight: VecDeque<(u64, u64, usize, usize)>,
+    /// Slices not yet acknowledged, oldest first.
+    inflight: VecDeque<Sent>,
+    /// Slices in `inflight` that carry checks: the last slice waits for their answers.
+    checking: usize,
+    /// First leaves of `CHECK_SPAN` leaves to send whole (the receiver's answer to a check,
+    /// or a span whose digests are stale here), at most the checks of `SLICE_WINDOW` slices.
+    want: VecDeque<u32>,
+    /// Where the sending of the first wanted span stands (a span can hold more keys than a
+    /// slice).
+    fill_at: (usize, usize),
     next_slice: u64,
     last_sent: bool,
     /// Groups asked for while this stream ran: streamed next (restarting this stream with
     /// them would send its head again, and under steady changes might never end).
     then: Groups,
+}
+
+/// A slice sent and not acknowledged yet.
+struct Sent {
+    slice: u64,
+    at_ms: u64,
+    /// Where the walk over the leaves stood before this slice, if it is a slice of the walk.
+    walk: Option<(usize, usize)>,
+    /// Wanted spans it sends: wanted again if the stream starts over.
+    fill: Vec<u32>,
+    checks: bool,
+}
+
+/// One slice's contents.
+#[derive(Default)]
+struct Built {
+    entries: Vec<KeyBlob>,
+    bytes: usize,
+    check_leaves: Vec<u32>,
+    check_digests: Vec<u64>,
 }
 
 /// What a stream from one peer has delivered so far.
@@ -68,6 +106,11 @@ pub struct MoveStats {
     /// `Deltas` messages neither merged nor acknowledged: sent under member records this
     /// replica had not heard of, with a key it did not keep (see `wire::Deltas`).
     pub deltas_held_back: u64,
+    /// Leaves checked by digest instead of sent (`MoveOut::checked`).
+    pub leaves_checked: u64,
+    /// Checked leaves the receiver wanted (they differed there), and the keys sent for them.
+    pub leaves_wanted: u64,
+    pub keys_filled: u64,
 }
 
 impl Replicator {
@@ -96,14 +139,33 @@ impl Replicator {
         }
         self.next_stream += 1;
         self.move_stats.streams_started += 1;
+        // Groups the receiver holds already (an owner that stays, or a gainer whose record
+        // says it has them) are checked, not sent: it has most of their keys.
+        let mut checked = Groups::default();
+        let ours = self.node.0;
+        for g in groups.iter() {
+            let slot = g * lattice_placement::SLOTS_PER_GROUP;
+            let owner = self
+                .ownership
+                .as_ref()
+                .is_some_and(|p| p.is_owner(peer.0, slot));
+            let gaining = self.gaining.get(&peer.0).is_some_and(|x| x.contains(g));
+            if owner && !gaining && peer.0 != ours {
+                checked.insert(g);
+            }
+        }
         self.moves_out.insert(
             peer,
             MoveOut {
                 stream: self.next_stream,
                 groups,
+                checked,
                 leaf: 0,
                 resume: 0,
                 inflight: VecDeque::new(),
+                checking: 0,
+                want: VecDeque::new(),
+                fill_at: (0, 0),
                 next_slice: 0,
                 last_sent: false,
                 then: Groups::default(),
@@ -123,7 +185,10 @@ impl Replicator {
         self.moves_in.remove(&peer);
     }
 
-    /// The next slice of the stream to `peer`, if its window has room.
+    /// The next slice of the stream to `peer`, if its window has room: wanted leaves first,
+    /// then the walk over the leaves; the last slice (marked `last`) goes once the walk is
+    /// done and every check is answered and its wanted leaves sent, so a receiver that takes
+    /// the groups as held on it has merged everything it lacked.
     pub(super) fn pump_move(&mut self, peer: NodeId, now_ms: u64, db: &Db) {
         let up = self.peers.get(&peer).is_some_and(|p| p.up);
         let Some(m) = self.moves_out.get_mut(&peer) else {
@@ -132,59 +197,231 @@ impl Replicator {
         if !up || m.last_sent || m.inflight.len() >= SLICE_WINDOW {
             return;
         }
-        let (start_leaf, start_resume, groups) = (m.leaf, m.resume, m.groups);
-        let keep = |_: &Replicator, k: &Bytes| {
-            groups.contains(lattice_placement::Placement::group_of(
-                lattice_placement::key_slot(k),
-            ))
+        let (groups, checked) = (m.groups, m.checked);
+        let mut fill = Vec::new();
+        let mut walk = None;
+        let built = if !m.want.is_empty() {
+            let mut want = std::mem::take(&mut m.want);
+            let mut at = m.fill_at;
+            let mut built = Built::default();
+            while let Some(&first) = want.front() {
+                let first = first as usize;
+                if !(first..first + CHECK_SPAN).contains(&at.0) {
+                    at = (first, 0);
+                }
+                fill.push(first as u32);
+                match self.span_states(first, at, checked, &mut built, db) {
+                    Some(cut) => {
+                        at = cut;
+                        break;
+                    }
+                    None => {
+                        want.pop_front();
+                    }
+                }
+            }
+            self.move_stats.keys_filled += built.entries.len() as u64;
+            let m = self.moves_out.get_mut(&peer).expect("present");
+            m.want = want;
+            m.fill_at = at;
+            built
+        } else if m.leaf < merkle::LEAVES {
+            let (leaf, resume) = (m.leaf, m.resume);
+            walk = Some((leaf, resume));
+            let (built, stale, leaf, resume) = self.walk_move(leaf, resume, groups, checked, db);
+            let m = self.moves_out.get_mut(&peer).expect("present");
+            m.leaf = leaf;
+            m.resume = resume;
+            m.want.extend(stale);
+            built
+        } else if m.checking > 0 {
+            return; // the last slice waits for the checks' answers
+        } else {
+            Built::default()
         };
-        let (entries, bytes, leaf, resume) = self.walk_slice(
-            start_leaf,
-            start_resume,
-            self.slice_keys,
-            MOVE_LEAVES_PER_SLICE,
-            keep,
-            db,
-        );
         let m = self.moves_out.get_mut(&peer).expect("present");
-        m.leaf = leaf;
-        m.resume = resume;
+        let checks = !built.check_leaves.is_empty();
+        if checks {
+            m.checking += 1;
+        }
         m.next_slice += 1;
-        m.last_sent = leaf >= merkle::LEAVES;
-        m.inflight
-            .push_back((m.next_slice, now_ms, start_leaf, start_resume));
+        m.last_sent = m.leaf >= merkle::LEAVES && m.want.is_empty() && m.checking == 0;
+        m.inflight.push_back(Sent {
+            slice: m.next_slice,
+            at_ms: now_ms,
+            walk,
+            fill,
+            checks,
+        });
+        self.move_stats.leaves_checked += built.check_leaves.len() as u64;
         let msg = MoveSlice {
             stream: m.stream,
             slice: m.next_slice,
             groups: groups.to_bytes(),
             last: m.last_sent,
-            entries,
+            entries: built.entries,
+            check_groups: if checks {
+                checked.to_bytes()
+            } else {
+                bytes::Bytes::new()
+            },
+            check_leaves: built.check_leaves,
+            check_digests: built.check_digests,
         };
         self.move_stats.slices_sent += 1;
         self.move_stats.keys_sent += msg.entries.len() as u64;
         self.stats.max_slice_keys = self.stats.max_slice_keys.max(msg.entries.len() as u64);
-        self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(bytes as u64);
+        self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(built.bytes as u64);
         let data = self.envelope(Body::MoveSlice(msg));
         self.move_stats.bytes_sent += data.len() as u64;
         self.send_ae_data(peer, data);
     }
 
+    /// One slice of the walk from (`leaf`, `resume`): the states of the keys of `groups`
+    /// not `checked`, and for each `CHECK_SPAN` leaves it enters a check of their keys in
+    /// `checked` (a span with a stale digest among those is returned to be sent whole
+    /// instead). Returns the slice, those spans and where the walk stands.
+    fn walk_move(
+        &mut self,
+        mut leaf: usize,
+        mut resume: usize,
+        groups: Groups,
+        checked: Groups,
+        db: &Db,
+    ) -> (Built, Vec<u32>, usize, usize) {
+        let mut built = Built::default();
+        let mut stale_leaves = Vec::new();
+        let mut leaves = 0;
+        let mut last_checked = 0;
+        'leaves: while leaf < merkle::LEAVES
+            && leaves < MOVE_LEAVES_PER_SLICE
+            && built.check_leaves.len() < MOVE_CHECKS_PER_SLICE
+        {
+            leaves += 1;
+            let list = self.keys.leaf_entries(leaf, db);
+            if resume == 0 && leaf.is_multiple_of(CHECK_SPAN) && !checked.is_empty() {
+                match self.span_sum(leaf, checked, db) {
+                    None => stale_leaves.push(leaf as u32),
+                    Some((_, 0)) => {}
+                    Some((sum, _)) => {
+                        built.check_leaves.push((leaf - last_checked) as u32);
+                        built.check_digests.push(sum);
+                        last_checked = leaf;
+                    }
+                }
+            }
+            let mut i = resume.min(list.len());
+            while i < list.len() {
+                if built.bytes >= SLICE_BYTES || built.entries.len() >= self.slice_keys {
+                    resume = i;
+                    break 'leaves;
+                }
+                let (k, e) = &list[i];
+                i += 1;
+                let g = group_of(k);
+                // An evicted key's stub has no state to send (§79): the group's other holders
+                // stream the key.
+                if e.evicted || !groups.contains(g) || checked.contains(g) {
+                    continue;
+                }
+                let blob = key_blob(
+                    k,
+                    &e.state,
+                    self.compact_wire.get_mut(),
+                    &self.frontier,
+                    db,
+                    &mut self.scratch,
+                );
+                built.bytes += blob.state.len() + k.len();
+                built.entries.push(blob);
+            }
+            leaf += 1;
+            resume = 0;
+        }
+        (built, stale_leaves, leaf, resume)
+    }
+
+    /// Adds to `built` the states of the keys in `groups` of the `CHECK_SPAN` leaves from
+    /// `first`, from (leaf, key) `at` on; stops at the slice's bounds and returns where it
+    /// stopped (`None`: the span is sent).
+    fn span_states(
+        &mut self,
+        first: usize,
+        at: (usize, usize),
+        groups: Groups,
+        built: &mut Built,
+        db: &Db,
+    ) -> Option<(usize, usize)> {
+        let mut resume = at.1;
+        for leaf in at.0..(first + CHECK_SPAN).min(merkle::LEAVES) {
+            let list = self.keys.leaf_entries(leaf, db);
+            for (i, (k, e)) in list.iter().enumerate().skip(resume) {
+                if built.bytes >= SLICE_BYTES || built.entries.len() >= self.slice_keys {
+                    return Some((leaf, i));
+                }
+                if e.evicted || !groups.contains(group_of(k)) {
+                    continue;
+                }
+                let blob = key_blob(
+                    k,
+                    &e.state,
+                    self.compact_wire.get_mut(),
+                    &self.frontier,
+                    db,
+                    &mut self.scratch,
+                );
+                built.bytes += blob.state.len() + k.len();
+                built.entries.push(blob);
+            }
+            resume = 0;
+        }
+        None
+    }
+
+    /// The wrapping sum of the digests of the keys in `groups` of the `CHECK_SPAN` leaves
+    /// from `first`, and how many there are; `None` if one of them is stale (it cannot be
+    /// compared).
+    fn span_sum(&self, first: usize, groups: Groups, db: &Db) -> Option<(u64, usize)> {
+        let (mut sum, mut n) = (0u64, 0);
+        for leaf in first..(first + CHECK_SPAN).min(merkle::LEAVES) {
+            for (k, e) in &self.keys.leaf_entries(leaf, db) {
+                if groups.contains(group_of(k)) {
+                    if e.digest_stale {
+                        return None;
+                    }
+                    sum = sum.wrapping_add(e.digest);
+                    n += 1;
+                }
+            }
+        }
+        Some((sum, n))
+    }
+
     /// From the timer: the next slice of every stream, and streams whose oldest slice went
-    /// unacknowledged too long start over.
+    /// unacknowledged too long start over, from the walk's position before the oldest slice
+    /// of the walk unacknowledged, with the leaves of unacknowledged fills wanted again.
     pub(super) fn tick_moves(&mut self, now_ms: u64, db: &Db) {
         let peers: Vec<NodeId> = self.moves_out.keys().copied().collect();
         for peer in peers {
             let m = self.moves_out.get_mut(&peer).expect("listed");
-            if let Some(&(_, _, leaf, resume)) = m
-                .inflight
+            if m.inflight
                 .front()
-                .filter(|&&(_, sent, _, _)| sent + SLICE_TIMEOUT_MS <= now_ms)
+                .is_some_and(|s| s.at_ms + SLICE_TIMEOUT_MS <= now_ms)
             {
                 self.next_stream += 1;
                 m.stream = self.next_stream;
-                m.leaf = leaf;
-                m.resume = resume;
+                if let Some((leaf, resume)) = m.inflight.iter().find_map(|s| s.walk) {
+                    m.leaf = leaf;
+                    m.resume = resume;
+                }
+                let mut again: Vec<u32> = m.inflight.iter().flat_map(|s| s.fill.clone()).collect();
+                again.extend(m.want.drain(..));
+                let mut seen = std::collections::BTreeSet::new();
+                again.retain(|&l| seen.insert(l));
+                m.want = again.into();
+                m.fill_at = (0, 0);
                 m.inflight.clear();
+                m.checking = 0;
                 m.next_slice = 0;
                 m.last_sent = false;
                 self.move_stats.streams_restarted += 1;
@@ -195,16 +432,18 @@ impl Replicator {
 
     /// Whether a stream has a slice ready to go (the node's next timer).
     pub(super) fn move_ready(&self) -> bool {
-        self.moves_out
-            .values()
-            .any(|m| !m.last_sent && m.inflight.len() < SLICE_WINDOW)
+        self.moves_out.values().any(|m| {
+            !m.last_sent
+                && m.inflight.len() < SLICE_WINDOW
+                && (!m.want.is_empty() || m.leaf < merkle::LEAVES || m.checking == 0)
+        })
     }
 
     /// The oldest unacknowledged slice's send time.
     pub(super) fn move_oldest_ms(&self) -> Option<u64> {
         self.moves_out
             .values()
-            .filter_map(|m| m.inflight.front().map(|&(_, t, _, _)| t))
+            .filter_map(|m| m.inflight.front().map(|s| s.at_ms))
             .min()
     }
 
@@ -250,11 +489,25 @@ impl Replicator {
         let (changed, _) = self.merge_blobs(&s.entries, false, db);
         self.stats.max_states_merged = self.stats.max_states_merged.max(s.entries.len() as u64);
         effects.push(Effect::Keys(changed));
+        // Checked spans whose keys differ here (or cannot be compared) are asked for.
+        let check_groups = Groups::from_bytes(&s.check_groups);
+        let mut want = Vec::new();
+        let mut leaf = 0usize;
+        for (&d, &digest) in s.check_leaves.iter().zip(&s.check_digests) {
+            leaf += d as usize;
+            if leaf >= merkle::LEAVES {
+                break; // not a leaf: a sender of another build; the rest is not comparable
+            }
+            if self.span_sum(leaf, check_groups, db).map(|(sum, _)| sum) != Some(digest) {
+                want.push(leaf as u32);
+            }
+        }
         self.send_ae(
             peer,
             Body::MoveAck(MoveAck {
                 stream: s.stream,
                 slice: s.slice,
+                want,
             }),
         );
         if s.last {
@@ -269,7 +522,23 @@ impl Replicator {
         if m.stream != a.stream {
             return;
         }
-        m.inflight.retain(|&(n, _, _, _)| n != a.slice);
+        let Some(at) = m.inflight.iter().position(|s| s.slice == a.slice) else {
+            return;
+        };
+        let sent = m.inflight.remove(at).expect("found");
+        if sent.checks {
+            m.checking -= 1;
+            // At most the checks of one slice per answer, and checks go out only while the
+            // window has room: bounded by `SLICE_WINDOW` slices' checks.
+            self.move_stats.leaves_wanted += a.want.len() as u64;
+            m.want.extend(
+                a.want
+                    .iter()
+                    .copied()
+                    .filter(|&l| (l as usize) < merkle::LEAVES)
+                    .take(MOVE_CHECKS_PER_SLICE),
+            );
+        }
         if m.last_sent && m.inflight.is_empty() {
             let m = self.moves_out.remove(&peer).expect("present");
             self.move_stats.streams_done += 1;
@@ -396,4 +665,8 @@ impl Replicator {
                 ))
                 .is_some_and(|v| v.contains(&id))
     }
+}
+
+fn group_of(key: &[u8]) -> u16 {
+    lattice_placement::Placement::group_of(lattice_placement::key_slot(key))
 }

@@ -15,7 +15,9 @@ use prost::Message;
 /// below the root name parents instead of every child.
 /// 4: forwarded commands and their replies travel in per-peer batches (`Forwards`, tag 19)
 /// instead of a message each (tags 11 and 12, no longer used).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// 5: a `MoveSlice` may check leaves by digest (`check_*`) and a `MoveAck` name the leaves
+/// that differed (`want`): a receiver of version 4 would acknowledge a check unanswered.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest message the node emits or accepts (drivers enforce the same bound on frames).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -148,6 +150,17 @@ pub struct MoveSlice {
     pub entries: Vec<KeyBlob>,
     #[prost(bool, tag = "5")]
     pub last: bool,
+    /// Groups of the stream the receiver already holds (by its record): their keys are not
+    /// sent but checked, a leaf at a time (`check_leaves`, `check_digests`).
+    #[prost(bytes = "bytes", tag = "6")]
+    pub check_groups: bytes::Bytes,
+    /// Checks, each of the `moves::CHECK_SPAN` Merkle leaves from the one named, named by its
+    /// distance from the one before (the first from 0).
+    #[prost(uint32, repeated, tag = "7")]
+    pub check_leaves: Vec<u32>,
+    /// Per check, the wrapping sum of the digests of its leaves' keys in `check_groups`.
+    #[prost(fixed64, repeated, tag = "8")]
+    pub check_digests: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -156,6 +169,10 @@ pub struct MoveAck {
     pub stream: u64,
     #[prost(uint64, tag = "2")]
     pub slice: u64,
+    /// Checks of the slice whose keys differ here (their first leaves): the sender sends
+    /// their states.
+    #[prost(uint32, repeated, tag = "3")]
+    pub want: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
