@@ -1444,8 +1444,8 @@ impl Replicator {
                 next = next.min(sent + SLICE_TIMEOUT_MS);
             }
         }
-        if let Some(sent) = self.move_oldest_ms() {
-            next = next.min(sent + SLICE_TIMEOUT_MS);
+        if let Some(due) = self.move_deadline_ms() {
+            next = next.min(due);
         }
         if !self.dropping.is_empty() {
             next = next.min(now_ms + 1);

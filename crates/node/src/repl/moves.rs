@@ -8,7 +8,9 @@
 //! `SLICE_KEYS` keys and about `SLICE_BYTES` bytes; a slice unacknowledged for
 //! `SLICE_TIMEOUT_MS` starts a new stream from that slice's first key (a lost slice must not
 //! end it; what the receiver acknowledged before it is merged there, and what is sent again
-//! merges idempotently).
+//! merges idempotently). Each restart doubles that timeout for the stream, up to
+//! `MOVE_TIMEOUT_MAX_MS`, and an acknowledgement sets it back: a receiver slower than the
+//! timeout (a loaded machine) is given the time it needs instead of a new stream every 2 s.
 
 use std::collections::VecDeque;
 
@@ -59,7 +61,15 @@ pub(super) struct MoveOut {
     /// Groups asked for while this stream ran: streamed next (restarting this stream with
     /// them would send its head again, and under steady changes might never end).
     then: Groups,
+    /// How long the oldest slice may go unacknowledged before the stream starts over:
+    /// `SLICE_TIMEOUT_MS`, doubled at each restart up to `MOVE_TIMEOUT_MAX_MS` and back to
+    /// the start once a slice is acknowledged. A fixed timeout shorter than a loaded
+    /// receiver's answer restarted a join's streams 172-189 times without one completing.
+    timeout_ms: u64,
 }
+
+/// The longest a move's slice waits for its acknowledgement before its stream starts over.
+const MOVE_TIMEOUT_MAX_MS: u64 = 32_000;
 
 /// A slice sent and not acknowledged yet.
 struct Sent {
@@ -169,6 +179,7 @@ impl Replicator {
                 next_slice: 0,
                 last_sent: false,
                 then: Groups::default(),
+                timeout_ms: SLICE_TIMEOUT_MS,
             },
         );
         self.pump_move(peer, now_ms, db);
@@ -406,8 +417,9 @@ impl Replicator {
             let m = self.moves_out.get_mut(&peer).expect("listed");
             if m.inflight
                 .front()
-                .is_some_and(|s| s.at_ms + SLICE_TIMEOUT_MS <= now_ms)
+                .is_some_and(|s| s.at_ms + m.timeout_ms <= now_ms)
             {
+                m.timeout_ms = (m.timeout_ms * 2).min(MOVE_TIMEOUT_MAX_MS);
                 self.next_stream += 1;
                 m.stream = self.next_stream;
                 if let Some((leaf, resume)) = m.inflight.iter().find_map(|s| s.walk) {
@@ -439,11 +451,11 @@ impl Replicator {
         })
     }
 
-    /// The oldest unacknowledged slice's send time.
-    pub(super) fn move_oldest_ms(&self) -> Option<u64> {
+    /// When the first stream whose oldest slice is unacknowledged starts over.
+    pub(super) fn move_deadline_ms(&self) -> Option<u64> {
         self.moves_out
             .values()
-            .filter_map(|m| m.inflight.front().map(|s| s.at_ms))
+            .filter_map(|m| m.inflight.front().map(|s| s.at_ms + m.timeout_ms))
             .min()
     }
 
@@ -526,6 +538,7 @@ impl Replicator {
             return;
         };
         let sent = m.inflight.remove(at).expect("found");
+        m.timeout_ms = SLICE_TIMEOUT_MS;
         if sent.checks {
             m.checking -= 1;
             // At most the checks of one slice per answer, and checks go out only while the
