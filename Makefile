@@ -200,7 +200,7 @@ compat-quick: deps
 	./scripts/compat.sh --server lattice --quick --strict --unskip-first-block \
 	  --suites "unit/acl"
 	./scripts/compat.sh --server lattice --quick --strict \
-	  --suites "unit/introspection unit/introspection-2 unit/pause unit/type/stream-cgroups unit/lazyfree unit/dump unit/scripting unit/latency-monitor unit/printver"
+	  --suites "unit/introspection unit/introspection-2 unit/pause unit/type/stream-cgroups unit/lazyfree unit/dump unit/scripting unit/printver"
 	./scripts/compat.sh --server lattice --strict --suites "unit/querybuf"
 
 ## Maelstrom's workloads against lattice-maelstrom processes behind a controlled network, every
