@@ -89,17 +89,13 @@ const RTO_MAX_MS: u64 = 5_000;
 /// tick's probes do.
 const RESEND_BURST_BYTES: usize = 1 << 20;
 /// Whether deltas are kept for a peer whose link is down and resent when it is back (ARCHITECTURE
-/// §77, item 1). Off: with it on, two node tests of anti-entropy's cost fail. A replica that
-/// missed 20 writes received 27% of a full transfer instead of under 1%
-/// (`a_replica_that_missed_writes_catches_up_with_under_1pct_of_a_full_transfer`), and the
-/// repair of 10 keys cost 17% (`anti_entropy_ships_only_the_difference`). Both tests cut a
-/// replica while 20,000 keys are written, so the backlog kept for it is large. Why the later
-/// repair costs more is not found: dropping kept messages once the peer's reported seen-set
-/// covers them changed neither figure.
-/// (The 1,000,000-key load that first had it switched off also had the withdrawn acknowledgement
-/// burst; with the backlog alone that load ends at 273 bytes per key with the GC frontier caught
-/// up: `bench/results/replication.md`, "The kept backlog at 1M keys".)
-const KEEP_BACKLOG_WHILE_DOWN: bool = false;
+/// §77, item 1). It was off for a session: with it on, a replica that missed 20 writes received
+/// 27% of a full transfer instead of under 1%. The cause was the first cut's backlog: larger
+/// than one resend burst, its tail went one message per round trip and was still unacknowledged
+/// when the tree comparison had already repaired the peer, so the next heal resent it. Now a
+/// backlog larger than a burst is dropped at the heal (the comparison ships those keys anyway),
+/// and equal trees drop what is kept (`peer_up`, `on_digests`).
+const KEEP_BACKLOG_WHILE_DOWN: bool = true;
 const MAX_RETRIES: u32 = 6;
 /// Period of anti-entropy with each live peer.
 pub const AE_INTERVAL_MS: u64 = 1_000;
@@ -392,6 +388,8 @@ pub struct ReplStats {
     pub ae_rounds_deferred: u64,
     /// Times a peer's applied GC frontier raised ours (`Replicator::adopt_frontier`).
     pub frontiers_adopted: u64,
+    /// Times the deltas kept for a peer were dropped because its tree equalled ours.
+    pub backlogs_made_redundant: u64,
 }
 
 pub struct Replicator {
@@ -1200,11 +1198,20 @@ impl Replicator {
         let p = self.peers.entry(peer).or_default();
         p.up = true;
         p.backlog_dropped = false;
-        // Deltas kept while the link was down (see `delta_targets`) go now, the first
-        // `RESEND_BURST_BYTES` at once and the rest with the tick's probes: its own
-        // writes reach a returning peer in a round trip, before any anti-entropy round (which
-        // may wait for another peer's repair, `defer_round`).
-        resend_burst(p, &mut self.outbox, peer, now_ms);
+        // Deltas kept while the link was down (see `delta_targets`) go now, in one burst: its
+        // own writes reach a returning peer in a round trip, before any anti-entropy round
+        // (which may wait for another peer's repair, `defer_round`). A backlog larger than a
+        // burst is dropped instead: the tree comparison below ships those keys' states anyway,
+        // and the part of the backlog left for the tick's probes (one message per round trip)
+        // was still being resent after the comparison had repaired the peer, and again after
+        // the next cut: a replica that missed 20 writes then received 27% of a full transfer.
+        if p.unacked_bytes > RESEND_BURST_BYTES {
+            p.unacked.clear();
+            p.unacked_bytes = 0;
+            self.stats.backlogs_made_redundant += 1;
+        } else {
+            resend_burst(p, &mut self.outbox, peer, now_ms);
+        }
         // Whatever happened while the link was down is repaired by one anti-entropy round,
         // started at once by the lower id of the pair (both sides are told the link is up, and
         // two sessions would compare the trees twice and ship the difference twice: for a
@@ -2281,8 +2288,19 @@ impl Replicator {
             // rounds), learns it from our root in return; a root from the higher id is never
             // answered, so the exchange ends there.
             self.note_synced(peer);
+            let replicated = self.ownership.is_none();
             if let Some(p) = self.peers.get_mut(&peer) {
                 p.needs_ae = false;
+                if replicated && !p.unacked.is_empty() {
+                    // The peer's tree, as it sent it, equals ours now: it holds every state
+                    // we hold, and so every delta captured before now, which is all that is
+                    // kept for it. Resending them would only cost bytes: a backlog kept
+                    // across a cut (§77) and half resent when the tree comparison already
+                    // repaired the peer was resent again after the next cut.
+                    p.unacked.clear();
+                    p.unacked_bytes = 0;
+                    self.stats.backlogs_made_redundant += 1;
+                }
             }
             if peer < self.node {
                 let root = self.root_digest();
@@ -2444,7 +2462,11 @@ impl Replicator {
             seen.saturating_sub(applied),
             self.stats.frontiers_adopted,
         );
-        let _ = write!(out, "states_loaded:{}\r\n", self.stats.states_loaded);
+        let _ = write!(
+            out,
+            "states_loaded:{}\r\nbacklogs_made_redundant:{}\r\n",
+            self.stats.states_loaded, self.stats.backlogs_made_redundant
+        );
         let _ = write!(
             out,
             "repl_bytes_sent:{sent}\r\nrepl_bytes_received:{received}\r\nanti_entropy_rounds_deferred:{}\r\ntransfer_slice_max_keys:{}\r\ntransfer_slice_max_bytes:{}\r\ntransfer_max_states_merged:{}\r\n",
