@@ -582,6 +582,7 @@ fn main() {
             std::process::exit(1);
         }
     };
+    alloc::spawn_trimmer();
     if let Err(e) = std::fs::create_dir_all(&settings.dir) {
         eprintln!(
             "lattice-server: cannot create data directory {}: {e}",
