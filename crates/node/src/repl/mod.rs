@@ -94,7 +94,7 @@ const RESEND_BURST_BYTES: usize = 1 << 20;
 /// than one resend burst, its tail went one message per round trip and was still unacknowledged
 /// when the tree comparison had already repaired the peer, so the next heal resent it. Now a
 /// backlog larger than a burst is dropped at the heal (the comparison ships those keys anyway),
-/// and equal trees drop what is kept (`peer_up`, `on_digests`).
+/// and equal trees drop what is kept (`peer_up`, `on_digests`; ARCHITECTURE §82).
 const KEEP_BACKLOG_WHILE_DOWN: bool = true;
 const MAX_RETRIES: u32 = 6;
 /// Period of anti-entropy with each live peer.
