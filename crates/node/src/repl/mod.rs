@@ -1260,9 +1260,10 @@ impl Replicator {
         if self.ownership.is_some() {
             return self.flush_to_owners(&ups, now_ms);
         }
+        let mut k = Vec::new();
         while !self.pending.is_empty() {
             let mut writer = wire::BatchWriter::default();
-            while let Some((k, _)) = self.pending.pop_front(&mut self.scratch) {
+            while self.pending.pop_front(&mut k, &mut self.scratch).is_some() {
                 writer.push(&k, &self.scratch);
                 if writer.len() >= MAX_BATCH_BYTES {
                     break;
@@ -1327,6 +1328,7 @@ impl Replicator {
     /// of once: a peer receives about `rf / members` of the deltas.
     fn flush_to_owners(&mut self, ups: &[NodeId], now_ms: u64) {
         let placement = self.ownership.take().expect("partitioned");
+        let mut k = Vec::new();
         while !self.pending.is_empty() {
             let mut writers: Vec<(wire::BatchWriter, CausalContext)> = ups
                 .iter()
@@ -1334,7 +1336,7 @@ impl Replicator {
                 .collect();
             let mut ranks = vec![false; ups.len()];
             let mut bytes = 0;
-            while let Some((k, st)) = self.pending.pop_front(&mut self.scratch) {
+            while let Some(st) = self.pending.pop_front(&mut k, &mut self.scratch) {
                 let owners = placement.owners(lattice_placement::key_slot(&k));
                 for (i, id) in ups.iter().enumerate() {
                     if owners.contains(&id.0)
@@ -2667,10 +2669,17 @@ const WIRE_KEEP_BYTES: usize = 1 << 20;
 /// Deltas captured since the last flush: one per key (a later capture of a queued key merges
 /// into its delta), sent in capture order. A hash index finds a queued key without the
 /// ordered map's search, which cost as much as the capture itself under random-key writes.
+/// Where a queued key is in `PendingDeltas::keys`: (offset, length).
+type KeyAt = (usize, usize);
+
 #[derive(Default)]
 struct PendingDeltas {
-    /// (key hash, key, delta), oldest first.
-    queue: VecDeque<(u64, Bytes, Queued)>,
+    /// (key hash, where the key is in `keys`, delta), oldest first.
+    queue: VecDeque<(u64, KeyAt, Queued)>,
+    /// The queued keys, back to back (emptied with the queue): a key is copied in here rather
+    /// than held as a `Bytes`, whose first clone allocated (the writer's second allocation
+    /// per replicated SET, after the deferred key's own copy).
+    keys: Vec<u8>,
     /// Entries taken from the front so far: `queue[i]` is entry number `popped + i`.
     popped: usize,
     /// The entry number of each queued key, hashed by its key hash.
@@ -2700,21 +2709,30 @@ impl PendingDeltas {
     fn clear_wire(&mut self) {
         self.wire.clear();
         self.wire.shrink_to(WIRE_KEEP_BYTES);
+        self.keys.clear();
+        self.keys.shrink_to(WIRE_KEEP_BYTES);
+    }
+
+    fn key(&self, at: KeyAt) -> &[u8] {
+        &self.keys[at.0..at.0 + at.1]
     }
 
     /// Heap bytes (the queue's entries and the wire buffer), for `Replicator::memory`.
     fn heap_bytes(&self) -> usize {
-        self.queue.capacity() * std::mem::size_of::<(u64, Bytes, Queued)>() + self.wire.capacity()
+        self.queue.capacity() * std::mem::size_of::<(u64, KeyAt, Queued)>()
+            + self.wire.capacity()
+            + self.keys.capacity()
     }
 
     /// Queues `delta` for `key` (`value`: the store's string, which an assignment assigns),
     /// merging it into a queued delta of the same key. Returns false (and queues nothing)
     /// when a new key would exceed `bound` keys.
-    fn push(&mut self, hash: u64, key: &Bytes, delta: Delta, value: &[u8], bound: usize) -> bool {
-        let (queue, popped) = (&self.queue, self.popped);
-        let found = self
-            .index
-            .find(hash, |&(h, n)| h == hash && queue[n - popped].1 == key);
+    fn push(&mut self, hash: u64, key: &[u8], delta: Delta, value: &[u8], bound: usize) -> bool {
+        let (queue, popped, keys) = (&self.queue, self.popped, &self.keys);
+        let found = self.index.find(hash, |&(h, n)| {
+            let (at, len) = queue[n - popped].1;
+            h == hash && keys[at..at + len] == *key
+        });
         if let Some(&(_, n)) = found {
             // Rare: a string key's capture waits for the flush, so a key is captured twice in
             // one window only when a command of the other intent or a read of the replicated
@@ -2754,14 +2772,19 @@ impl PendingDeltas {
             Delta::Unchanged => return true,
         };
         let n = self.popped + self.queue.len();
-        self.queue.push_back((hash, key.clone(), queued));
+        let key_at = (self.keys.len(), key.len());
+        self.keys.extend_from_slice(key);
+        self.queue.push_back((hash, key_at, queued));
         self.index.insert_unique(hash, (hash, n), |&(h, _)| h);
         true
     }
 
-    /// The oldest queued delta, its encoding left in `out` (replacing its contents).
-    fn pop_front(&mut self, out: &mut Vec<u8>) -> Option<(Bytes, Taken)> {
-        let (hash, key, queued) = self.queue.pop_front()?;
+    /// The oldest queued delta: its key left in `key` and its encoding in `out` (replacing
+    /// their contents).
+    fn pop_front(&mut self, key: &mut Vec<u8>, out: &mut Vec<u8>) -> Option<Taken> {
+        let (hash, key_at, queued) = self.queue.pop_front()?;
+        key.clear();
+        key.extend_from_slice(self.key(key_at));
         let n = self.popped;
         self.popped += 1;
         if let Ok(e) = self.index.find_entry(hash, |&(h, at)| h == hash && at == n) {
@@ -2781,7 +2804,7 @@ impl PendingDeltas {
         if self.queue.is_empty() {
             self.clear_wire();
         }
-        Some((key, taken))
+        Some(taken)
     }
 
     fn check_invariants(&self) {
@@ -2797,7 +2820,8 @@ impl PendingDeltas {
                 "pending index points at another entry"
             );
         }
-        for (_, _, q) in &self.queue {
+        for (_, (at, len), q) in &self.queue {
+            assert!(at + len <= self.keys.len(), "a queued key past the buffer");
             if let Queued::Wire {
                 at,
                 len,
