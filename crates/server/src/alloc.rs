@@ -4,7 +4,6 @@
 //! gives a real figure instead of an estimate.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct CountingAlloc;

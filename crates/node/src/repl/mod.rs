@@ -388,7 +388,8 @@ pub struct ReplStats {
     pub ae_rounds_deferred: u64,
     /// Times a peer's applied GC frontier raised ours (`Replicator::adopt_frontier`).
     pub frontiers_adopted: u64,
-    /// Times the deltas kept for a peer were dropped because its tree equalled ours.
+    /// Times the deltas kept for a peer were dropped instead of resent: a backlog larger than
+    /// one burst when its link came back, or any backlog once its tree equalled ours.
     pub backlogs_made_redundant: u64,
 }
 
@@ -2666,12 +2667,12 @@ impl Taken {
 /// excess back instead of holding it as resident memory for good.
 const WIRE_KEEP_BYTES: usize = 1 << 20;
 
-/// Deltas captured since the last flush: one per key (a later capture of a queued key merges
-/// into its delta), sent in capture order. A hash index finds a queued key without the
-/// ordered map's search, which cost as much as the capture itself under random-key writes.
 /// Where a queued key is in `PendingDeltas::keys`: (offset, length).
 type KeyAt = (usize, usize);
 
+/// Deltas captured since the last flush: one per key (a later capture of a queued key merges
+/// into its delta), sent in capture order. A hash index finds a queued key without the
+/// ordered map's search, which cost as much as the capture itself under random-key writes.
 #[derive(Default)]
 struct PendingDeltas {
     /// (key hash, where the key is in `keys`, delta), oldest first.
