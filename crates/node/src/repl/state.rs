@@ -464,10 +464,11 @@ impl Full {
     /// for nothing, `Some(Some(..))` for a plain string, `None` when it fits neither.
     fn compact_shape(&self, frontier: &VersionVector) -> Option<Option<CompactStr>> {
         self.plain_shape(Some(frontier)).map(|s| {
-            s.map(|(dot, reg)| CompactStr {
+            s.map(|(dot, reg, over)| CompactStr {
                 dot,
                 ts: reg.base_ts,
                 value: Some(reg.base.to_vec().into_boxed_slice()),
+                over,
             })
         })
     }
@@ -480,9 +481,15 @@ impl Full {
     }
 
     /// [`Full::compact_shape`] without the value's copy: `Some(None)` for nothing, `Some(Some(
-    /// (dot, register)))` for a plain string. With `frontier` None the contexts are not
-    /// checked (what the shape would be once a frontier covers them).
-    fn plain_shape(&self, frontier: Option<&VersionVector>) -> Option<Option<(Dot, &Reg)>> {
+    /// (dot, register, over)))` for a plain string whose string context holds, beyond the
+    /// frontier and its dot, at most the one dot `over` (see [`CompactStr::over`]). With
+    /// `frontier` None the contexts are not checked (what the shape would be once a frontier
+    /// covers them; `over` is then None).
+    #[allow(clippy::type_complexity)]
+    fn plain_shape(
+        &self,
+        frontier: Option<&VersionVector>,
+    ) -> Option<Option<(Dot, &Reg, Option<Dot>)>> {
         let covered =
             |c: &CausalContext, dot: Option<Dot>| frontier.is_none_or(|f| c.covered_by(f, dot));
         let others_bare = self.hash.is_empty()
@@ -507,11 +514,15 @@ impl Full {
         }
         let mut dots = entries.values().next()?.iter();
         let (dot, reg) = dots.next()?;
-        let single = dots.next().is_none()
-            && reg.parts.is_empty()
-            && reg.base_ts == self.stamps[0]
-            && covered(self.string.context(), Some(*dot));
-        single.then_some(Some((*dot, reg)))
+        let single = dots.next().is_none() && reg.parts.is_empty() && reg.base_ts == self.stamps[0];
+        if !single {
+            return None;
+        }
+        let over = match frontier {
+            None => None,
+            Some(f) => self.string.context().dots_beyond(f, *dot, 1)?.first(),
+        };
+        Some(Some((*dot, reg, over)))
     }
 
     /// When this delta is a plain string assignment and nothing else (one dot, no counter
@@ -1113,6 +1124,12 @@ struct CompactStr {
     ts: Hlc,
     /// None: the store holds the value (see the type's doc).
     value: Option<Box<[u8]>>,
+    /// The one dot beyond the frontier the string's context holds besides `dot`, if any: the
+    /// write this one overwrote, while the frontier does not cover it yet. Without it a key
+    /// written again within the GC lag (a second or so under load) took the general form,
+    /// whose capture, merge and later compaction cost several times the compact path's
+    /// (ARCHITECTURE §83). GC drops it once the frontier covers it.
+    over: Option<Dot>,
 }
 
 impl CompactStr {
@@ -1180,7 +1197,11 @@ impl KeyState {
             Repr::Str(c) => {
                 let mut f = Full::fresh(frontier);
                 let reg = c.reg(stored);
-                f.string = OrMap::singleton((), c.dot, reg, CausalContext::from_vv(frontier));
+                let mut cc = CausalContext::from_vv(frontier);
+                if let Some(o) = c.over {
+                    cc.insert(o);
+                }
+                f.string = OrMap::singleton((), c.dot, reg, cc);
                 f.stamps[Kind::Str as usize] = c.ts;
                 Cow::Owned(f)
             }
@@ -1213,12 +1234,14 @@ impl KeyState {
     /// and whose timestamp was issued with its dot (as every local write's is).
     pub fn packed(&self) -> Option<Packed> {
         match &self.repr {
-            Repr::Str(c) if c.value.is_none() && c.ts.node == c.dot.node => Some(Packed {
-                counter: c.dot.counter,
-                wall_ms: c.ts.wall_ms,
-                node: c.dot.node.0,
-                logical: c.ts.logical,
-            }),
+            Repr::Str(c) if c.value.is_none() && c.over.is_none() && c.ts.node == c.dot.node => {
+                Some(Packed {
+                    counter: c.dot.counter,
+                    wall_ms: c.ts.wall_ms,
+                    node: c.dot.node.0,
+                    logical: c.ts.logical,
+                })
+            }
             _ => None,
         }
     }
@@ -1234,6 +1257,7 @@ impl KeyState {
                 },
                 ts: Hlc::new(p.wall_ms, p.logical, node),
                 value: None,
+                over: None,
             }),
         }
     }
@@ -1276,7 +1300,7 @@ impl KeyState {
     pub fn settled_under(&self, frontier: &VersionVector) -> bool {
         match &self.repr {
             Repr::Empty => false,
-            Repr::Str(c) => frontier.contains(c.dot),
+            Repr::Str(c) => frontier.contains(c.dot) && c.over.is_none_or(|o| frontier.contains(o)),
             Repr::Full(f) => {
                 !f.is_empty() && f.contexts().iter().all(|c| c.covered_by(frontier, None))
             }
@@ -1366,26 +1390,39 @@ impl KeyState {
                     ts: st.ts,
                     overwritten: old.map(|c| c.dot),
                 };
-                let still_needed = old.filter(|c| c.dot.counter > frontier.get(c.dot.node));
-                if let Some(c) = still_needed {
-                    // The old value leaves with its dot, which stays in the context until the
-                    // frontier covers it: only the general form holds that. Built as the join
-                    // of the expanded old state and the delta comes out (the old entry goes,
-                    // its dot named by the delta's context; the new one joins, its dot unseen
-                    // here), without building either.
-                    let mut full = Full::fresh(frontier);
-                    let mut cc = CausalContext::from_vv(frontier);
-                    cc.insert(c.dot);
-                    let reg = Reg::assigned(Bytes::copy_from_slice(&new), stamp.ts);
-                    full.string = OrMap::singleton((), stamp.dot, reg, cc);
-                    full.stamps[Kind::Str as usize] = c.ts.max(stamp.ts);
-                    self.repr = Repr::Full(Box::new(full));
-                } else {
+                // The old value leaves with its dot, which stays in the context until the
+                // frontier covers it (so does the dot it had overwritten, if any): the result
+                // is the join of the expanded old state and the delta (the old entry goes, its
+                // dot named by the delta's context; the new one joins, its dot unseen here),
+                // built without building either. One such dot fits the compact form.
+                let unstable = |d: &Dot| !frontier.contains(*d);
+                let (kept_dot, kept_over) = match old {
+                    Some(c) => (Some(c.dot).filter(unstable), c.over.filter(unstable)),
+                    None => (None, None),
+                };
+                let one_kept = match (kept_dot, kept_over) {
+                    (Some(a), Some(b)) if a != b => None,
+                    (a, b) => Some(a.or(b)),
+                };
+                if let Some(over) = one_kept {
                     self.repr = Repr::Str(CompactStr {
                         dot: stamp.dot,
                         ts: stamp.ts,
                         value: None,
+                        over,
                     });
+                } else {
+                    let mut full = Full::fresh(frontier);
+                    let mut cc = CausalContext::from_vv(frontier);
+                    kept_dot
+                        .into_iter()
+                        .chain(kept_over)
+                        .for_each(|d| cc.insert(d));
+                    let reg = Reg::assigned(Bytes::copy_from_slice(&new), stamp.ts);
+                    full.string = OrMap::singleton((), stamp.dot, reg, cc);
+                    let old_ts = old.map_or(Hlc::ZERO, |c| c.ts);
+                    full.stamps[Kind::Str as usize] = old_ts.max(stamp.ts);
+                    self.repr = Repr::Full(Box::new(full));
                 }
                 return Delta::Assign(stamp);
             }
@@ -1466,31 +1503,54 @@ impl KeyState {
         if frontier.contains(dot) {
             return None;
         }
-        let old_ts = match &self.repr {
-            Repr::Empty => Hlc::ZERO,
+        let unstable = |d: &Dot| !frontier.contains(*d);
+        let (old_ts, kept) = match &self.repr {
+            Repr::Empty => (Hlc::ZERO, [None, None]),
             Repr::Str(c) => {
-                let overwritten =
-                    c.dot != dot && frontier.contains(c.dot) && context.contains(c.dot);
+                // Our entry must be one the delta overwrote, and its dot one we have not
+                // removed already.
+                let overwritten = c.dot != dot && c.over != Some(dot) && context.contains(c.dot);
                 if !overwritten {
                     return None;
                 }
-                c.ts
+                (
+                    c.ts,
+                    [Some(c.dot).filter(unstable), c.over.filter(unstable)],
+                )
             }
             Repr::Full(_) => return None,
         };
-        let exact = reg.base_ts >= old_ts && context.covered_by(frontier, Some(dot));
-        exact.then(|| CompactStr {
+        if reg.base_ts < old_ts {
+            return None;
+        }
+        // The join's context: the frontier, the dots ours kept beyond it, and the delta's;
+        // besides `dot`, the compact form holds one more.
+        let mut beyond = context.dots_beyond(frontier, dot, 1)?;
+        for k in kept.into_iter().flatten() {
+            if !beyond.contains(k) {
+                if !beyond.is_empty() {
+                    return None;
+                }
+                beyond.push(k);
+            }
+        }
+        Some(CompactStr {
             dot,
             ts: reg.base_ts,
             value: Some(reg.base.to_vec().into_boxed_slice()),
+            over: beyond.first(),
         })
     }
 
     /// Drops causal metadata below `stable` (the new applied frontier) and compacts.
     pub fn gc(&mut self, stable: &VersionVector) {
-        if let Repr::Full(f) = &mut self.repr {
-            f.gc(stable);
-            self.recompact(stable);
+        match &mut self.repr {
+            Repr::Full(f) => {
+                f.gc(stable);
+                self.recompact(stable);
+            }
+            Repr::Str(c) if c.over.is_some_and(|o| stable.contains(o)) => c.over = None,
+            _ => {}
         }
     }
 
@@ -1562,7 +1622,7 @@ impl KeyState {
     pub fn is_compact(&self) -> bool {
         match &self.repr {
             Repr::Empty => false,
-            Repr::Str(_) => true,
+            Repr::Str(c) => c.over.is_none(),
             Repr::Full(f) => f.is_compact(),
         }
     }
@@ -1581,7 +1641,7 @@ impl KeyState {
     pub fn may_hold_garbage(&self) -> bool {
         match &self.repr {
             Repr::Empty => true,
-            Repr::Str(_) => false,
+            Repr::Str(c) => c.over.is_some(),
             Repr::Full(f) => f.may_hold_garbage() || f.awaits_frontier(),
         }
     }
@@ -2379,9 +2439,12 @@ mod tests {
         assert!(k.value_in_store(), "the store holds the value: {k:?}");
         assert!(matches!(d, Delta::Assign(_)), "{d:?}");
         assert_eq!(*k.expand(&none, Some(b"v")), d.into_full(b"v"));
-        // Overwritten while the old dot is above the frontier: full until GC passes it.
+        // Overwritten while the old dot is above the frontier: still compact, keeping the old
+        // dot in its context (so its expanded form is the join of the old state and the
+        // delta), listed for GC and not packed until GC passes it.
+        let before = k.expand(&none, Some(b"v")).into_owned();
         let mut st = stamper_for(1, 11, &mut counter, &mut issued);
-        k.capture(
+        let d = k.capture(
             &none,
             Some((&s("w"), None)),
             Intent::Assign,
@@ -2389,12 +2452,33 @@ mod tests {
             None,
             &mut st,
         );
-        assert!(!k.is_compact_form());
+        assert!(
+            k.is_compact_form() && !k.is_compact() && k.may_hold_garbage(),
+            "{k:?}"
+        );
+        assert!(k.packed().is_none());
+        let mut joined = before.clone();
+        joined.merge(&d.into_full(b"w"));
+        assert_eq!(*k.expand(&none, Some(b"w")), joined);
+        // A third write before GC: two dots beyond the frontier take the general form.
+        let mut k3 = k.clone();
+        let mut st = stamper_for(1, 12, &mut counter, &mut issued);
+        let d3 = k3.capture(
+            &none,
+            Some((&s("x"), None)),
+            Intent::Assign,
+            true,
+            None,
+            &mut st,
+        );
+        assert!(!k3.is_compact_form(), "{k3:?}");
+        let mut joined3 = joined.clone();
+        joined3.merge(&d3.into_full(b"x"));
+        assert_eq!(*k3.expand(&none, None), joined3);
         let frontier: VersionVector = [(NodeId(1), 1)].into_iter().collect();
         k.gc(&frontier);
-        assert!(k.is_compact_form(), "{k:?}");
-        assert_eq!(k.materialize(&Limits::default(), None), Some(s("w")));
-        k.drop_value();
+        assert!(k.is_compact_form() && k.is_compact(), "{k:?}");
+        assert!(k.value_in_store(), "{k:?}");
         assert_eq!(k.materialize(&Limits::default(), Some(b"w")), Some(s("w")));
         // Packed to its stamp and back.
         let p = k.packed().expect("a local write packs");

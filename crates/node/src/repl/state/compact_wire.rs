@@ -129,7 +129,8 @@ impl KeyState {
                 out.extend_from_slice(&wire.empty);
             }
             // A zero stamp would leave the stamps out of the mask: the general path says so.
-            Repr::Str(c) if c.ts != Hlc::ZERO => {
+            // A string that keeps an overwritten dot has a context the parts below lack.
+            Repr::Str(c) if c.ts != Hlc::ZERO && c.over.is_none() => {
                 wire.refresh(frontier);
                 out.push(STRING_BIT | STAMPS_BIT | wire.mask);
                 string_entry(out, c.dot, c.ts, c.value(stored));
@@ -213,6 +214,7 @@ mod tests {
                             dot: d,
                             ts,
                             value: (!in_store).then(|| value.clone().into_boxed_slice()),
+                            over: None,
                         }),
                     },
                 ];
