@@ -7,7 +7,7 @@ use std::io;
 use lattice_node::{Input, Micros, Node, Output};
 
 use crate::upload::{AckMode, Call, ObjectReply, Uploader};
-use crate::{Dir, Kind, Store};
+use crate::{Dir, Kind, Store, SyncTicket};
 
 /// Framed records a drain leaves for the end of the turn at most; past this many bytes they
 /// are written at once (one large MSET or a long pipeline's batch do not wait in memory).
@@ -248,19 +248,58 @@ impl<D: Dir> Persister<D> {
         self.upload.as_ref()
     }
 
-    /// Makes every record durable and tells the node (or tells it why not).
+    /// Makes every record durable and tells the node (or tells it why not): a sync begun and
+    /// finished here ([`Self::begin_sync`], [`Self::finish_sync`]).
     pub fn sync(&mut self, node: &mut Node, now: Micros) {
+        if let Some(ticket) = self.begin_sync(node, now) {
+            let result = self.store.dir.sync(&ticket.segment);
+            self.finish_sync(node, now, &ticket, result);
+        }
+    }
+
+    /// Writes the records and names the segment a sync must make durable, for a driver that
+    /// syncs it elsewhere (the server, outside its lock) and then calls
+    /// [`Self::finish_sync`]. None: nothing to sync (the node has heard), or the write failed
+    /// (the node has heard that too).
+    pub fn begin_sync(&mut self, node: &mut Node, now: Micros) -> Option<SyncTicket> {
         self.sync_wanted = false;
-        match self.store.sync() {
-            Ok(_) => {
-                if self.failing {
-                    self.log
-                        .push("the data directory accepts writes again".to_string());
-                    self.failing = false;
-                }
+        match self.store.sync_begin() {
+            Ok(Some(ticket)) => Some(ticket),
+            Ok(None) => {
+                self.recovered();
+                self.report(node, now);
+                None
+            }
+            Err(e) => {
+                self.failed(node, now, e);
+                None
+            }
+        }
+    }
+
+    /// The sync of `ticket` ended with `result`; the node hears what became durable.
+    pub fn finish_sync(
+        &mut self,
+        node: &mut Node,
+        now: Micros,
+        ticket: &SyncTicket,
+        result: io::Result<()>,
+    ) {
+        match result {
+            Ok(()) => {
+                self.store.sync_done(ticket);
+                self.recovered();
                 self.report(node, now);
             }
             Err(e) => self.failed(node, now, e),
+        }
+    }
+
+    fn recovered(&mut self) {
+        if self.failing {
+            self.log
+                .push("the data directory accepts writes again".to_string());
+            self.failing = false;
         }
     }
 
@@ -306,11 +345,23 @@ impl<D: Dir> Persister<D> {
     /// else one write of the records the turn's batches framed. A failed write is retried by
     /// the next drain's turn (the records stay buffered).
     pub fn end_turn(&mut self, node: &mut Node, now: Micros) {
+        if let Some(ticket) = self.begin_turn_end(node, now) {
+            let result = self.store.dir.sync(&ticket.segment);
+            self.finish_sync(node, now, &ticket, result);
+        }
+    }
+
+    /// [`Self::end_turn`] up to the sync itself, which the caller does on the returned
+    /// ticket's segment and reports with [`Self::finish_sync`] (None: no sync to do).
+    pub fn begin_turn_end(&mut self, node: &mut Node, now: Micros) -> Option<SyncTicket> {
         if self.sync_wanted {
             self.write_wanted = false;
-            self.sync(node, now);
-        } else if self.write_wanted {
-            self.write(node, now);
+            self.begin_sync(node, now)
+        } else {
+            if self.write_wanted {
+                self.write(node, now);
+            }
+            None
         }
     }
 

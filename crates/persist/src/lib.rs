@@ -27,7 +27,7 @@ mod upload;
 pub use driver::{Loaded, Persister};
 
 pub use frame::{encode_frame, scan, Frame, Kind, ScanEnd, FORMAT_VERSION, FRAME_HEADER};
-pub use store::{Dir, Recovered, Store, MAX_SEGMENT_BYTES};
+pub use store::{Dir, Recovered, Store, SyncTicket, MAX_SEGMENT_BYTES};
 pub use upload::{
     parse_piece_key, plan_restore, AckMode, Call, ObjectReply, ObjectRequest, RestorePlan, Start,
     UploadConfig, Uploader, MANIFEST_KEY,

@@ -40,6 +40,14 @@ fn parse_seq(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
         .ok()
 }
 
+/// A sync in progress (see [`Store::sync_begin`]): the segment to sync and the sequence number
+/// it makes durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncTicket {
+    pub segment: String,
+    pub seq: u64,
+}
+
 /// What recovery found.
 #[derive(Debug, Default, Clone)]
 pub struct Recovered {
@@ -363,14 +371,41 @@ impl<D: Dir> Store<D> {
 
     /// Writes what is buffered and makes it durable; returns the last durable sequence number.
     pub fn sync(&mut self) -> io::Result<u64> {
-        self.write()?;
-        if self.synced_seq < self.written_seq {
-            if let Some(name) = self.segment.clone() {
-                self.dir.sync(&name)?;
-            }
-            self.synced_seq = self.written_seq;
+        if let Some(ticket) = self.sync_begin()? {
+            self.dir.sync(&ticket.segment)?;
+            self.sync_done(&ticket);
         }
         Ok(self.synced_seq)
+    }
+
+    /// The first half of [`Store::sync`]: writes what is buffered and names what is still to
+    /// be made durable (None: nothing is). A driver may then sync the named segment wherever
+    /// it likes (the server does it outside its lock, on a duplicate handle, while records
+    /// keep being appended) and report with [`Store::sync_done`]. A sync covers everything
+    /// written to the file before it began, so the ticket's sequence number is safe to
+    /// declare durable even if later records were appended meanwhile.
+    pub fn sync_begin(&mut self) -> io::Result<Option<SyncTicket>> {
+        self.write()?;
+        if self.synced_seq >= self.written_seq {
+            return Ok(None);
+        }
+        match self.segment.clone() {
+            Some(segment) => Ok(Some(SyncTicket {
+                segment,
+                seq: self.written_seq,
+            })),
+            None => {
+                // Rotated since the write: the rotation synced the segment it sealed.
+                self.synced_seq = self.written_seq;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The ticket's segment was synced: its records are durable. Tickets may complete out of
+    /// order (two loops syncing at once); the durable point only rises.
+    pub fn sync_done(&mut self, ticket: &SyncTicket) {
+        self.synced_seq = self.synced_seq.max(ticket.seq);
     }
 
     /// Seals the current segment (synced first: a later segment must never be durable while

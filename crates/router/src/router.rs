@@ -360,6 +360,42 @@ impl<D: Dir> Router<D> {
         }
     }
 
+    /// [`Router::complete_sync`] up to the sync, for a driver that syncs outside its lock:
+    /// the records are written; the returned ticket names the segment to sync, and
+    /// [`Router::finish_sync`] reports it. None: no sync to do (the caller drains as after
+    /// `complete_sync`).
+    pub fn begin_sync(&mut self, now: Micros) -> Option<lattice_persist::SyncTicket> {
+        let now = self.now(now.0);
+        let p = self.persist.as_mut()?;
+        p.begin_turn_end(&mut self.node, now)
+    }
+
+    /// The sync of a ticket from [`Router::begin_sync`] ended with `result`. Returns the
+    /// persister's log lines; the caller then drains (the sync releases held replies).
+    pub fn finish_sync(
+        &mut self,
+        now: Micros,
+        ticket: &lattice_persist::SyncTicket,
+        result: std::io::Result<()>,
+    ) -> Vec<String> {
+        let now = self.now(now.0);
+        match self.persist.as_mut() {
+            Some(p) => {
+                p.finish_sync(&mut self.node, now, ticket, result);
+                p.take_log()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The persister's log lines since the last call.
+    pub fn take_persist_log(&mut self) -> Vec<String> {
+        self.persist
+            .as_mut()
+            .map(|p| p.take_log())
+            .unwrap_or_default()
+    }
+
     /// Ends persistence for a stop: every pending record written and synced. None without a
     /// persister.
     pub fn close_persistence(&mut self, now: Micros) -> Option<std::io::Result<()>> {

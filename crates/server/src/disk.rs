@@ -4,7 +4,8 @@
 //! `Sync` from the node (every batch under `appendfsync always`, once a second under
 //! `everysec`) becomes one `fdatasync` at the end of the event loop's turn, before the node
 //! hears `Persisted` and releases the replies it held (group commit, as Redis does in
-//! `beforeSleep`).
+//! `beforeSleep`). The `fdatasync` runs on a duplicate handle with the host lock released
+//! ([`LocalDir::handle_for_sync`], ARCHITECTURE §84), so other loops execute meanwhile.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -41,6 +42,16 @@ impl LocalDir {
             self.open.insert(name.to_string(), f);
         }
         Ok(self.open.get_mut(name).expect("just opened"))
+    }
+
+    /// A second handle on `name`, for syncing it without holding this directory (the event
+    /// loop's sync outside the host lock). None when the directory itself has unsynced
+    /// entries: [`Dir::sync`] must do that part, under the lock.
+    pub fn handle_for_sync(&mut self, name: &str) -> io::Result<Option<File>> {
+        if self.dir_dirty {
+            return Ok(None);
+        }
+        self.file(name)?.try_clone().map(Some)
     }
 
     fn sync_dir(&mut self) -> io::Result<()> {

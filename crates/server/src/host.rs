@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use lattice_node::{ConnId, Input, Micros, Node, NodeId};
-use lattice_persist::Persister;
+use lattice_persist::{Dir as _, Persister};
 use lattice_router::{Route, Router};
 use parking_lot::Mutex;
 
@@ -214,11 +214,60 @@ impl Host {
         self.router.sync_wanted()
     }
 
-    /// The group commit at the end of an event loop's turn: one sync for the records of every
-    /// batch run since the last, then the replies it releases go to their loops.
-    pub fn complete_sync(&mut self, current_loop: Option<usize>) {
+    /// The group commit at the end of an event loop's turn (one sync for the records of every
+    /// batch since the last), split around the `fdatasync` so that the caller can run it
+    /// without the host lock: the records are written now, and the returned ticket and
+    /// handle are what the caller syncs before [`Host::finish_sync`]. None: nothing to sync
+    /// outside (no sync wanted, or it was done here because the directory itself needed
+    /// one); either way what it released has been drained.
+    pub fn begin_sync(
+        &mut self,
+        current_loop: Option<usize>,
+    ) -> Option<(lattice_persist::SyncTicket, std::fs::File)> {
         let now = self.now();
-        for line in self.router.complete_sync(now) {
+        let ticket = self.router.begin_sync(now);
+        let job = match ticket {
+            None => None,
+            Some(ticket) => {
+                let handle = self
+                    .router
+                    .persister_and_node_mut()
+                    .map(|(p, _)| p.dir_mut().handle_for_sync(&ticket.segment));
+                match handle {
+                    Some(Ok(Some(file))) => Some((ticket, file)),
+                    // The directory needs its own sync (a new segment), or the handle could
+                    // not be had: the sync is done here, under the lock, as before.
+                    other => {
+                        let result = match other {
+                            Some(Err(e)) => Err(e),
+                            _ => self
+                                .router
+                                .persister_and_node_mut()
+                                .map_or(Ok(()), |(p, _)| p.dir_mut().sync(&ticket.segment)),
+                        };
+                        self.finish_sync(&ticket, result, current_loop);
+                        return None;
+                    }
+                }
+            }
+        };
+        for line in self.router.take_persist_log() {
+            tracing::warn!("persistence: {line}");
+        }
+        self.drain(None, &mut Vec::new(), current_loop);
+        job
+    }
+
+    /// The sync of a ticket from [`Host::begin_sync`] ended: the node hears it and the
+    /// replies it held go out.
+    pub fn finish_sync(
+        &mut self,
+        ticket: &lattice_persist::SyncTicket,
+        result: std::io::Result<()>,
+        current_loop: Option<usize>,
+    ) {
+        let now = self.now();
+        for line in self.router.finish_sync(now, ticket, result) {
             tracing::warn!("persistence: {line}");
         }
         self.drain(None, &mut Vec::new(), current_loop);
