@@ -1400,8 +1400,13 @@ impl KeyState {
                     Some(c) => (Some(c.dot).filter(unstable), c.over.filter(unstable)),
                     None => (None, None),
                 };
+                // An old stamp above the new one (a clock set back across a restart) must
+                // stay the type's stamp, as the general join keeps it: only the general form
+                // holds a type stamp apart from the register's.
+                let old_ts = old.map_or(Hlc::ZERO, |c| c.ts);
                 let one_kept = match (kept_dot, kept_over) {
                     (Some(a), Some(b)) if a != b => None,
+                    (Some(_), _) | (_, Some(_)) if old_ts > stamp.ts => None,
                     (a, b) => Some(a.or(b)),
                 };
                 if let Some(over) = one_kept {
@@ -1420,7 +1425,6 @@ impl KeyState {
                         .for_each(|d| cc.insert(d));
                     let reg = Reg::assigned(Bytes::copy_from_slice(&new), stamp.ts);
                     full.string = OrMap::singleton((), stamp.dot, reg, cc);
-                    let old_ts = old.map_or(Hlc::ZERO, |c| c.ts);
                     full.stamps[Kind::Str as usize] = old_ts.max(stamp.ts);
                     self.repr = Repr::Full(Box::new(full));
                 }
