@@ -45,7 +45,7 @@ pub use lww::LwwRegister;
 pub use ormap::OrMap;
 pub use orset::OrSet;
 pub use seq::{Anchor, Rga, SeqError};
-pub use vv::{CausalContext, DotCloud, FewDots, VersionVector};
+pub use vv::{CausalContext, DotCloud, VersionVector};
 
 /// Identity of a replica. Unique in the cluster and never reused: it breaks timestamp ties and
 /// names the writer of dots and counter contributions.

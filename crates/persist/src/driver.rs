@@ -251,7 +251,14 @@ impl<D: Dir> Persister<D> {
     /// Makes every record durable and tells the node (or tells it why not): a sync begun and
     /// finished here ([`Self::begin_sync`], [`Self::finish_sync`]).
     pub fn sync(&mut self, node: &mut Node, now: Micros) {
-        if let Some(ticket) = self.begin_sync(node, now) {
+        let ticket = self.begin_sync(node, now);
+        self.sync_here(node, now, ticket);
+    }
+
+    /// Syncs a begun ticket's segment here and finishes it (the server's turn end syncs it
+    /// elsewhere instead).
+    fn sync_here(&mut self, node: &mut Node, now: Micros, ticket: Option<SyncTicket>) {
+        if let Some(ticket) = ticket {
             let result = self.store.dir.sync(&ticket.segment);
             self.finish_sync(node, now, &ticket, result);
         }
@@ -345,10 +352,8 @@ impl<D: Dir> Persister<D> {
     /// else one write of the records the turn's batches framed. A failed write is retried by
     /// the next drain's turn (the records stay buffered).
     pub fn end_turn(&mut self, node: &mut Node, now: Micros) {
-        if let Some(ticket) = self.begin_turn_end(node, now) {
-            let result = self.store.dir.sync(&ticket.segment);
-            self.finish_sync(node, now, &ticket, result);
-        }
+        let ticket = self.begin_turn_end(node, now);
+        self.sync_here(node, now, ticket);
     }
 
     /// [`Self::end_turn`] up to the sync itself, which the caller does on the returned

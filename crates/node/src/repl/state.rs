@@ -520,7 +520,7 @@ impl Full {
         }
         let over = match frontier {
             None => None,
-            Some(f) => self.string.context().dots_beyond(f, *dot, 1)?.first(),
+            Some(f) => self.string.context().dot_beyond(f, *dot)?,
         };
         Some(Some((*dot, reg, over)))
     }
@@ -1529,20 +1529,18 @@ impl KeyState {
         }
         // The join's context: the frontier, the dots ours kept beyond it, and the delta's;
         // besides `dot`, the compact form holds one more.
-        let mut beyond = context.dots_beyond(frontier, dot, 1)?;
+        let mut over = context.dot_beyond(frontier, dot)?;
         for k in kept.into_iter().flatten() {
-            if !beyond.contains(k) {
-                if !beyond.is_empty() {
-                    return None;
-                }
-                beyond.push(k);
+            match over {
+                Some(o) if o != k => return None,
+                _ => over = Some(k),
             }
         }
         Some(CompactStr {
             dot,
             ts: reg.base_ts,
             value: Some(reg.base.to_vec().into_boxed_slice()),
-            over: beyond.first(),
+            over,
         })
     }
 
@@ -2429,16 +2427,20 @@ mod tests {
     fn a_plain_string_is_held_compact() {
         let none = VersionVector::new();
         let (mut counter, mut issued) = (VersionVector::new(), CausalContext::new());
+        // A local SET of `v` at wall time `wall` on node 1, as the node captures it.
+        let mut assign = |k: &mut KeyState, v: &str, wall: u64| {
+            let mut st = stamper_for(1, wall, &mut counter, &mut issued);
+            k.capture(
+                &none,
+                Some((&s(v), None)),
+                Intent::Assign,
+                true,
+                None,
+                &mut st,
+            )
+        };
         let mut k = KeyState::default();
-        let mut st = stamper_for(1, 10, &mut counter, &mut issued);
-        let d = k.capture(
-            &none,
-            Some((&s("v"), None)),
-            Intent::Assign,
-            true,
-            None,
-            &mut st,
-        );
+        let d = assign(&mut k, "v", 10);
         assert!(k.is_compact_form(), "{k:?}");
         assert!(k.value_in_store(), "the store holds the value: {k:?}");
         assert!(matches!(d, Delta::Assign(_)), "{d:?}");
@@ -2447,15 +2449,7 @@ mod tests {
         // dot in its context (so its expanded form is the join of the old state and the
         // delta), listed for GC and not packed until GC passes it.
         let before = k.expand(&none, Some(b"v")).into_owned();
-        let mut st = stamper_for(1, 11, &mut counter, &mut issued);
-        let d = k.capture(
-            &none,
-            Some((&s("w"), None)),
-            Intent::Assign,
-            true,
-            None,
-            &mut st,
-        );
+        let d = assign(&mut k, "w", 11);
         assert!(
             k.is_compact_form() && !k.is_compact() && k.may_hold_garbage(),
             "{k:?}"
@@ -2466,15 +2460,7 @@ mod tests {
         assert_eq!(*k.expand(&none, Some(b"w")), joined);
         // A third write before GC: two dots beyond the frontier take the general form.
         let mut k3 = k.clone();
-        let mut st = stamper_for(1, 12, &mut counter, &mut issued);
-        let d3 = k3.capture(
-            &none,
-            Some((&s("x"), None)),
-            Intent::Assign,
-            true,
-            None,
-            &mut st,
-        );
+        let d3 = assign(&mut k3, "x", 12);
         assert!(!k3.is_compact_form(), "{k3:?}");
         let mut joined3 = joined.clone();
         joined3.merge(&d3.into_full(b"x"));
