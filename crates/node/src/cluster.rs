@@ -49,6 +49,8 @@ pub const FORWARD_RESEND_MS: u64 = 100;
 /// Forward ids from one peer that already ran here, with their replies while they fit.
 #[derive(Default)]
 struct Seen {
+    /// The peer process these ids are from (`Cluster::origin`).
+    origin: u64,
     floor: u64,
     ids: BTreeSet<u64>,
     replies: BTreeMap<u64, Bytes>,
@@ -264,8 +266,13 @@ pub struct Cluster {
     /// (when, id): forwards to send again if still unanswered.
     resends: BTreeSet<(u64, u64)>,
     next_id: u64,
-    /// Per peer: forwards it sent that ran here (duplicate suppression; reset when its link
-    /// comes up again, since a restarted peer numbers its forwards afresh).
+    /// This process's number, sent with every forward: a restarted process numbers its
+    /// forwards from 1 again, and its owners must not take them for copies of the old
+    /// process's. Not reset with a link: a link that drops and comes back to the same process
+    /// can still bring a copy of a forward that ran, which must not run twice.
+    pub origin: u64,
+    /// Per peer: forwards it sent that ran here (duplicate suppression; reset when the peer's
+    /// `origin` changes, a new process).
     ran: BTreeMap<u32, Seen>,
     pub stats: ClusterStats,
 }
@@ -308,6 +315,7 @@ impl Cluster {
             deadlines: BTreeSet::new(),
             resends: BTreeSet::new(),
             next_id: 1,
+            origin: 0,
             ran: BTreeMap::new(),
             stats: ClusterStats::default(),
         })
@@ -731,9 +739,16 @@ impl Cluster {
         resend.into_iter().chain(deadline).chain(check).min()
     }
 
-    /// Whether forward `id` from `peer` is new (then it is remembered as run).
-    pub fn first_delivery(&mut self, peer: u32, id: u64) -> bool {
+    /// Whether forward `id` from process `origin` of `peer` is new (then it is remembered as
+    /// run). A new process of the peer starts a new record.
+    pub fn first_delivery(&mut self, peer: u32, origin: u64, id: u64) -> bool {
         let seen = self.ran.entry(peer).or_default();
+        if seen.origin != origin {
+            *seen = Seen {
+                origin,
+                ..Seen::default()
+            };
+        }
         if id <= seen.floor || !seen.ids.insert(id) {
             return false;
         }
@@ -787,11 +802,6 @@ impl Cluster {
         out
     }
 
-    /// A new link to `peer`: it may be a new process, numbering its forwards from 1.
-    pub fn link_changed(&mut self, peer: u32) {
-        self.ran.remove(&peer);
-    }
-
     pub fn check_invariants(&self) {
         assert_eq!(self.resends.len(), self.pending.len(), "forward resends");
         for (t, id) in &self.resends {
@@ -833,5 +843,33 @@ impl Cluster {
             self.pending.len() <= MAX_PENDING_FORWARDS,
             "unbounded forwards"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of a forward that ran is refused for as long as its sender's process lives,
+    /// links dropping and coming back included (a write must not run twice); a restarted
+    /// sender, numbering its forwards from 1 again, is a new record.
+    #[test]
+    fn a_forward_runs_once_per_sender_process() {
+        let mut c = Cluster::new(1, 3, 2, "h".into(), 1, 2, false).expect("partitioned");
+        assert!(c.first_delivery(2, 7, 1));
+        c.keep_reply(2, 1, &Bytes::from_static(b":22\r\n"));
+        assert!(!c.first_delivery(2, 7, 1), "a copy ran again");
+        // The link to peer 2 drops and comes back (`Node::cluster_peer_up`): the same process.
+        assert!(
+            !c.first_delivery(2, 7, 1),
+            "a copy over a new link ran again"
+        );
+        assert_eq!(c.kept_reply(2, 1).as_deref(), Some(&b":22\r\n"[..]));
+        assert!(c.first_delivery(2, 7, 2));
+        // Peer 2 restarted: its forward 1 is new.
+        assert!(c.first_delivery(2, 8, 1));
+        assert!(c.kept_reply(2, 2).is_none());
+        // Other peers keep their own records.
+        assert!(c.first_delivery(3, 7, 1));
     }
 }

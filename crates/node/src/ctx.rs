@@ -187,7 +187,12 @@ impl Core {
             config.cluster_port,
             config.join,
         )
-        .map(Box::new);
+        .map(|mut c| {
+            // Differs between two processes of one node: they start at different times, or
+            // (a restart within a microsecond, in a simulation) from different seeds.
+            c.origin = now.0 ^ seed.rotate_left(32);
+            Box::new(c)
+        });
         let mut acl = crate::acl::Acl::new(acl_catalog(&table));
         if let Some(pass) = config.requirepass.as_deref() {
             acl.set_requirepass(pass.as_bytes());

@@ -31,7 +31,6 @@ impl Node {
             return;
         };
         c.up.insert(peer.0);
-        c.link_changed(peer.0);
         // Streams to it (or asks) may be due now.
         c.next_check_ms = 0;
         self.send_members(&[peer]);
@@ -64,7 +63,7 @@ impl Node {
         match next {
             Some(owner) => {
                 c.redirect(id, owner);
-                send_forward(self.core.repl.as_deref_mut(), owner, id, &f);
+                send_forward(self.core.repl.as_deref_mut(), c.origin, owner, id, &f);
             }
             None => {
                 c.finish(id);
@@ -112,7 +111,7 @@ impl Node {
         };
         let id = c.start(f);
         let f = c.get(id).expect("just started");
-        send_forward(self.core.repl.as_deref_mut(), owner, id, f);
+        send_forward(self.core.repl.as_deref_mut(), c.origin, owner, id, f);
         Ok(id)
     }
 
@@ -157,8 +156,8 @@ impl Node {
     /// Unanswered forwards are sent again (a lost message); those past their deadline are
     /// answered with an error.
     pub(super) fn cluster_timeouts(&mut self, now_ms: u64) {
-        let (resend, expired) = match self.core.cluster.as_deref_mut() {
-            Some(c) => (c.due_resends(now_ms), c.expired(now_ms)),
+        let (resend, expired, origin) = match self.core.cluster.as_deref_mut() {
+            Some(c) => (c.due_resends(now_ms), c.expired(now_ms), c.origin),
             None => return,
         };
         for (id, peer) in resend {
@@ -169,7 +168,7 @@ impl Node {
                 .and_then(|c| c.get(id))
                 .cloned();
             if let Some(f) = f {
-                send_forward(self.core.repl.as_deref_mut(), peer, id, &f);
+                send_forward(self.core.repl.as_deref_mut(), origin, peer, id, &f);
             }
         }
         for id in expired {
@@ -192,7 +191,7 @@ impl Node {
         if f.args.is_empty() {
             return;
         }
-        if !c.first_delivery(peer.0, f.id) {
+        if !c.first_delivery(peer.0, f.origin, f.id) {
             // A copy (resent, or duplicated on the way): it ran once; answer again if the
             // reply is still kept.
             if let Some(reply) = c.kept_reply(peer.0, f.id) {
@@ -246,7 +245,7 @@ impl Node {
 }
 
 /// Queues forward `id` for `owner` (the first copy, or a resend).
-fn send_forward(repl: Option<&mut Replicator>, owner: u32, id: u64, f: &Forwarded) {
+fn send_forward(repl: Option<&mut Replicator>, origin: u64, owner: u32, id: u64, f: &Forwarded) {
     if let Some(r) = repl {
         r.send_forward(
             NodeId(owner),
@@ -254,6 +253,7 @@ fn send_forward(repl: Option<&mut Replicator>, owner: u32, id: u64, f: &Forwarde
                 id,
                 proto: f.proto,
                 args: f.args.clone(),
+                origin,
             },
         );
     }

@@ -902,6 +902,18 @@ impl Replicator {
         }
         let ts = self.hlc.now(now_ms);
         let (frontier, node) = (&self.frontier, self.dot_node);
+        // A key of a group this replica gained is captured against no frontier, as its
+        // states are merged (see `merge_blobs`): the seen-set took the group's dots as other
+        // keys' skipped contexts while this node did not own it, so the frontier can cover
+        // dots of the key this replica never merged (the draining holder's stream may not
+        // have arrived yet). Against the frontier, a write onto a state lacking them would
+        // claim to have observed them and remove them everywhere: an increment lost, an
+        // element dropped (ARCHITECTURE §85).
+        let write_frontier = if self.gained_key(key) {
+            &self.no_frontier
+        } else {
+            frontier
+        };
         let (counter, seen) = (&mut self.counter, &mut self.seen);
         let (merkle, stale, scratch) =
             (&mut self.merkle, &mut self.stale_digests, &mut self.scratch);
@@ -956,7 +968,7 @@ impl Replicator {
                 }
                 entry
                     .state
-                    .capture(frontier, now_value, intent, overwrote, hint, &mut st)
+                    .capture(write_frontier, now_value, intent, overwrote, hint, &mut st)
             };
             if delta == Delta::Unchanged {
                 return (None, true); // no new metadata, nothing to send

@@ -126,6 +126,7 @@ mod tests {
             id,
             proto: 2,
             args: vec![Bytes::from_static(b"GET"), Bytes::from_static(b"k")],
+            origin: 1,
         }
     }
 
@@ -190,6 +191,7 @@ mod tests {
             id: 0,
             proto: 2,
             args: vec![Bytes::from(vec![0u8; MAX_FORWARD_BYTES_PER_MESSAGE])],
+            origin: 1,
         };
         o.push_forward(a, big);
         o.push_forward(a, forward(9));

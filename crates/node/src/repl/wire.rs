@@ -207,6 +207,11 @@ pub struct Forward {
     pub proto: u32,
     #[prost(bytes = "bytes", repeated, tag = "3")]
     pub args: Vec<bytes::Bytes>,
+    /// The sender process's number (`Cluster::origin`): forward ids count from 1 in each
+    /// process, so the owner tells a restarted sender's forwards from copies of the old
+    /// process's by it.
+    #[prost(uint64, tag = "4")]
+    pub origin: u64,
 }
 
 /// The owner's reply to a `Forward`, in the client's protocol, byte for byte.
