@@ -116,6 +116,9 @@ const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// period), so a short period costs little and lets the frontier follow writes closely: fewer
 /// keys stay in the general form between rounds (ARCHITECTURE §85, from one second).
 const GC_INTERVAL_MS: u64 = 100;
+/// GC rounds remembered for `Replicator::gc_round`: a frontier is applied when the replicas'
+/// reports trail the writer by at most this many rounds (5 s at `GC_INTERVAL_MS`).
+const GC_HISTORY_ROUNDS: usize = 50;
 /// Period of the report of our seen-set every live peer receives even when no deltas flow: GC
 /// needs fresh reports, and a report is what tells a peer the link works again after a cut
 /// (it then resends what timed out at once, see `on_message`). Four small messages a second.
@@ -412,8 +415,9 @@ pub struct Replicator {
     seen: CausalContext,
     /// The frontier last applied by GC: the context of keys that have no state here.
     frontier: VersionVector,
-    /// Previous GC round's (min, max) of the replicas' seen frontiers.
-    gc_prev: Option<(VersionVector, VersionVector)>,
+    /// Recent GC rounds' (min, max) of the replicas' seen frontiers, oldest first, at most
+    /// `GC_HISTORY_ROUNDS` (see `gc_round`).
+    gc_history: VecDeque<(VersionVector, VersionVector)>,
     next_gc_ms: u64,
     next_report_ms: u64,
     /// States by (leaf, key): anti-entropy reads whole leaves.
@@ -586,7 +590,7 @@ impl Replicator {
             counter: VersionVector::new(),
             seen: CausalContext::new(),
             frontier: VersionVector::new(),
-            gc_prev: None,
+            gc_history: VecDeque::new(),
             next_gc_ms: now_ms + GC_INTERVAL_MS,
             next_report_ms: now_ms + REPORT_INTERVAL_MS,
             keys: keymap::KeyMap::default(),
@@ -1780,7 +1784,7 @@ impl Replicator {
         // peer's once: from then on it holds every key those dots belong to. Partitioned
         // replicas hold different slots and never equal, and keep the old rule.
         if self.gc_held() {
-            self.gc_prev = None;
+            self.gc_history.clear();
             return;
         }
         let members = &self.members;
@@ -1800,12 +1804,21 @@ impl Replicator {
             min.meet(r);
             max.merge(r);
         }
-        if let Some((prev_min, prev_max)) = self.gc_prev.take() {
-            if min.dominates(&prev_max) {
-                self.apply_gc(&prev_min);
-            }
+        // The newest earlier round whose maximum every replica has now merged: its minimum is
+        // applied (everything in flight when it was measured has arrived everywhere). Not
+        // only the previous round's: under a steady load the replicas' reports trail the
+        // writer by more than one round, and a rule that looked one round back never held
+        // (a 3-node cluster taking SETs at 100,000/s applied no frontier until the load
+        // ended, and every key stayed in general form).
+        if let Some(i) = self.gc_history.iter().rposition(|(_, m)| min.dominates(m)) {
+            let (stable, _) = self.gc_history.drain(..=i).last().expect("i is in range");
+            self.apply_gc(&stable);
         }
-        self.gc_prev = Some((min, max));
+        if self.gc_history.len() == GC_HISTORY_ROUNDS {
+            // Only postpones: a later round measures a frontier at least as high.
+            self.gc_history.pop_front();
+        }
+        self.gc_history.push_back((min, max));
     }
 
     /// Raises the applied frontier to `stable` and schedules a visit of every key changed since
