@@ -1811,7 +1811,11 @@ impl Replicator {
         // (a 3-node cluster taking SETs at 100,000/s applied no frontier until the load
         // ended, and every key stayed in general form).
         if let Some(i) = self.gc_history.iter().rposition(|(_, m)| min.dominates(m)) {
-            let (stable, _) = self.gc_history.drain(..=i).last().expect("i is in range");
+            let (stable, _) = self
+                .gc_history
+                .drain(..=i)
+                .next_back()
+                .expect("i is in range");
             self.apply_gc(&stable);
         }
         if self.gc_history.len() == GC_HISTORY_ROUNDS {
