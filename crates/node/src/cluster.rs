@@ -850,20 +850,16 @@ impl Cluster {
 mod tests {
     use super::*;
 
-    /// A copy of a forward that ran is refused for as long as its sender's process lives,
-    /// links dropping and coming back included (a write must not run twice); a restarted
-    /// sender, numbering its forwards from 1 again, is a new record.
+    /// A copy of a forward that ran is refused for as long as its sender's process lives; a
+    /// restarted sender, numbering its forwards from 1 again, is a new record. (That a link
+    /// coming back keeps the record is seed 358 of the membership swarm, run by
+    /// `make sim-membership`.)
     #[test]
     fn a_forward_runs_once_per_sender_process() {
         let mut c = Cluster::new(1, 3, 2, "h".into(), 1, 2, false).expect("partitioned");
         assert!(c.first_delivery(2, 7, 1));
         c.keep_reply(2, 1, &Bytes::from_static(b":22\r\n"));
         assert!(!c.first_delivery(2, 7, 1), "a copy ran again");
-        // The link to peer 2 drops and comes back (`Node::cluster_peer_up`): the same process.
-        assert!(
-            !c.first_delivery(2, 7, 1),
-            "a copy over a new link ran again"
-        );
         assert_eq!(c.kept_reply(2, 1).as_deref(), Some(&b":22\r\n"[..]));
         assert!(c.first_delivery(2, 7, 2));
         // Peer 2 restarted: its forward 1 is new.

@@ -112,7 +112,7 @@ const AE_FOLLOW_UP_MS: u64 = 10;
 /// The `Ack` sequence number of a report that acknowledges no message.
 const REPORT_ONLY_SEQ: u64 = u64::MAX;
 /// Period of GC rounds. A round only compares the seen-sets already reported (a frontier is
-/// applied once every replica's seen-set covers the previous round's maximum, whatever the
+/// applied once every replica's seen-set covers an earlier round's maximum, whatever the
 /// period), so a short period costs little and lets the frontier follow writes closely: fewer
 /// keys stay in the general form between rounds (ARCHITECTURE §85, from one second).
 const GC_INTERVAL_MS: u64 = 100;
