@@ -5,7 +5,7 @@ PORT ?= 6379
 SEEDS ?= 1000
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: crash-test save-test tls-test
+.PHONY: crash-test save-test tls-test evict-test
 .PHONY: run build test deps lint gate unit difftest sim sim-cluster sim-partition soak determinism compat compat-quick maelstrom maelstrom-quick bench clean \
         cluster-test cluster-bench cluster-pause hotkey-bench partition-deps partition-test membership-test sim-membership \
         jepsen jepsen-quick jepsen-canaries jepsen-deps docker-image docker-test \
@@ -20,7 +20,7 @@ build:
 	$(CARGO) build --release --workspace
 
 ## Install what the tests need (only what is missing), then run every test layer.
-test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test partition-test sim-cluster sim-partition sim-membership membership-test jepsen-quick crash-test save-test fuzz-quick s3-test
+test: deps lint gate unit difftest sim compat-quick maelstrom-quick cluster-test partition-test sim-cluster sim-partition sim-membership membership-test evict-test jepsen-quick crash-test save-test fuzz-quick s3-test
 	@echo "make test: all layers passed"
 
 ## Real-process crash test: kill -9 under write load, restart, every acknowledged write checked
@@ -252,6 +252,15 @@ partition-test: partition-deps
 	$(CARGO) build --release -p lattice-server
 	$(PARTITION_PY) scripts/partition-test.py --nodes 5 --rf 3 --keys 20000 --ops 20000
 	$(CARGO) test --release -p lattice-server --test redis_cluster -- --nocapture
+
+## maxmemory on clusters of real processes (ARCHITECTURE §79, §86): a fully replicated node and
+## a partitioned owner each evict past their limit, and the keys they evicted stay on the other
+## replicas or owners (scripts/cluster-evict-check.sh, scripts/partitioned-evict-check.sh;
+## about 30 s).
+evict-test:
+	$(CARGO) build --release -p lattice-server
+	scripts/cluster-evict-check.sh 7550
+	scripts/partitioned-evict-check.sh 7560
 
 ## Live membership of real processes (scripts/membership-test.py): 5 nodes at replication
 ## factor 3 with 20,000 keys grow to 6 (--join) and shrink to 4 (CLUSTER LEAVE twice) under a

@@ -14,22 +14,8 @@ DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"; }
 trap cleanup EXIT
-SEEDS=127.0.0.1:$((BASE + 3)),127.0.0.1:$((BASE + 4)),127.0.0.1:$((BASE + 5))
-for i in 1 2 3; do
-  mkdir -p "$DIR/n$i"
-  "$BIN" --bind 127.0.0.1 --port $((BASE + i - 1)) --dir "$DIR/n$i" --node-id "$i" \
-    --cluster-port $((BASE + 2 + i)) --seeds "$SEEDS" --threads 1 >"$DIR/n$i.log" 2>&1 &
-  PIDS+=($!)
-done
-cli() { redis-cli -p "$1" "${@:2}"; }
-for i in 0 1 2; do until cli $((BASE + i)) ping >/dev/null 2>&1; do sleep 0.1; done; done
-field() { cli "$1" info everything | tr -d '\r' | sed -n "s/^$2://p"; }
-# Writes keys $2..$3 (values of 1,000 bytes) through node port $1, pipelined.
-fill() {
-  local v; v=$(head -c 1000 /dev/zero | tr '\0' v)
-  for ((k = $2; k < $3; k++)); do printf 'SET key:%d %s\r\n' "$k" "$v"; done |
-    redis-cli -p "$1" --pipe >/dev/null || true
-}
+. "$(dirname "$0")/evict-lib.sh"
+start_nodes 3 "$BASE"
 fill "$BASE" 0 "$KEYS"
 # Long enough for every replica to merge the writes and the GC frontier to pass them: only
 # then may node 1 evict a key.

@@ -11,8 +11,9 @@
 //! key whose state every replica holds may go, its replicated state becomes a stub that keeps
 //! the key's digest (so anti-entropy neither ships it back nor ships a deletion), nothing is
 //! replicated or logged, and the key reads as missing here until a peer's state or a local
-//! write brings it back. A partitioned node refuses writes with -OOM instead, whatever the
-//! policy (its frontier does not say that every owner holds a key).
+//! write brings it back. A partitioned node evicts the same way, but only keys every other
+//! owner has said it holds as this node does (ARCHITECTURE §86): a sampled key that lacks
+//! that word is asked about, and evicted by a later command once the answers are in.
 
 use lattice_store::Entry;
 use rand_chacha::rand_core::Rng;
@@ -34,15 +35,28 @@ const MAX_EVICTIONS_PER_COMMAND: usize = 1_024;
 /// keyspace and those without a deadline skipped.
 const VOLATILE_DRAWS_PER_SAMPLE: usize = 32;
 
+/// Partitioned: random keys drawn for the eviction pool per command while it is short of keys
+/// (ARCHITECTURE §86).
+const POOL_DRAWS_PER_COMMAND: usize = 256;
+
+/// Partitioned: the pool is stocked once the memory in use passes this share of `maxmemory`
+/// (in tenths), so that proofs are in when the limit is reached: a proof takes a round trip,
+/// and without them a node reaching its limit answers -OOM until they come back.
+const POOL_STOCK_FROM_TENTHS: u64 = 9;
+
 impl Core {
     /// Evicts what the policy allows while over `maxmemory`; returns the -OOM error if `spec`
     /// may not run.
     pub(crate) fn enforce_maxmemory(&mut self, spec: &CommandSpec) -> Option<&'static str> {
         let limit = self.config.maxmemory_bytes;
-        if limit == 0 || self.eviction.used_bytes() <= limit {
+        if limit == 0 || self.eviction.used_bytes() <= limit / 10 * POOL_STOCK_FROM_TENTHS {
             return None;
         }
         let policy = Policy::parse(&self.config.maxmemory_policy);
+        self.stock_eviction_pool(policy);
+        if self.eviction.used_bytes() <= limit {
+            return None;
+        }
         if self.repl.as_ref().is_none_or(|r| r.may_evict()) && policy != Policy::NoEviction {
             // Evictions are told to tracking clients before the reply, as in Redis.
             let running = self.tracking.current.take();
@@ -56,6 +70,30 @@ impl Core {
             self.tracking.current = running;
         }
         (self.eviction.used_bytes() > limit && spec.has(Flag::DenyOom)).then_some(OOM)
+    }
+
+    /// Partitioned: asks the other owners about random keys for the eviction pool while it is
+    /// short of keys (see `POOL_STOCK_FROM_TENTHS`).
+    fn stock_eviction_pool(&mut self, policy: Policy) {
+        let Policy::Evict { volatile_only, .. } = policy else {
+            return;
+        };
+        let Some(r) = self.repl.as_mut() else {
+            return;
+        };
+        if !r.may_evict() || !r.pool_wants_more() {
+            return;
+        }
+        let (rng, db) = (&mut self.rng, &self.db);
+        let ask: Vec<Vec<u8>> = (0..POOL_DRAWS_PER_COMMAND)
+            .filter_map(|_| {
+                db.random_entry(|| rng.next_u64())
+                    .filter(|e| !volatile_only || e.expire_at_ms().is_some())
+                    .filter(|e| r.wants_proof(e.key(), db))
+                    .map(|e| e.key().to_vec())
+            })
+            .collect();
+        r.ask_holders(&ask, db, self.now.as_millis());
     }
 
     /// Evicts one key chosen by `policy`; false when there is no candidate.
@@ -76,6 +114,9 @@ impl Core {
         let (now_ms, decay_min) = (self.now.as_millis(), self.config.lfu_decay_time_min);
         let mut best: Option<(u64, Vec<u8>)> = None;
         let mut found = 0;
+        // Partitioned: sampled keys that lack only their other owners' word, asked for it
+        // after the sampling (ARCHITECTURE §86).
+        let mut ask: Vec<Vec<u8>> = Vec::new();
         for _ in 0..draws {
             if found == samples {
                 break;
@@ -85,7 +126,16 @@ impl Core {
                 db.random_entry(|| rng.next_u64())
                     .filter(|e| !volatile_only || e.expire_at_ms().is_some())
                     // A replica evicts only what every other replica holds.
-                    .filter(|e| repl.is_none_or(|r| r.evictable(e.key(), db)))
+                    .filter(|e| {
+                        let Some(r) = repl else { return true };
+                        if r.evictable(e.key(), db) {
+                            return true;
+                        }
+                        if r.wants_proof(e.key(), db) {
+                            ask.push(e.key().to_vec());
+                        }
+                        false
+                    })
                     .map(|e| (score(e, rank, now_ms, decay_min), e.key().to_vec()))
             };
             let Some((score, key)) = key_and_score else {
@@ -97,6 +147,26 @@ impl Core {
             }
             if rank == Rank::Random {
                 break;
+            }
+        }
+        if let Some(r) = self.repl.as_mut() {
+            // The eviction pool: keys the other owners vouched for after earlier commands
+            // asked, ranked with the sample (a partitioned node evicts only those).
+            for key in r.proven_keys() {
+                let db = &self.db;
+                let Some(e) = db.get_raw_hashed(lattice_store::key_hash(&key), &key) else {
+                    continue;
+                };
+                if (volatile_only && e.expire_at_ms().is_none()) || !r.evictable(&key, db) {
+                    continue;
+                }
+                let s = score(e, rank, now_ms, decay_min);
+                if best.as_ref().is_none_or(|(b, _)| s < *b) {
+                    best = Some((s, key.to_vec()));
+                }
+            }
+            if !ask.is_empty() {
+                r.ask_holders(&ask, &self.db, now_ms);
             }
         }
         let Some((_, key)) = best else {

@@ -36,6 +36,7 @@
 pub(crate) mod apply;
 pub mod dirty;
 pub mod hint;
+mod hold;
 pub mod hot;
 mod keymap;
 pub mod merkle;
@@ -518,6 +519,8 @@ pub struct Replicator {
     /// The last message merged held a delta back for an evicted key: anti-entropy with its
     /// sender is due at once.
     held_back_evicted: bool,
+    /// Partitioned eviction: the owners' proofs and the stubs' fetches (`hold`, §86).
+    holds: hold::HoldProofs,
 }
 
 /// Whether member `id` keeps `key`: every replica does when the cluster is not partitioned;
@@ -634,6 +637,7 @@ impl Replicator {
             evicted_deadlines: BTreeMap::new(),
             deltas_held_for_evicted: 0,
             held_back_evicted: false,
+            holds: hold::HoldProofs::default(),
         }
     }
 
@@ -808,32 +812,26 @@ impl Replicator {
         }
     }
 
-    /// Whether this replica may evict keys at all: only a fully replicated one (every member
-    /// owns every slot) that holds every group it owns. A partitioned node's seen-set also
-    /// holds dots of keys it does not keep (skipped contexts, groups moving), so its frontier
-    /// does not say that every owner holds an evicted state.
+    /// Whether this replica may evict keys at all: one that holds every group it owns and
+    /// moves none away (a stub is never streamed). A partitioned node's keys also need their
+    /// other owners' proofs (`hold`, ARCHITECTURE §86).
     pub fn may_evict(&self) -> bool {
-        match &self.ownership {
-            None => true,
-            Some(p) => {
-                p.replication_factor() >= p.members().len()
-                    && self.incoming.is_empty()
-                    && self.extra_keepers.is_empty()
-            }
-        }
+        self.ownership.is_none()
+            || (self.incoming.is_empty()
+                && self.extra_keepers.is_empty()
+                && self.moves_out.is_empty())
     }
 
     /// Whether `key` may be evicted now (ARCHITECTURE §79): its state is settled under the
     /// applied frontier (every replica holds it, see [`KeyState::settled_under`]), its capture
-    /// is not deferred, and its digest is current (it stays in the tree for the stub).
+    /// is not deferred, and its digest is current (it stays in the tree for the stub). On a
+    /// partitioned node, also: every other owner said it holds the key as this node does
+    /// (§86; see [`Replicator::wants_proof`] and [`Replicator::ask_holders`]).
     pub fn evictable(&self, key: &[u8], db: &Db) -> bool {
-        if !self.may_evict() || self.is_deferred(key) {
+        let Some(digest) = self.settled_here(key, db) else {
             return false;
-        }
-        let h = lattice_store::key_hash(key);
-        self.keys.get_any(h, key, db).is_some_and(|e| {
-            !e.evicted && !e.partial && !e.digest_stale && e.state.settled_under(&self.frontier)
-        })
+        };
+        !self.partitioned() || self.proven(key, digest)
     }
 
     /// Evicts `key` here, which [`Replicator::evictable`] allowed: its state is dropped and a
@@ -843,6 +841,7 @@ impl Replicator {
     pub fn evict(&mut self, key: &[u8], db: &mut Db) -> usize {
         let h = lattice_store::key_hash(key);
         let was_packed = self.keys.get(h, key).is_none();
+        self.holds.forget(key);
         let Some(e) = self.keys.get_mut(h, key, db) else {
             return 0;
         };
@@ -921,11 +920,15 @@ impl Replicator {
         } else {
             frontier
         };
+        let partitioned = self.partitioned();
         let (counter, seen) = (&mut self.counter, &mut self.seen);
         let (merkle, stale, scratch) =
             (&mut self.merkle, &mut self.stale_digests, &mut self.scratch);
         let gc_queue = &mut self.gc_queue;
         let (stubs, deadlines) = (&mut self.evicted_stubs, &mut self.evicted_deadlines);
+        // A write over a stub of a partitioned node asks the other owners for the whole
+        // state (§86); a fully replicated one finds it by comparing trees.
+        let refetch = partitioned.then_some(&mut self.holds);
         // Deltas are queued while some peer is up or keeps a backlog (§77); without one, the
         // next anti-entropy ships the whole difference anyway.
         // `keeps_backlogs`, with `self` borrowed.
@@ -972,6 +975,9 @@ impl Replicator {
                     // concurrent with what the key holds there (ARCHITECTURE §79).
                     Replicator::unevict(entry, key, stubs, deadlines);
                     entry.partial = true;
+                    if let Some(r) = refetch {
+                        r.want_whole(key);
+                    }
                 }
                 entry
                     .state
@@ -1278,6 +1284,7 @@ impl Replicator {
             return;
         }
         if self.ownership.is_some() {
+            self.send_fetches(None);
             return self.flush_to_owners(&ups, now_ms);
         }
         let mut k = Vec::new();
@@ -1392,6 +1399,10 @@ impl Replicator {
     /// Makes this replica partitioned (`Some`) or fully replicated (`None`). Called by the
     /// node when the membership it knows changes the placement.
     pub fn set_ownership(&mut self, placement: Option<lattice_placement::Placement>) {
+        if self.ownership != placement {
+            // A proof is an answer of the key's owners: new owners have given none.
+            self.holds.clear();
+        }
         self.ownership = placement;
     }
 
@@ -1491,6 +1502,7 @@ impl Replicator {
             self.flush(now_ms);
         }
         self.expire_holders(now_ms);
+        self.holds.expire(now_ms);
         let ids: Vec<NodeId> = self.peers.keys().copied().collect();
         for id in ids {
             let p = self.peers.get_mut(&id).expect("listed");
@@ -1991,7 +2003,11 @@ impl Replicator {
                 let (changed, _) = self.merge_blobs(&batch.entries, true, db);
                 effects.push(Effect::Keys(changed));
                 if std::mem::take(&mut self.held_back_evicted) {
-                    if let Some(p) = self.peers.get_mut(&peer).filter(|p| p.up) {
+                    if self.partitioned() {
+                        // No tree comparison runs between partitioned nodes: the key's
+                        // other owners and the sender are asked for its whole state (§86).
+                        self.send_fetches(Some(peer));
+                    } else if let Some(p) = self.peers.get_mut(&peer).filter(|p| p.up) {
                         p.needs_ae = true;
                         p.next_ae_ms = now_ms;
                     }
@@ -2055,6 +2071,7 @@ impl Replicator {
             }),
             Some(Body::Functions(f)) => self.functions_received(peer, f.digest),
             Some(Body::Hot(h)) => self.on_hot(peer, h, now_ms, db),
+            Some(Body::Hold(m)) => self.on_hold(peer, m, db),
             Some(Body::MoveSlice(m)) => self.on_move_slice(peer, m, data.len(), db, &mut effects),
             Some(Body::MoveAck(a)) => self.on_move_ack(peer, a, now_ms, db),
             Some(Body::MoveAsk(a)) => effects.push(Effect::MoveAsk(
@@ -2133,6 +2150,9 @@ impl Replicator {
                     // state, which holds the delta (ARCHITECTURE §79).
                     self.deltas_held_for_evicted += 1;
                     self.held_back_evicted = true;
+                    if self.partitioned() {
+                        self.holds.want_whole(&b.key);
+                    }
                     continue;
                 }
                 if let Incoming::Full(st) = &incoming {
@@ -2482,6 +2502,16 @@ impl Replicator {
             "evicted_stubs:{}\r\ndeltas_held_for_evicted:{}\r\n",
             self.evicted_stubs, self.deltas_held_for_evicted
         );
+        // Partitioned eviction (§86): the eviction pool, keys asked about and vouched for by
+        // every other owner, and stubs' states asked for whole.
+        let _ = write!(
+            out,
+            "eviction_pool_keys:{}\r\neviction_proofs_asked:{}\r\neviction_proofs_confirmed:{}\r\neviction_fetches:{}\r\n",
+            self.holds.len(),
+            self.holds.asked,
+            self.holds.confirmed,
+            self.holds.fetched
+        );
         let _ = write!(
             out,
             "queued_keys:{}\r\ngc_sweep_pending_keys:{}\r\ngc_queued_keys:{}\r\npacked_keys:{}\r\ntable_keys:{}\r\ngeneral_states:{}\r\n",
@@ -2547,6 +2577,7 @@ impl Replicator {
     pub fn check_invariants(&self, db: &Db) {
         self.keys.check_invariants(db);
         self.check_queues();
+        self.holds.check_invariants();
     }
 
     /// Starts noting which keys' states change, for [`Replicator::take_changes`].

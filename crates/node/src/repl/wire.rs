@@ -32,7 +32,10 @@ pub struct Envelope {
     pub hlc_wall_ms: u64,
     #[prost(uint32, tag = "4")]
     pub hlc_logical: u32,
-    #[prost(oneof = "Body", tags = "5, 6, 7, 8, 9, 10, 13, 14, 15, 16, 17, 18, 19")]
+    #[prost(
+        oneof = "Body",
+        tags = "5, 6, 7, 8, 9, 10, 13, 14, 15, 16, 17, 18, 19, 20"
+    )]
     pub body: Option<Body>,
 }
 
@@ -79,6 +82,11 @@ pub enum Body {
     /// owner's replies to the receiver's, gathered in one turn (see `repl::outbox`).
     #[prost(message, tag = "19")]
     Forwards(Forwards),
+    /// Partitioned cluster, eviction (ARCHITECTURE §86): an owner asks the other owners
+    /// whether they hold keys as it does, they answer, and an owner holding a key's stub
+    /// asks them for the key's whole state.
+    #[prost(message, tag = "20")]
+    Hold(Hold),
 }
 
 /// What a [`Hot`] message asks or says.
@@ -107,6 +115,40 @@ impl Hot {
             1 => Some(HotOp::Subscribe),
             2 => Some(HotOp::Unsubscribe),
             3 => Some(HotOp::Grant),
+            _ => None,
+        }
+    }
+}
+
+/// What a [`Hold`] message asks or says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldOp {
+    /// Do you hold these keys with these digests (`digests`, one per key)?
+    Ask = 1,
+    /// I hold these keys with the digests you asked about.
+    Have = 2,
+    /// Send me these keys' whole states (I hold stubs of them).
+    Fetch = 3,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Hold {
+    /// A [`HoldOp`]; unknown values are ignored.
+    #[prost(uint32, tag = "1")]
+    pub op: u32,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub keys: Vec<bytes::Bytes>,
+    /// `Ask` only: the asker's digest of each key.
+    #[prost(fixed64, repeated, tag = "3")]
+    pub digests: Vec<u64>,
+}
+
+impl Hold {
+    pub fn op(&self) -> Option<HoldOp> {
+        match self.op {
+            1 => Some(HoldOp::Ask),
+            2 => Some(HoldOp::Have),
+            3 => Some(HoldOp::Fetch),
             _ => None,
         }
     }
