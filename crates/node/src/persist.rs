@@ -35,6 +35,7 @@ use lattice_store::dump;
 use crate::client::{ConnId, REPLAY_CONN};
 use crate::ctx::Core;
 use crate::io::{Input, Output};
+use crate::repl::Leafed;
 
 pub mod frame;
 pub mod state;
@@ -75,6 +76,10 @@ const OP_REPL: u8 = 5;
 /// and the byte-wise CRC-64 was most of the cost of logging a small key; 10 bytes less per
 /// key on disk).
 const OP_VALUE: u8 = 6;
+/// `7 varint-len key varint-len deadline varint-digest`: a clustered node's stub of a key it
+/// evicted (ARCHITECTURE §79): the state's digest, and its deadline register (bincode; empty
+/// when it had none). Written by snapshots, which replace the records that held the key.
+const OP_STUB: u8 = 7;
 
 /// A value is large, for `Flag::LoggedAsCommand`, past this many elements (or string bytes / 8).
 const LARGE_VALUE_ELEMENTS: usize = 64;
@@ -95,6 +100,15 @@ fn put_repl<B: RecordBuf>(out: &mut B, key: &[u8], state: &[u8]) {
     out.put_slice(key);
     put_varint(out, state.len() as u64);
     out.put_slice(state);
+}
+
+fn put_stub<B: RecordBuf>(out: &mut B, key: &[u8], digest: u64, deadline: &[u8]) {
+    out.put_u8(OP_STUB);
+    put_varint(out, key.len() as u64);
+    out.put_slice(key);
+    put_varint(out, deadline.len() as u64);
+    out.put_slice(deadline);
+    put_varint(out, digest);
 }
 
 /// `2 varint-len key`: the key was removed.
@@ -599,7 +613,12 @@ impl Core {
                 && data.len() < SNAPSHOT_SLICE_BYTES
             {
                 repl.for_each_state_in_leaf(s.next_slot, &self.db, &mut |k, st| {
-                    put_repl(&mut data, k, st);
+                    match st {
+                        Leafed::State(st) => put_repl(&mut data, k, st),
+                        Leafed::Stub { digest, deadline } => {
+                            put_stub(&mut data, k, digest, deadline)
+                        }
+                    }
                     n += 1;
                 });
                 s.next_slot += 1;
@@ -907,6 +926,21 @@ impl Core {
                     repl.load_state(&key, state, &mut self.db)
                         .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(&key)))?;
                     self.apply_remote(&key);
+                }
+                OP_STUB => {
+                    let key = Bytes::copy_from_slice(get_bytes(data, &mut at)?);
+                    let deadline = get_bytes(data, &mut at)?;
+                    let digest = get_varint(data, &mut at)?;
+                    let Some(repl) = self.repl.as_mut() else {
+                        return Err(format!(
+                            "key {:?} has an evicted replicated state: the directory holds a \
+                             cluster replica's data (start with --seeds, or on an empty \
+                             directory)",
+                            String::from_utf8_lossy(&key)
+                        ));
+                    };
+                    repl.load_stub(&key, digest, deadline, &mut self.db)
+                        .map_err(|e| format!("key {:?}: {e}", String::from_utf8_lossy(&key)))?;
                 }
                 OP_FUNCTIONS => {
                     let blob = get_bytes(data, &mut at)?;

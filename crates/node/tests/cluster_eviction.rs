@@ -175,3 +175,58 @@ fn a_key_not_settled_everywhere_is_not_evicted() {
     assert_eq!(info(&mut c, 0, "evicted_keys"), 0);
     assert_eq!(c.cmd(0, &["GET", "fresh"]), "$1\r\nv\r\n");
 }
+
+/// A node that evicted keys, compacted its log into a snapshot and restarted on its
+/// directory comes back with the same stubs (the snapshot records them): nothing is shipped
+/// either way, the other replicas keep every key, and a later write brings a key back. Left
+/// out of the snapshot, the restarted node held nothing of those keys, which against the
+/// frontier it adopts from its peers read as their removal: it never took them back.
+#[test]
+fn a_restart_after_a_snapshot_taken_while_keys_were_evicted_keeps_the_stubs() {
+    let mut c = Cluster::new(3);
+    c.members[0].publish_snapshots = true;
+    c.persist(0);
+    let value = "v".repeat(1_000);
+    for i in 0..20 {
+        c.cmd(i % 3, &["SET", &format!("k{i}"), &value]);
+    }
+    c.cmd(1, &["SADD", "s", "a", "b", "c"]);
+    c.cmd(2, &["INCRBY", "n", "100"]);
+    c.settle();
+    c.advance(3_000);
+    evict_on(&mut c, 0, "allkeys-random");
+    assert_eq!(c.dbsize(0), 0);
+    let stubs = info(&mut c, 0, "evicted_stubs");
+    assert_eq!(stubs, 22);
+    // A key written after the eviction, settled everywhere: the snapshot holds its state.
+    c.cmd(1, &["SET", "later", "x"]);
+    c.settle();
+    c.advance(3_000);
+    assert!(c.cmd(0, &["BGREWRITEAOF"]).starts_with('+'));
+    c.advance(2_000);
+    let digest = c.digest(0);
+    c.restart(0, true);
+    // Before any peer message is delivered (`send` delivers nothing): the directory alone
+    // gave back the one key and the stubs, with their digests.
+    c.send(0, &[&["DBSIZE"]]);
+    assert_eq!(c.take(0), ":1\r\n");
+    assert_eq!(c.digest(0), digest);
+    c.settle();
+    c.advance(5_000);
+    assert_eq!(info(&mut c, 0, "evicted_stubs"), stubs);
+    for i in 1..3 {
+        for k in 0..20 {
+            let got = c.cmd(i, &["GET", &format!("k{k}")]);
+            assert_eq!(got, format!("$1000\r\n{value}\r\n"), "node {i} k{k}");
+        }
+        assert_eq!(c.cmd(i, &["SCARD", "s"]), ":3\r\n", "node {i}");
+        assert_eq!(c.cmd(i, &["GET", "n"]), "$3\r\n100\r\n", "node {i}");
+    }
+    assert!(c.converged(), "{:?}", c.digests());
+    // A write elsewhere brings an evicted key back whole, as before the restart.
+    c.cmd(1, &["SADD", "s", "d"]);
+    c.settle();
+    c.advance(3_000);
+    assert_eq!(c.cmd(0, &["SCARD", "s"]), ":4\r\n");
+    assert!(c.converged(), "{:?}", c.digests());
+}

@@ -32,11 +32,21 @@ fn info(c: &mut Cluster, i: usize, field: &str) -> u64 {
 /// (`k:…`, written through other nodes), a set and a counter node 0 owns, settled long enough
 /// for the GC frontier to pass every write. Returns the cluster and the string keys.
 fn loaded(n: usize) -> (Cluster, Vec<String>, String, String) {
+    loaded_with(n, false)
+}
+
+/// [`loaded`], with node 0 persisting (its snapshots published as the driver's manifest
+/// does) when `persist`.
+fn loaded_with(n: usize, persist: bool) -> (Cluster, Vec<String>, String, String) {
     let mut c = Cluster::unlinked(N, |i, config| {
         config.replication_factor = RF;
         config.announce_port = 7000 + i as u16;
     });
     c.step_ms = 20;
+    if persist {
+        c.members[EVICTING].publish_snapshots = true;
+        c.persist(EVICTING);
+    }
     c.connect_all();
     c.settle();
     let mine = |prefix: &'static str| {
@@ -56,6 +66,18 @@ fn loaded(n: usize) -> (Cluster, Vec<String>, String, String) {
     c.settle();
     c.advance(3_000);
     (c, keys, set, counter)
+}
+
+/// Every owner of each of `keys` other than the evicting node holds it (as [`loaded`] wrote
+/// it).
+fn others_hold(c: &mut Cluster, keys: &[String]) {
+    let value = "v".repeat(1_000);
+    for k in keys {
+        for o in owners(k).into_iter().filter(|&o| o != EVICTING) {
+            let got = c.cmd(o, &["GET", k]);
+            assert_eq!(got, format!("$1000\r\n{value}\r\n"), "{k} on {o}");
+        }
+    }
 }
 
 /// Node `i` over its limit under `policy` for two commands `gap_ms` apart: the first asks the
@@ -86,16 +108,7 @@ fn an_owner_evicts_what_the_other_owners_hold_and_they_keep_it() {
     // nothing came back to the evicting node.
     c.advance(5_000);
     assert_eq!(c.dbsize(EVICTING), before - evicted as usize);
-    let value = "v".repeat(1_000);
-    for k in &keys {
-        for o in owners(k).into_iter().filter(|&o| o != EVICTING) {
-            assert_eq!(
-                c.cmd(o, &["GET", k]),
-                format!("$1000\r\n{value}\r\n"),
-                "{k} on {o}"
-            );
-        }
-    }
+    others_hold(&mut c, &keys);
     for o in owners(&set).into_iter().filter(|&o| o != EVICTING) {
         assert_eq!(c.cmd(o, &["SCARD", &set]), ":3\r\n", "node {o}");
         assert_eq!(c.cmd(o, &["GET", &counter]), "$3\r\n100\r\n", "node {o}");
@@ -180,4 +193,42 @@ fn without_an_owners_answer_nothing_is_evicted() {
         );
     }
     assert!(evicted_keys < 13, "evicted {evicted_keys}");
+}
+
+/// An owner that evicted keys, compacted its log into a snapshot and restarted on its
+/// directory comes back with the same stubs (the snapshot records them), and the other owners
+/// keep every key. Left out of the snapshot, the restarted owner held nothing of those keys,
+/// which against the frontier it adopted read as their removal: pushes from the other owners
+/// then brought back only some of them.
+#[test]
+fn a_restart_after_a_snapshot_taken_while_keys_were_evicted_keeps_the_stubs() {
+    let (mut c, keys, set, counter) = loaded_with(10, true);
+    evict_on(&mut c, EVICTING, "allkeys-random", 200);
+    assert_eq!(c.dbsize(EVICTING), 0);
+    let stubs = info(&mut c, EVICTING, "evicted_stubs");
+    assert_eq!(stubs, 12);
+    assert!(c.cmd(EVICTING, &["BGREWRITEAOF"]).starts_with('+'));
+    c.advance(2_000);
+    c.restart(EVICTING, true);
+    c.settle();
+    c.advance(5_000);
+    assert_eq!(info(&mut c, EVICTING, "evicted_stubs"), stubs);
+    others_hold(&mut c, &keys);
+    // A write elsewhere brings an evicted key back whole, as before the restart.
+    let other = owners(&set).into_iter().find(|&o| o != EVICTING).unwrap();
+    c.cmd(other, &["SADD", &set, "d"]);
+    c.settle();
+    c.advance(1_000);
+    for o in owners(&set) {
+        assert_eq!(c.cmd(o, &["SCARD", &set]), ":4\r\n", "node {o}");
+        assert_eq!(
+            c.cmd(o, &["GET", &counter]),
+            if o == EVICTING {
+                "$-1\r\n"
+            } else {
+                "$3\r\n100\r\n"
+            },
+            "node {o}"
+        );
+    }
 }

@@ -542,6 +542,14 @@ fn keeper(
                 .is_some_and(|v| v.contains(&id)))
 }
 
+/// What [`Replicator::for_each_state_in_leaf`] gives for a key: its state encoded as
+/// anti-entropy ships it, or the stub of a key evicted here (ARCHITECTURE §79): its digest and
+/// its deadline register (bincode; empty when it had none).
+pub enum Leafed<'a> {
+    State(&'a [u8]),
+    Stub { digest: u64, deadline: &'a [u8] },
+}
+
 /// A key listed for a GC visit: its [`lattice_store::key_hash`] and its bytes.
 type KeyId = (u64, Bytes);
 
@@ -1039,14 +1047,29 @@ impl Replicator {
         &mut self,
         leaf: usize,
         db: &Db,
-        f: &mut dyn FnMut(&[u8], &[u8]),
+        f: &mut dyn FnMut(&[u8], Leafed<'_>),
     ) {
         if self.keys.leaf_is_empty(leaf) {
             return;
         }
+        let mut deadline = Vec::new();
         for (key, e) in self.keys.leaf_entries(leaf, db) {
             if e.evicted {
-                continue; // its stub would read as a deletion (see `KeyEntry::evicted`)
+                // Its stub, as it is: encoded as a state it would read as a deletion of
+                // everything the key held, and left out, a restarted node would hold nothing
+                // of the key, which against the frontier it adopts claims the same.
+                deadline.clear();
+                if let Some(d) = self.evicted_deadlines.get(&key[..]) {
+                    deadline = state::codec().serialize(d).unwrap_or_default();
+                }
+                f(
+                    &key,
+                    Leafed::Stub {
+                        digest: e.digest,
+                        deadline: &deadline,
+                    },
+                );
+                continue;
             }
             let h = lattice_store::key_hash(&key);
             let stored = stored_for(db, h, &key, &e.state);
@@ -1056,8 +1079,45 @@ impl Replicator {
                 stored.as_deref(),
                 &mut self.scratch,
             );
-            f(&key, &self.scratch);
+            f(&key, Leafed::State(&self.scratch));
         }
+    }
+
+    /// Recovery: a stub of `key` as a snapshot recorded it (see [`Leafed::Stub`]): the key
+    /// is evicted here again, with the digest and deadline register it had. A state already
+    /// loaded for the key (a record read before this one) is left as it is.
+    pub fn load_stub(
+        &mut self,
+        key: &Bytes,
+        digest: u64,
+        deadline: &[u8],
+        db: &mut Db,
+    ) -> Result<(), String> {
+        let deadline: Option<lattice_crdt::LwwRegister<Option<u64>>> = if deadline.is_empty() {
+            None
+        } else {
+            Some(
+                state::codec()
+                    .deserialize(deadline)
+                    .map_err(|e| format!("a stub's deadline does not decode: {e}"))?,
+            )
+        };
+        if digest == 0 {
+            return Err("a stub without a digest".into());
+        }
+        let h = lattice_store::key_hash(key);
+        if self.keys.get_any(h, key, db).is_some() {
+            return Ok(());
+        }
+        let e = self.keys.get_or_insert_with(h, key, db, KeyEntry::fresh);
+        e.evicted = true;
+        e.digest = digest;
+        self.merkle.update(merkle::leaf_of(h), 0, digest);
+        self.evicted_stubs += 1;
+        if let Some(d) = deadline {
+            self.evicted_deadlines.insert(key.clone(), d);
+        }
+        Ok(())
     }
 
     /// Recovery: merges a logged state of `key` as an anti-entropy state from a peer is
@@ -1074,7 +1134,20 @@ impl Replicator {
             key: key.clone(),
             state: Bytes::copy_from_slice(blob),
         }];
+        let h = lattice_store::key_hash(key);
+        let onto_stub = self.keys.get(h, key).is_some_and(|e| e.evicted);
         self.merge_blobs(&entry, false, db);
+        if onto_stub {
+            // Logged after the snapshot that recorded the stub: this node's own write over
+            // it, or a peer's whole state. Taken as the former (a fragment), which is safe for
+            // either: GC leaves it alone until a peer's whole state is merged again.
+            if let Some(e) = self.keys.get_keyed_mut(h, key).filter(|e| !e.evicted) {
+                e.partial = true;
+                if self.partitioned() {
+                    self.holds.want_whole(key);
+                }
+            }
+        }
         self.stats.states_applied = self.stats.states_applied.saturating_sub(1);
         self.stats.states_loaded += 1;
         Ok(())
