@@ -408,6 +408,9 @@ impl Core {
                 r.keep_value(key, &mut self.db);
             }
         }
+        if self.persist.snapshot.is_some() {
+            self.persist_before_command(spec.has(Flag::LoggedAsCommand), call.args);
+        }
         handler(self, call);
         if self.tracking.clients > 0 {
             self.tracking_after_command(spec, call);

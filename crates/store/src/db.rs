@@ -376,6 +376,12 @@ fn slot_of(hash: u64) -> usize {
     (hash >> (64 - SLOT_BITS)) as usize
 }
 
+/// The store slot that holds `key` (the order [`Db::for_each_in_slot`] walks keys in: a
+/// snapshot walking slots has passed `key` once it is past this slot).
+pub fn store_slot_of(key: &[u8]) -> usize {
+    slot_of(crate::key_hash(key))
+}
+
 /// The hash handed to a slot's table. The slot bits are the same for every key of a slot, so
 /// the table must not see them in the bits it uses for buckets (low) or tags (high): an odd
 /// multiplier keeps the low bits a bijection of the key hash's low bits and mixes the high ones.

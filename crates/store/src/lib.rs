@@ -19,7 +19,8 @@ pub mod zset;
 
 pub use changes::{Changed, Changes};
 pub use db::{
-    lfu_log_incr, AccessClock, Db, DbStats, Entry, EntryBox, TableStats, LFU_INIT_VAL, SLOT_COUNT,
+    lfu_log_incr, store_slot_of, AccessClock, Db, DbStats, Entry, EntryBox, TableStats,
+    LFU_INIT_VAL, SLOT_COUNT,
 };
 pub use glob::glob_match;
 pub use hash::Hash;

@@ -27,6 +27,9 @@ pub(crate) struct Snapshot {
     pub(crate) waiters: Vec<ConnId>,
     pub(crate) log_bytes_at_begin: u64,
     pub(crate) changes_at_begin: u64,
+    /// Large keys written into the snapshot ahead of its walk, just before a command that is
+    /// logged as a command changed them (see `persist_before_command`); the walk skips them.
+    pub(crate) early: std::collections::BTreeSet<bytes::Bytes>,
 }
 
 /// The node's persistence state (in `Core::persist`).
