@@ -39,6 +39,12 @@ const VOLATILE_DRAWS_PER_SAMPLE: usize = 32;
 /// (ARCHITECTURE §86).
 const POOL_DRAWS_PER_COMMAND: usize = 256;
 
+/// Partitioned: proven keys of the eviction pool ranked with each eviction's sample, taken
+/// round the pool. Bounds an eviction's work (a command evicts up to 1,024 keys; ranking the
+/// whole pool of 2,048 for each was quadratic); with 16, a node filling past its limit answered
+/// -OOM to 82-419 of 8,000 writes in `scripts/partitioned-evict-check.sh`, with 256 to 0-38.
+const POOL_KEYS_RANKED: usize = 256;
+
 /// Partitioned: the pool is stocked once the memory in use passes this share of `maxmemory`
 /// (in tenths), so that proofs are in when the limit is reached: a proof takes a round trip,
 /// and without them a node reaching its limit answers -OOM until they come back.
@@ -152,7 +158,7 @@ impl Core {
         if let Some(r) = self.repl.as_mut() {
             // The eviction pool: keys the other owners vouched for after earlier commands
             // asked, ranked with the sample (a partitioned node evicts only those).
-            for key in r.proven_keys() {
+            for key in r.proven_keys(POOL_KEYS_RANKED) {
                 let db = &self.db;
                 let Some(e) = db.get_raw_hashed(lattice_store::key_hash(&key), &key) else {
                     continue;

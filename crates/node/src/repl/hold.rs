@@ -55,6 +55,8 @@ pub struct HoldProofs {
     proofs: BTreeMap<Bytes, Proof>,
     /// Keys whose stub took a peer's delta or a local write: their whole state is wanted.
     refetch: BTreeSet<Bytes>,
+    /// Where [`Replicator::proven_keys`] stopped last.
+    cursor: Option<Bytes>,
     /// Keys asked about (INFO `eviction_proofs_asked`).
     pub asked: u64,
     /// Keys every other owner vouched for (`eviction_proofs_confirmed`).
@@ -177,16 +179,37 @@ impl Replicator {
             .is_some_and(|p| p.waiting.is_empty() && p.digest == digest)
     }
 
-    /// The keys every other owner vouched for, to rank with the sampled ones (an eviction
-    /// pool: a proof arrives after the command that asked for it, and the next command's
-    /// sample would rarely draw the same keys again).
-    pub fn proven_keys(&self) -> Vec<Bytes> {
-        self.holds
+    /// Up to `limit` keys every other owner vouched for, to rank with the sampled ones (an
+    /// eviction pool: a proof arrives after the command that asked for it, and the next
+    /// command's sample would rarely draw the same keys again). Taken round the pool from
+    /// where the last call stopped, so that an eviction looks at a bounded number of them
+    /// (a command evicts up to 1,024 keys; ranking the whole pool for each was quadratic).
+    pub fn proven_keys(&mut self, limit: usize) -> Vec<Bytes> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let h = &mut self.holds;
+        let from = h.cursor.take().map_or(Unbounded, Excluded);
+        let proven = |(k, p): (&Bytes, &Proof)| p.waiting.is_empty().then(|| k.clone());
+        let mut out: Vec<Bytes> = h
             .proofs
-            .iter()
-            .filter(|(_, p)| p.waiting.is_empty())
-            .map(|(k, _)| k.clone())
-            .collect()
+            .range::<Bytes, _>((from.clone(), Unbounded))
+            .filter_map(proven)
+            .take(limit)
+            .collect();
+        if out.len() < limit && from != Unbounded {
+            let more = limit - out.len();
+            let upto = match &from {
+                Excluded(k) => std::ops::Bound::Included(k.clone()),
+                _ => Unbounded,
+            };
+            out.extend(
+                h.proofs
+                    .range::<Bytes, _>((Unbounded, upto))
+                    .filter_map(proven)
+                    .take(more),
+            );
+        }
+        h.cursor = out.last().cloned();
+        out
     }
 
     /// Asks every other owner of each of `keys` whether it holds the key as this node does.
@@ -194,8 +217,11 @@ impl Replicator {
     /// factor 1: evicting it would delete it), is not asked.
     pub fn ask_holders(&mut self, keys: &[Vec<u8>], db: &Db, now_ms: u64) {
         let mut asks: BTreeMap<u32, (Vec<Bytes>, Vec<u64>)> = BTreeMap::new();
+        if !self.partitioned() {
+            return;
+        }
         for key in keys {
-            if !self.wants_proof(key, db) {
+            if self.holds.proofs.len() >= MAX_PROOFS || self.holds.proofs.contains_key(&key[..]) {
                 continue;
             }
             let Some(digest) = self.settled_here(key, db) else {
