@@ -343,6 +343,11 @@ impl<D: Dir> Persister<D> {
         self.report(node, now);
     }
 
+    /// True when the node asked for a sync not yet begun (not merely a write).
+    pub fn sync_requested(&self) -> bool {
+        self.sync_wanted
+    }
+
     /// True when the end of the turn has work: records to write or a sync the node asked for.
     pub fn turn_end_wanted(&self) -> bool {
         self.sync_wanted || self.write_wanted

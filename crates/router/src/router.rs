@@ -346,6 +346,11 @@ impl<D: Dir> Router<D> {
         self.persist.as_ref().is_some_and(|p| p.turn_end_wanted())
     }
 
+    /// The end of the turn has a sync to do, not only records to write.
+    pub fn sync_requested(&self) -> bool {
+        self.persist.as_ref().is_some_and(|p| p.sync_requested())
+    }
+
     /// The group commit at the end of a loop's turn: one write (and, when the node asked,
     /// one sync) for the records of every batch since the last. Returns the persister's log lines; the caller then drains (the sync
     /// releases held replies).

@@ -799,6 +799,7 @@ impl EventLoop {
         }
         let job = {
             let mut host = self.shared.host.lock();
+            let syncing = host.sync_requested();
             let job = host.begin_sync(Some(self.index));
             self.shared
                 .sync_wanted
@@ -808,8 +809,15 @@ impl EventLoop {
             // the sync below (or, when the sync was done above, before this loop's next
             // batch). Released plainly, the lock went back to this loop often enough that
             // the other loop's clients waited many syncs (`appendfsync always`, two loops,
-            // P=1: p99 20-30 ms against 2 ms; ARCHITECTURE §84).
-            parking_lot::MutexGuard::unlock_fair(host);
+            // P=1: p99 20-30 ms against 2 ms; ARCHITECTURE §84). A turn end that only wrote
+            // (`everysec` between its syncs) releases plainly: handing the lock over at every
+            // turn cost a context switch per turn, about a third of what `everysec` added to
+            // a request at pipeline depth 16 (§88).
+            if syncing {
+                parking_lot::MutexGuard::unlock_fair(host);
+            } else {
+                drop(host);
+            }
             job
         };
         if let Some((ticket, file)) = job {

@@ -214,6 +214,11 @@ impl Host {
         self.router.sync_wanted()
     }
 
+    /// True when the turn's end has a sync to do, not only a write.
+    pub fn sync_requested(&self) -> bool {
+        self.router.sync_requested()
+    }
+
     /// The group commit at the end of an event loop's turn (one sync for the records of every
     /// batch since the last), split around the `fdatasync` so that the caller can run it
     /// without the host lock: the records are written now, and the returned ticket and
