@@ -2726,8 +2726,8 @@ enum Incoming {
     Full(Box<Full>),
 }
 
-/// Leaves the encoding of `st` in `scratch` (replacing its contents).
-/// A key's whole state as anti-entropy ships it.
+/// A key's whole state as anti-entropy ships it; with `short` (a move slice), a compact
+/// state in its short form instead (§89), which the returned flag says.
 fn key_blob(
     key: &Bytes,
     state: &KeyState,
@@ -2735,12 +2735,18 @@ fn key_blob(
     frontier: &VersionVector,
     db: &Db,
     scratch: &mut Vec<u8>,
-) -> KeyBlob {
-    encode_key_state(key, state, wire, frontier, db, scratch);
-    KeyBlob {
+    short: bool,
+) -> (KeyBlob, bool) {
+    let stored = stored_for(db, lattice_store::key_hash(key), key, state);
+    let is_short = short && state.encode_move_short(stored.as_deref(), scratch);
+    if !is_short {
+        state.encode_into(wire, frontier, stored.as_deref(), scratch);
+    }
+    let blob = KeyBlob {
         key: key.clone(),
         state: Bytes::copy_from_slice(scratch),
-    }
+    };
+    (blob, is_short)
 }
 
 /// Leaves in `scratch` the encoding of `key`'s whole state as anti-entropy ships it.
@@ -3044,13 +3050,14 @@ impl Replicator {
         let Some(entry) = self.keys.get_any(h, key, db).filter(|e| !e.evicted) else {
             return;
         };
-        let blob = key_blob(
+        let (blob, _) = key_blob(
             key,
             &entry.state,
             self.compact_wire.get_mut(),
             &self.frontier,
             db,
             &mut self.scratch,
+            false,
         );
         let mut writer = wire::BatchWriter::default();
         writer.push(key, &blob.state);

@@ -14,10 +14,12 @@
 
 use std::collections::VecDeque;
 
+use bincode::Options as _;
 use bytes::Bytes;
-use lattice_crdt::NodeId;
+use lattice_crdt::{NodeId, VersionVector};
 use lattice_store::Db;
 
+use super::state::expand_move_short;
 use super::wire::{Body, KeyBlob, MoveAck, MoveSlice};
 use super::{key_blob, merkle, Effect, Replicator, SLICE_BYTES, SLICE_TIMEOUT_MS, SLICE_WINDOW};
 use crate::cluster::Groups;
@@ -86,9 +88,28 @@ struct Sent {
 #[derive(Default)]
 struct Built {
     entries: Vec<KeyBlob>,
+    /// States in their short form (§89), sent with the frontier they expand with.
+    short: Vec<KeyBlob>,
     bytes: usize,
     check_leaves: Vec<u32>,
     check_digests: Vec<u64>,
+}
+
+impl Built {
+    /// Key states in the slice, whole or short.
+    fn keys(&self) -> usize {
+        self.entries.len() + self.short.len()
+    }
+
+    /// Adds a key's state, whole or (`short`) in its short form.
+    fn push(&mut self, (blob, short): (KeyBlob, bool)) {
+        self.bytes += blob.state.len() + blob.key.len();
+        if short {
+            self.short.push(blob);
+        } else {
+            self.entries.push(blob);
+        }
+    }
 }
 
 /// What a stream from one peer has delivered so far.
@@ -231,7 +252,7 @@ impl Replicator {
                     }
                 }
             }
-            self.move_stats.keys_filled += built.entries.len() as u64;
+            self.move_stats.keys_filled += built.keys() as u64;
             let m = self.moves_out.get_mut(&peer).expect("present");
             m.want = want;
             m.fill_at = at;
@@ -265,6 +286,16 @@ impl Replicator {
             checks,
         });
         self.move_stats.leaves_checked += built.check_leaves.len() as u64;
+        let keys = built.keys() as u64;
+        let frontier = if built.short.is_empty() {
+            Bytes::new()
+        } else {
+            Bytes::from(
+                super::state::codec()
+                    .serialize(&self.frontier)
+                    .expect("in-memory frontiers always encode"),
+            )
+        };
         let msg = MoveSlice {
             stream: m.stream,
             slice: m.next_slice,
@@ -278,10 +309,12 @@ impl Replicator {
             },
             check_leaves: built.check_leaves,
             check_digests: built.check_digests,
+            short_entries: built.short,
+            frontier,
         };
         self.move_stats.slices_sent += 1;
-        self.move_stats.keys_sent += msg.entries.len() as u64;
-        self.stats.max_slice_keys = self.stats.max_slice_keys.max(msg.entries.len() as u64);
+        self.move_stats.keys_sent += keys;
+        self.stats.max_slice_keys = self.stats.max_slice_keys.max(keys);
         self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(built.bytes as u64);
         let data = self.envelope(Body::MoveSlice(msg));
         self.move_stats.bytes_sent += data.len() as u64;
@@ -323,7 +356,7 @@ impl Replicator {
             }
             let mut i = resume.min(list.len());
             while i < list.len() {
-                if built.bytes >= SLICE_BYTES || built.entries.len() >= self.slice_keys {
+                if built.bytes >= SLICE_BYTES || built.keys() >= self.slice_keys {
                     resume = i;
                     break 'leaves;
                 }
@@ -335,16 +368,15 @@ impl Replicator {
                 if e.evicted || !groups.contains(g) || checked.contains(g) {
                     continue;
                 }
-                let blob = key_blob(
+                built.push(key_blob(
                     k,
                     &e.state,
                     self.compact_wire.get_mut(),
                     &self.frontier,
                     db,
                     &mut self.scratch,
-                );
-                built.bytes += blob.state.len() + k.len();
-                built.entries.push(blob);
+                    true,
+                ));
             }
             leaf += 1;
             resume = 0;
@@ -367,22 +399,21 @@ impl Replicator {
         for leaf in at.0..(first + CHECK_SPAN).min(merkle::LEAVES) {
             let list = self.keys.leaf_entries(leaf, db);
             for (i, (k, e)) in list.iter().enumerate().skip(resume) {
-                if built.bytes >= SLICE_BYTES || built.entries.len() >= self.slice_keys {
+                if built.bytes >= SLICE_BYTES || built.keys() >= self.slice_keys {
                     return Some((leaf, i));
                 }
                 if e.evicted || !groups.contains(group_of(k)) {
                     continue;
                 }
-                let blob = key_blob(
+                built.push(key_blob(
                     k,
                     &e.state,
                     self.compact_wire.get_mut(),
                     &self.frontier,
                     db,
                     &mut self.scratch,
-                );
-                built.bytes += blob.state.len() + k.len();
-                built.entries.push(blob);
+                    true,
+                ));
             }
             resume = 0;
         }
@@ -459,6 +490,22 @@ impl Replicator {
             .min()
     }
 
+    /// The general form of each of the slice's short states (§89), expanded with the
+    /// frontier it carries; None if the frontier or a state does not read.
+    fn expand_short_entries(&mut self, s: &MoveSlice) -> Option<Vec<KeyBlob>> {
+        let frontier: VersionVector = super::state::codec().deserialize(&s.frontier).ok()?;
+        let wire = self.compact_wire.get_mut();
+        let mut out = Vec::with_capacity(s.short_entries.len());
+        for b in &s.short_entries {
+            expand_move_short(&b.state, wire, &frontier, &mut self.scratch)?;
+            out.push(KeyBlob {
+                key: b.key.clone(),
+                state: Bytes::copy_from_slice(&self.scratch),
+            });
+        }
+        Some(out)
+    }
+
     pub(super) fn on_move_slice(
         &mut self,
         peer: NodeId,
@@ -483,6 +530,17 @@ impl Replicator {
         if !groups.iter().all(keeps) {
             self.move_stats.slices_refused += 1;
             return;
+        }
+        // States sent short are expanded first, into the general form the sender's would
+        // have been; a slice whose short states do not read is refused like one of groups
+        // not kept (never acknowledged unmerged).
+        let mut s = s;
+        if !s.short_entries.is_empty() {
+            let Some(expanded) = self.expand_short_entries(&s) else {
+                self.move_stats.slices_refused += 1;
+                return;
+            };
+            s.entries.extend(expanded);
         }
         let inn = self.moves_in.entry(peer).or_default();
         if s.stream != inn.stream {

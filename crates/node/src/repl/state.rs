@@ -46,7 +46,7 @@ use crate::cmd::hll::format as hll;
 mod assign_wire;
 mod compact_wire;
 pub use assign_wire::{AssignStamp, Assignment};
-pub use compact_wire::CompactWire;
+pub use compact_wire::{expand_move_short, CompactWire};
 
 /// The types a key can hold, in a fixed order (the tie-break of equal stamps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

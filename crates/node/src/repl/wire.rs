@@ -17,7 +17,9 @@ use prost::Message;
 /// instead of a message each (tags 11 and 12, no longer used).
 /// 5: a `MoveSlice` may check leaves by digest (`check_*`) and a `MoveAck` name the leaves
 /// that differed (`want`): a receiver of version 4 would acknowledge a check unanswered.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// 6: a `MoveSlice` may carry states in their short form (`short_entries`, `frontier`): a
+/// receiver of version 5 would acknowledge them unmerged.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest message the node emits or accepts (drivers enforce the same bound on frames).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -203,6 +205,15 @@ pub struct MoveSlice {
     /// Per check, the wrapping sum of the digests of its leaves' keys in `check_groups`.
     #[prost(fixed64, repeated, tag = "8")]
     pub check_digests: Vec<u64>,
+    /// States in their short form (`KeyState::encode_move_short`: compact strings as dot,
+    /// stamp and value), which the receiver expands with `frontier` into the general form
+    /// `entries` would have carried (ARCHITECTURE §89).
+    #[prost(message, repeated, tag = "9")]
+    pub short_entries: Vec<KeyBlob>,
+    /// `bincode` of the sender's applied GC frontier when it built the slice; empty when
+    /// `short_entries` is.
+    #[prost(bytes = "bytes", tag = "10")]
+    pub frontier: bytes::Bytes,
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -164,13 +164,13 @@ fn few_dots_context(out: &mut Vec<u8>, a: Option<Dot>, b: Dot) {
 }
 
 /// A cursor over bincode's encoding; every read is None past the end or on a malformed value.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.at.checked_add(n)?;
         let out = self.bytes.get(self.at..end)?;
         self.at = end;
@@ -181,7 +181,7 @@ impl<'a> Reader<'a> {
         Some(self.take(1)?[0])
     }
 
-    fn varint(&mut self) -> Option<u64> {
+    pub(super) fn varint(&mut self) -> Option<u64> {
         Some(match self.byte()? {
             n @ 0..=250 => u64::from(n),
             251 => u64::from(u16::from_le_bytes(self.take(2)?.try_into().ok()?)),
@@ -199,13 +199,13 @@ impl<'a> Reader<'a> {
         Some(NodeId(self.u32()?))
     }
 
-    fn dot(&mut self) -> Option<Dot> {
+    pub(super) fn dot(&mut self) -> Option<Dot> {
         let node = self.node()?;
         let counter = self.varint()?;
         (counter >= 1).then(|| Dot::new(node, counter))
     }
 
-    fn hlc(&mut self) -> Option<Hlc> {
+    pub(super) fn hlc(&mut self) -> Option<Hlc> {
         let wall_ms = self.varint()?;
         let logical = self.u32()?;
         Some(Hlc::new(wall_ms, logical, self.node()?))
