@@ -14,7 +14,9 @@ cluster of lattice-server processes grows by one node and shrinks by two under a
    slot CLUSTER SLOTS gives it, and every acknowledged write reads back through every node.
 
 Prints the figures issue 18's must-show 2 asks for: time until balanced, bytes moved against
-the bytes of the moved slots' keys, the longest gap with no reply, lost writes. Exits 1 on any
+the bytes of the moved slots' keys (every key present when the change starts, redis-benchmark's
+too, once per owner that gains its slot), the longest gap with no reply (with the longest in 3 s
+with nothing moving, as a baseline), lost writes. Exits 1 on any
 failure. Servers run on 127.0.0.1 (free ports, or from --base-port on) and are stopped at the
 end.
 
@@ -151,6 +153,8 @@ class Writer(threading.Thread):
         self.unknown = {}
         self.errors = 0
         self.max_gap = 0.0
+        # (time of the reply, time since the one before): per phase, the longest gap.
+        self.gaps = []
         self.stop = threading.Event()
 
     def run(self):
@@ -172,6 +176,7 @@ class Writer(threading.Thread):
                 continue
             now = time.time()
             self.max_gap = max(self.max_gap, now - last)
+            self.gaps.append((now, now - last))
             last = now
             for (k, v), r in zip(batch, replies):
                 if r is True:
@@ -212,6 +217,32 @@ class Benchmark(threading.Thread):
                 time.sleep(0.2)
                 continue
             self.runs.append((time.time(), float(rows[0][1]), float(rows[0][7])))
+
+
+def max_gap(gaps, t0, t1):
+    """The longest gap that ended in [t0, t1)."""
+    return max([g for at, g in gaps if t0 <= at < t1], default=0.0)
+
+
+def key_sizes(values, clients, benchmark):
+    """Each key's bytes (key and value) at the start of a change: the load's and the writer's
+    acknowledged keys, and with --benchmark every redis-benchmark key some node holds (its
+    values are 3 bytes, redis-benchmark's default -d)."""
+    sizes = {k.encode(): len(k) + len(v) for k, v in values.items()}
+    if benchmark:
+        for keys in bench_keys(clients).values():
+            for k in keys:
+                sizes[k] = len(k) + 3
+    return sizes
+
+
+def moved_key_bytes(sizes, old, new_owners):
+    """Each key's bytes once per owner that gained its slot: the least a move could ship."""
+    total = 0
+    for k, size in sizes.items():
+        s = key_slot(k)
+        total += size * len([o for o in new_owners[s] if o not in old[s]])
+    return total
 
 
 def bench_figures(benches, t0, t1):
@@ -281,11 +312,15 @@ def main():
             for b in benches:
                 b.start()
             time.sleep(2)
-        time.sleep(1)
+        # A baseline: the writer's longest gap with nothing moving.
+        t_quiet = time.time()
+        time.sleep(3)
+        t_quiet_end = time.time()
 
         # 3. A node joins.
         new = n + 1
         before = owners_by_slot(clients[1])
+        sizes_join = key_sizes({**values, **writer.acked.copy()}, clients, args.benchmark)
         bytes0 = moved_bytes(clients.values())
         counts0 = move_counters(clients.values())
         t = t_join = time.time()
@@ -299,6 +334,7 @@ def main():
         after_join = owners_by_slot(clients[1])
 
         # 4. Two nodes leave.
+        sizes_leave = key_sizes({**values, **writer.acked.copy()}, clients, args.benchmark)
         t = t_leave = time.time()
         for i in leavers:
             if clients[i].execute_command("CLUSTER", "LEAVE") != b"OK":
@@ -409,25 +445,20 @@ def main():
             missing.add(k)
         lost = len(missing)
 
-        def moved_key_bytes(old, new_owners):
-            # Each key's bytes once per owner that gained its slot.
-            total = 0
-            for k in keys:
-                s = slots[k]
-                gained = len([o for o in new_owners[s] if o not in old[s]])
-                total += gained * (len(k) + len(values[k]))
-            return total
-
         print("%d nodes, replication factor %d, %d keys loaded, %d more acknowledged during the "
               "changes (%d writes refused or failed)"
               % (n, args.rf, args.keys, len(writer.acked), writer.errors))
         print("join of node %d: balanced after %.2f s; %d bytes moved for %d bytes of keys in "
-              "moved slots" % (new, join_s, join_bytes, moved_key_bytes(before, after_join)))
+              "moved slots" % (new, join_s, join_bytes, moved_key_bytes(sizes_join, before, after_join)))
         print("leave of nodes %s: done after %.2f s; %d bytes moved for %d bytes of keys in "
-              "moved slots" % (leavers, leave_s, leave_bytes, moved_key_bytes(after_join, after_leave)))
+              "moved slots" % (leavers, leave_s, leave_bytes,
+                                moved_key_bytes(sizes_leave, after_join, after_leave)))
         print("  join's streams: %s" % counters_since(counts_join, counts0))
         print("  leave's streams: %s" % counters_since(counts_leave, counts_join))
-        print("longest gap with no reply to the writer: %.3f s" % writer.max_gap)
+        print("longest gap with no reply to the writer: %.3f s (nothing moving, %.0f s before "
+              "the join: %.3f s; during the join: %.3f s; during the leaves: %.3f s)"
+              % (writer.max_gap, t_quiet_end - t_quiet, max_gap(writer.gaps, t_quiet, t_quiet_end),
+                 max_gap(writer.gaps, t_join, t_leave), max_gap(writer.gaps, t_leave, t_end)))
         if benches:
             print("redis-benchmark (-t set -r %d -P 16, %d nodes): %d keys written, on every "
                   "owner; %d runs failed" % (args.bench_keyspace, len(benches), bench_total,
@@ -448,7 +479,10 @@ def main():
         print("membership test passed in %.1f s" % (time.time() - t0))
     finally:
         partition_test.stop(list(PROCS.values()))
-        shutil.rmtree(work, ignore_errors=True)
+        if not os.environ.get("KEEP_WORK"):
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print("work dir kept: %s" % work)
 
 
 if __name__ == "__main__":

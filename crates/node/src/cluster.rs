@@ -104,6 +104,11 @@ impl Groups {
         Groups(std::array::from_fn(|i| self.0[i] | other.0[i]))
     }
 
+    /// The groups of `self` not in `other`.
+    pub fn without(&self, other: &Groups) -> Groups {
+        Groups(std::array::from_fn(|i| self.0[i] & !other.0[i]))
+    }
+
     /// The wire form: 32 bytes, bit g of byte g / 8.
     pub fn to_bytes(&self) -> Bytes {
         let mut out = vec![0u8; 32];
@@ -222,7 +227,16 @@ pub struct Forwarded {
     pub resend_ms: u64,
     /// Copies sent so far.
     pub copies: u32,
+    /// Times an old owner refused it as not run (the slot had moved), each time sent on to
+    /// another owner: at most `MAX_MOVED_RETRIES`.
+    pub moved_retries: u32,
 }
+
+/// A forward refused as not run by a node that no longer owns its slot goes on to another
+/// owner at most this many times before the client is told to retry (`TRYAGAIN`): one change
+/// moves a group once, so two retries cover a change the forwarding node has not heard of
+/// yet and one more that follows it.
+pub const MAX_MOVED_RETRIES: u32 = 3;
 
 /// Counters for INFO's `cluster` section.
 #[derive(Clone, Copy, Debug, Default)]

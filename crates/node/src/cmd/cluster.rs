@@ -595,7 +595,7 @@ pub fn info_section(core: &Core, t: &mut String) {
             let m = r.move_stats;
             let _ = write!(
                 t,
-                "cluster_moves_in_progress:{}\r\ncluster_move_streams_done:{}\r\ncluster_move_streams_restarted:{}\r\ncluster_move_bytes_sent:{}\r\ncluster_move_keys_sent:{}\r\ncluster_move_bytes_received:{}\r\ncluster_move_keys_received:{}\r\ncluster_move_keys_dropped:{}\r\ncluster_move_deltas_held_back:{}\r\ncluster_move_leaves_checked:{}\r\ncluster_move_leaves_wanted:{}\r\ncluster_move_keys_filled:{}\r\n",
+                "cluster_moves_in_progress:{}\r\ncluster_move_streams_done:{}\r\ncluster_move_streams_restarted:{}\r\ncluster_move_bytes_sent:{}\r\ncluster_move_keys_sent:{}\r\ncluster_move_bytes_received:{}\r\ncluster_move_keys_received:{}\r\ncluster_move_keys_dropped:{}\r\ncluster_move_deltas_held_back:{}\r\ncluster_move_leaves_checked:{}\r\ncluster_move_leaves_wanted:{}\r\ncluster_move_keys_filled:{}\r\ncluster_move_keys_sent_short:{}\r\n",
                 r.moves_out().count(),
                 m.streams_done,
                 m.streams_restarted,
@@ -608,6 +608,7 @@ pub fn info_section(core: &Core, t: &mut String) {
                 m.leaves_checked,
                 m.leaves_wanted,
                 m.keys_filled,
+                m.keys_sent_short,
             );
         }
     }

@@ -12,7 +12,10 @@ use lattice_resp::{Protocol, ReplyWriter};
 
 use super::Node;
 use crate::client::{Client, ConnId, RelaySlot, ReplyMode};
-use crate::cluster::{peer_conn, Forwarded, FORWARD_TIMEOUT_MS, MAX_PENDING_FORWARDS};
+use crate::cluster::{
+    peer_conn, Forwarded, FORWARD_TIMEOUT_MS, MAX_MOVED_RETRIES, MAX_PENDING_FORWARDS,
+};
+use crate::dispatch::SLOT_MOVING;
 use crate::repl::{wire, Replicator};
 use lattice_crdt::NodeId;
 
@@ -108,6 +111,7 @@ impl Node {
             deadline_ms: now_ms + FORWARD_TIMEOUT_MS,
             resend_ms: 0,
             copies: 0,
+            moved_retries: 0,
         };
         let id = c.start(f);
         let f = c.get(id).expect("just started");
@@ -124,7 +128,64 @@ impl Node {
             return; // answered already (timed out, or retried elsewhere)
         }
         let f = c.finish(r.id).expect("present");
+        if f.moved_retries < MAX_MOVED_RETRIES && refused_as_moved(&r.reply) {
+            self.forward_after_move(r.id, peer.0, f);
+            return;
+        }
         self.relay_reply(f.conn, r.id, r.reply);
+    }
+
+    /// Forward `id` was refused, not run, by `refuser`, which no longer owns the slot (a
+    /// membership change this node had not heard of when it sent it, or one that followed):
+    /// it goes on to another live owner, or runs here when this node is that owner, so that
+    /// a plain client does not see the move (before this, redis-benchmark runs through a
+    /// staying node stopped at `TRYAGAIN` during joins and leaves). Under a new id: the new
+    /// owner may have seen forwards of later ids from this node, and must not take this one
+    /// for a copy. Bounded by `MAX_MOVED_RETRIES`.
+    fn forward_after_move(&mut self, id: u64, refuser: u32, f: Forwarded) {
+        let now_ms = self.core.now.as_millis();
+        let Some(c) = self.core.cluster.as_deref_mut() else {
+            return;
+        };
+        c.stats.forward_retries += 1;
+        let me = c.me;
+        match c.live_owner(f.slot, Some(refuser)) {
+            Some(owner) if owner == me => {
+                // Run as a forward from this node to itself: refused again (as not run) if
+                // this node does not own the slot either.
+                let reply = self
+                    .run_for_peer(me, &f.args, f.proto)
+                    .unwrap_or_else(|| error_reply(OWNER_LOST, f.proto));
+                self.relay_reply(f.conn, id, reply);
+            }
+            Some(owner) => {
+                let conn = f.conn;
+                let next = Forwarded {
+                    peer: owner,
+                    deadline_ms: now_ms + FORWARD_TIMEOUT_MS,
+                    resend_ms: 0,
+                    copies: 0,
+                    moved_retries: f.moved_retries + 1,
+                    ..f
+                };
+                let new_id = c.start(next);
+                let sent = c.get(new_id).expect("just started");
+                send_forward(self.core.repl.as_deref_mut(), c.origin, owner, new_id, sent);
+                if let Some(slot) = self
+                    .core
+                    .clients
+                    .get_mut(&conn)
+                    .and_then(|cl| cl.relay.iter_mut().find(|s| s.id == id))
+                {
+                    slot.id = new_id;
+                }
+            }
+            None => {
+                c.stats.forward_failures += 1;
+                let reply = error_reply(SLOT_MOVING, f.proto);
+                self.relay_reply(f.conn, id, reply);
+            }
+        }
     }
 
     /// Fills the relay slot `id` of `conn` and releases every reply now in order.
@@ -201,32 +262,9 @@ impl Node {
             }
             return;
         }
-        let conn = peer_conn(peer.0);
-        let now_ms = self.core.now.as_millis();
-        if !self.core.clients.contains_key(&conn) {
-            let mut c = Client::new(conn, format!("peer-{}", peer.0), String::new(), now_ms);
-            c.via_peer = true;
-            c.user = None;
-            self.core.clients.insert(conn, c);
-        }
-        let client = self.core.clients.get_mut(&conn).expect("inserted");
-        client.authenticated = true;
-        client.reply_mode = ReplyMode::On;
-        client.proto = if f.proto == 3 {
-            Protocol::Resp3
-        } else {
-            Protocol::Resp2
-        };
-        let before = client.out.len();
-        let blocked = self.execute(conn, &f.args);
-        if blocked {
-            // Never forwarded (see `Core::route`); refused rather than parked.
-            self.core.unpark(conn);
-        }
-        let Some(client) = self.core.clients.get_mut(&conn) else {
+        let Some(reply) = self.run_for_peer(peer.0, &f.args, f.proto) else {
             return;
         };
-        let reply = client.out.split_off(before).freeze();
         if let Some(c) = self.core.cluster.as_deref_mut() {
             c.stats.served_for_peers += 1;
             c.keep_reply(peer.0, f.id, &reply);
@@ -234,6 +272,36 @@ impl Node {
         if let Some(r) = self.core.repl.as_mut() {
             r.send_forward_reply(peer, wire::ForwardReply { id: f.id, reply });
         }
+    }
+
+    /// Runs `args` on `peer`'s stand-in client, in the protocol the forwarding client speaks,
+    /// and returns the reply's bytes (None: the stand-in is gone, so no reply is known). The
+    /// stand-in refuses a write on a slot this node does not own (see `Core::route`).
+    fn run_for_peer(&mut self, peer: u32, args: &[Bytes], proto: u32) -> Option<Bytes> {
+        let conn = peer_conn(peer);
+        let now_ms = self.core.now.as_millis();
+        if !self.core.clients.contains_key(&conn) {
+            let mut c = Client::new(conn, format!("peer-{peer}"), String::new(), now_ms);
+            c.via_peer = true;
+            c.user = None;
+            self.core.clients.insert(conn, c);
+        }
+        let client = self.core.clients.get_mut(&conn).expect("inserted");
+        client.authenticated = true;
+        client.reply_mode = ReplyMode::On;
+        client.proto = if proto == 3 {
+            Protocol::Resp3
+        } else {
+            Protocol::Resp2
+        };
+        let before = client.out.len();
+        let blocked = self.execute(conn, args);
+        if blocked {
+            // Never forwarded (see `Core::route`); refused rather than parked.
+            self.core.unpark(conn);
+        }
+        let client = self.core.clients.get_mut(&conn)?;
+        Some(client.out.split_off(before).freeze())
     }
 
     pub(super) fn cluster_next_deadline_ms(&self) -> Option<u64> {
@@ -257,6 +325,11 @@ fn send_forward(repl: Option<&mut Replicator>, origin: u64, owner: u32, id: u64,
             },
         );
     }
+}
+
+/// Whether a forward's reply is an old owner's refusal of a write it did not run.
+fn refused_as_moved(reply: &[u8]) -> bool {
+    reply.first() == Some(&b'-') && reply[1..].starts_with(SLOT_MOVING.as_bytes())
 }
 
 /// `-<error>\r\n`: the same in RESP2 and RESP3.

@@ -36,6 +36,12 @@ pub trait Pack: Clone {
     fn unpack(p: Self::Packed) -> Self;
 }
 
+/// An entry as [`KeyMap::visit_leaf`] shows it: in the table, or a packed record.
+pub enum LeafEntry<'a, E: Pack> {
+    Keyed(&'a E),
+    Packed(E::Packed),
+}
+
 /// One key's entry. `hash` is [`lattice_store::key_hash`] of `key`.
 pub struct Slot<E> {
     pub hash: u64,
@@ -450,6 +456,46 @@ impl<E: Pack> KeyMap<E> {
         out
     }
 
+    /// Calls `f` with every key of `leaf` and its entry, packed ones as their records, in no
+    /// particular order and without copying a key or allocating: for what does not need
+    /// [`KeyMap::leaf_entries`]'s order (sums over a leaf, or whether a leaf holds a key of
+    /// some slot groups). Stops early when `f` returns false; returns false then.
+    pub fn visit_leaf(
+        &self,
+        leaf: usize,
+        db: &Db,
+        mut f: impl FnMut(&[u8], LeafEntry<'_, E>) -> bool,
+    ) -> bool {
+        if let Some(hashes) = self.leaves.get(leaf) {
+            let mut last = None;
+            for &h in hashes {
+                // Keys sharing a hash are listed once per key: their slots are found together.
+                if last == Some(h) {
+                    continue;
+                }
+                last = Some(h);
+                for s in self.tables[shard_of(h)]
+                    .iter_hash(table_hash(h))
+                    .filter(|s| s.hash == h)
+                {
+                    if !f(&s.key, LeafEntry::Keyed(&s.entry)) {
+                        return false;
+                    }
+                }
+            }
+        }
+        for &(h, p) in self.packed.get(leaf).map_or(&[][..], |v| &v[..]) {
+            let Some(key) = db.marked_key(h) else {
+                debug_assert!(false, "a packed record whose key the store does not mark");
+                continue;
+            };
+            if !f(key, LeafEntry::Packed(p)) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The keys of `leaf` in the table (not packed) in (hash, key) order.
     fn leaf(&self, leaf: usize) -> Vec<&Slot<E>> {
         let Some(hashes) = self.leaves.get(leaf) else {
@@ -568,7 +614,7 @@ impl<E: Pack> KeyMap<E> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KeyMap, Pack};
+    use super::{KeyMap, LeafEntry, Pack, LEAVES};
     use lattice_store::{key_hash, Db, Str, Value};
 
     /// Even entries pack (to themselves).
@@ -586,6 +632,53 @@ mod tests {
         m.iter_ordered(db)
             .map(|(k, e)| (key_hash(&k), k.to_vec(), *e))
             .collect()
+    }
+
+    /// `visit_leaf` sees exactly what `leaf_entries` lists, packed records as themselves, and
+    /// stops when asked.
+    #[test]
+    fn a_leaf_visit_sees_every_entry_of_the_ordered_list() {
+        let mut db = Db::new();
+        let mut m: KeyMap<u32> = KeyMap::default();
+        for i in 0..5_000u32 {
+            let k = format!("k{i}").into_bytes();
+            db.insert(&k, Value::Str(Str::from_bytes(b"v")), None, 0);
+            *m.get_or_insert_with(key_hash(&k), &k, &mut db, || 0) += i;
+            m.repack(key_hash(&k), &k, &mut db);
+        }
+        let mut visited = 0;
+        for leaf in 0..LEAVES {
+            let mut listed: Vec<(Vec<u8>, u32)> = m
+                .leaf_entries(leaf, &db)
+                .into_iter()
+                .map(|(k, e)| (k.to_vec(), *e))
+                .collect();
+            let mut seen = Vec::new();
+            assert!(m.visit_leaf(leaf, &db, |k, e| {
+                let v = match e {
+                    LeafEntry::Keyed(v) => {
+                        assert!(v % 2 == 1, "an even entry is packed");
+                        *v
+                    }
+                    LeafEntry::Packed(p) => p,
+                };
+                seen.push((k.to_vec(), v));
+                true
+            }));
+            listed.sort();
+            seen.sort();
+            assert_eq!(seen, listed, "leaf {leaf}");
+            visited += seen.len();
+            if seen.len() > 1 {
+                let mut calls = 0;
+                assert!(!m.visit_leaf(leaf, &db, |_, _| {
+                    calls += 1;
+                    false
+                }));
+                assert_eq!(calls, 1, "a visit stops at the first false");
+            }
+        }
+        assert_eq!(visited, 5_000);
     }
 
     #[test]

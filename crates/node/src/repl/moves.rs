@@ -19,6 +19,7 @@ use bytes::Bytes;
 use lattice_crdt::{NodeId, VersionVector};
 use lattice_store::Db;
 
+use super::keymap::LeafEntry;
 use super::state::expand_move_short;
 use super::wire::{Body, KeyBlob, MoveAck, MoveSlice};
 use super::{key_blob, merkle, Effect, Replicator, SLICE_BYTES, SLICE_TIMEOUT_MS, SLICE_WINDOW};
@@ -28,8 +29,13 @@ use crate::cluster::Groups;
 const DROP_LEAVES_PER_STEP: usize = 4_096;
 /// Keys the drop sweep removes per step at most: about a millisecond of work.
 const DROP_KEYS_PER_STEP: usize = 4_096;
-/// Leaves one slice build visits at most (sparse keyspaces: most leaves are empty).
-const MOVE_LEAVES_PER_SLICE: usize = 8_192;
+/// Leaves one slice build visits at most (sparse keyspaces: most leaves are empty). It bounds
+/// the checks of a slice too (one per `CHECK_SPAN` leaves), and so what building it and, at
+/// the receiver, comparing its checks cost: every key of the leaves is visited (its group
+/// read), whichever groups move. At 8,192 leaves (an eighth of the keyspace, some 12,000 keys
+/// of a node holding 100,000) a slice cost a few milliseconds on each side, and a join or a
+/// leave under load held nodes in steps of 15-25 ms of CPU back to back (§90).
+const MOVE_LEAVES_PER_SLICE: usize = 2_048;
 /// Leaves one check covers: a digest per 64 leaves (1,024 checks cover the keyspace) is
 /// about 2.5 bytes per key of a group at 4 keys a check, against about 11 per key for a
 /// check per leaf, while a check that differs (a write in flight) costs a few keys' states.
@@ -142,6 +148,8 @@ pub struct MoveStats {
     /// Checked leaves the receiver wanted (they differed there), and the keys sent for them.
     pub leaves_wanted: u64,
     pub keys_filled: u64,
+    /// Of `keys_sent`, the states sent in their short form (§89).
+    pub keys_sent_short: u64,
 }
 
 impl Replicator {
@@ -314,6 +322,7 @@ impl Replicator {
         };
         self.move_stats.slices_sent += 1;
         self.move_stats.keys_sent += keys;
+        self.move_stats.keys_sent_short += msg.short_entries.len() as u64;
         self.stats.max_slice_keys = self.stats.max_slice_keys.max(keys);
         self.stats.max_slice_bytes = self.stats.max_slice_bytes.max(built.bytes as u64);
         let data = self.envelope(Body::MoveSlice(msg));
@@ -337,12 +346,12 @@ impl Replicator {
         let mut stale_leaves = Vec::new();
         let mut leaves = 0;
         let mut last_checked = 0;
+        let sent = groups.without(&checked);
         'leaves: while leaf < merkle::LEAVES
             && leaves < MOVE_LEAVES_PER_SLICE
             && built.check_leaves.len() < MOVE_CHECKS_PER_SLICE
         {
             leaves += 1;
-            let list = self.keys.leaf_entries(leaf, db);
             if resume == 0 && leaf.is_multiple_of(CHECK_SPAN) && !checked.is_empty() {
                 match self.span_sum(leaf, checked, db) {
                     None => stale_leaves.push(leaf as u32),
@@ -354,6 +363,14 @@ impl Replicator {
                     }
                 }
             }
+            // Most leaves hold no key this stream sends (it moves a few groups): those are
+            // passed over without building their ordered list.
+            if !self.leaf_sends(leaf, sent, db) {
+                leaf += 1;
+                resume = 0;
+                continue;
+            }
+            let list = self.keys.leaf_entries(leaf, db);
             let mut i = resume.min(list.len());
             while i < list.len() {
                 if built.bytes >= SLICE_BYTES || built.keys() >= self.slice_keys {
@@ -397,6 +414,10 @@ impl Replicator {
     ) -> Option<(usize, usize)> {
         let mut resume = at.1;
         for leaf in at.0..(first + CHECK_SPAN).min(merkle::LEAVES) {
+            if !self.leaf_sends(leaf, groups, db) {
+                resume = 0;
+                continue;
+            }
             let list = self.keys.leaf_entries(leaf, db);
             for (i, (k, e)) in list.iter().enumerate().skip(resume) {
                 if built.bytes >= SLICE_BYTES || built.keys() >= self.slice_keys {
@@ -423,20 +444,41 @@ impl Replicator {
     /// The wrapping sum of the digests of the keys in `groups` of the `CHECK_SPAN` leaves
     /// from `first`, and how many there are; `None` if one of them is stale (it cannot be
     /// compared).
+    ///
+    /// Visits the leaves without materializing them (`KeyMap::visit_leaf`): every stream
+    /// checks every span of the keyspace, on both sides, and building each leaf's ordered
+    /// list (a vector, a copy of every packed key) for a sum was the largest cost of a join or
+    /// leave under load (about 15% of the servers' CPU, §90).
     fn span_sum(&self, first: usize, groups: Groups, db: &Db) -> Option<(u64, usize)> {
         let (mut sum, mut n) = (0u64, 0);
         for leaf in first..(first + CHECK_SPAN).min(merkle::LEAVES) {
-            for (k, e) in &self.keys.leaf_entries(leaf, db) {
-                if groups.contains(group_of(k)) {
-                    if e.digest_stale {
-                        return None;
-                    }
-                    sum = sum.wrapping_add(e.digest);
-                    n += 1;
+            let comparable = self.keys.visit_leaf(leaf, db, |k, e| {
+                if !groups.contains(group_of(k)) {
+                    return true;
                 }
+                let digest = match e {
+                    LeafEntry::Keyed(e) if e.digest_stale => return false,
+                    LeafEntry::Keyed(e) => e.digest,
+                    LeafEntry::Packed((_, digest)) => digest,
+                };
+                sum = sum.wrapping_add(digest);
+                n += 1;
+                true
+            });
+            if !comparable {
+                return None;
             }
         }
         Some((sum, n))
+    }
+
+    /// Whether `leaf` holds a key of `groups` that is not evicted (a state a stream of
+    /// `groups` sends), found without materializing the leaf.
+    fn leaf_sends(&self, leaf: usize, groups: Groups, db: &Db) -> bool {
+        !self.keys.visit_leaf(leaf, db, |k, e| {
+            let evicted = matches!(e, LeafEntry::Keyed(e) if e.evicted);
+            evicted || !groups.contains(group_of(k))
+        })
     }
 
     /// From the timer: the next slice of every stream, and streams whose oldest slice went
@@ -531,17 +573,6 @@ impl Replicator {
             self.move_stats.slices_refused += 1;
             return;
         }
-        // States sent short are expanded first, into the general form the sender's would
-        // have been; a slice whose short states do not read is refused like one of groups
-        // not kept (never acknowledged unmerged).
-        let mut s = s;
-        if !s.short_entries.is_empty() {
-            let Some(expanded) = self.expand_short_entries(&s) else {
-                self.move_stats.slices_refused += 1;
-                return;
-            };
-            s.entries.extend(expanded);
-        }
         let inn = self.moves_in.entry(peer).or_default();
         if s.stream != inn.stream {
             if s.slice != 1 {
@@ -553,7 +584,19 @@ impl Replicator {
         if s.slice != inn.next {
             return; // a gap: acknowledging would let the sender count a lost slice as held
         }
-        inn.next += 1;
+        // States sent short are expanded, into the general form the sender's would have
+        // been, once the slice is known to be the next one (one out of order is dropped
+        // unread); a slice whose short states do not read is refused like one of groups not
+        // kept (never acknowledged unmerged), and the stream does not advance past it.
+        let mut s = s;
+        if !s.short_entries.is_empty() {
+            let Some(expanded) = self.expand_short_entries(&s) else {
+                self.move_stats.slices_refused += 1;
+                return;
+            };
+            s.entries.extend(expanded);
+        }
+        self.moves_in.entry(peer).or_default().next += 1;
         self.move_stats.bytes_received += size as u64;
         self.move_stats.keys_received += s.entries.len() as u64;
         let (changed, _) = self.merge_blobs(&s.entries, false, db);
@@ -669,6 +712,16 @@ impl Replicator {
             && leaves < DROP_LEAVES_PER_STEP
             && out.len() < DROP_KEYS_PER_STEP
         {
+            let dropping = self.dropping;
+            let none_dropped = self
+                .keys
+                .visit_leaf(self.drop_leaf, db, |k, _| !dropping.contains(group_of(k)));
+            if none_dropped {
+                // Most leaves hold no key of the dropped groups: passed over unbuilt.
+                self.drop_leaf += 1;
+                leaves += 1;
+                continue;
+            }
             let keys: Vec<Bytes> = self
                 .keys
                 .leaf_entries(self.drop_leaf, db)

@@ -59,6 +59,10 @@ const MAX_IOVECS: usize = 512;
 /// merging): at 256 KiB a replica under a bulk load held its lock for four messages at a time.
 const MAX_FRAMES_PER_LOCK: usize = 256;
 const MAX_BYTES_PER_LOCK: usize = 64 * 1024;
+/// And time: a small message can cost much more than its bytes (a move slice's checks are a
+/// few bytes each and each compares a span of the receiver's keys), so a hold also ends after
+/// this long, and the lock is then handed to a waiting event loop (§90).
+const MAX_HOLD_PER_LOCK: Duration = Duration::from_millis(2);
 /// Read buffer growth step for incoming frames.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -315,14 +319,22 @@ pub(super) async fn serve_incoming(
             while pending.peek().is_some() {
                 let mut host = shared.host.lock();
                 let now = host.now();
+                let started = std::time::Instant::now();
                 let mut handed = 0;
-                while let Some(data) = pending.next_if(|_| handed < MAX_BYTES_PER_LOCK) {
+                while let Some(data) = pending.next_if(|_| {
+                    handed < MAX_BYTES_PER_LOCK && started.elapsed() < MAX_HOLD_PER_LOCK
+                }) {
                     handed += data.len();
                     host.router.handle(now, Input::PeerMessage { peer, data });
                 }
                 host.drain(None, &mut Vec::new(), None);
                 shared.check_timer(&mut host, None);
-                drop(host);
+                if pending.peek().is_some() {
+                    // More to hand over: clients waiting for the lock go first.
+                    parking_lot::MutexGuard::unlock_fair(host);
+                } else {
+                    drop(host);
+                }
             }
             drop(pending);
             if failed.is_some() {
