@@ -356,3 +356,44 @@ fn a_join_ships_each_gained_key_about_once() {
         "{short} of {shipped} key states sent short: plain strings not sent short (§89)"
     );
 }
+
+/// A write forwarded to an owner that has just left the slot's owners (the forwarding node
+/// had not heard of it yet) is refused there as not run, and the forwarding node sends it on
+/// to another owner: the client sees +OK, not `-TRYAGAIN The slot moved ...` (ARCHITECTURE
+/// §90). With `MAX_MOVED_RETRIES` at 0 the client gets the TRYAGAIN and this test fails.
+#[test]
+fn a_write_refused_by_an_old_owner_goes_on_to_another_owner() {
+    // Three nodes at RF 2; node index 0 (id 1) leaves. `k`: a key whose owners are ids 1 and
+    // 3, id 1 first (so node index 1, id 2, which does not own it, forwards to id 1).
+    let before = placement(&[1, 2, 3], 2);
+    let k = (0..10_000)
+        .map(|n| format!("k:{n}"))
+        .find(|k| before.owners(key_slot(k.as_bytes())) == [1, 3])
+        .expect("such a key");
+    let mut net = net(3, 0, 2);
+    net.advance(2_000);
+    net.latency_ms = 5;
+    // What id 1 sends id 2 (its gossip of the leave, then its refusal) arrives only later.
+    let until_ms = net.now_ms + 500;
+    net.hold(0, 1, until_ms);
+    assert_eq!(net.cmd(0, &["CLUSTER", "LEAVE"]), "+OK\r\n");
+    net.advance(2 * net.step_ms);
+    let mut acked = BTreeMap::new();
+    write(&mut net, 1, &k, "v", &mut acked);
+    assert_eq!(
+        acked.get(&k).map(String::as_str),
+        Some("v"),
+        "the write through the non-owner was acknowledged"
+    );
+    let info = cluster_info(&mut net, 1);
+    assert!(
+        info_field(&info, "cluster_forward_retries") > 0,
+        "the write went on after a refusal:\n{info}"
+    );
+    net.hold(0, 1, 0);
+    let mut settled = acked.clone();
+    run_moves(&mut net, &[0, 1, 2], &[1], &mut settled);
+    for i in [1, 2] {
+        assert_eq!(net.cmd(i, &["GET", &k]), bulk("v"), "{k} on node {i}");
+    }
+}
