@@ -448,7 +448,7 @@ impl Replicator {
     /// Visits the leaves without materializing them (`KeyMap::visit_leaf`): every stream
     /// checks every span of the keyspace, on both sides, and building each leaf's ordered
     /// list (a vector, a copy of every packed key) for a sum was the largest cost of a join or
-    /// leave under load (about 15% of the servers' CPU, §90).
+    /// leave under load (§90 gives the measured shares).
     fn span_sum(&self, first: usize, groups: Groups, db: &Db) -> Option<(u64, usize)> {
         let (mut sum, mut n) = (0u64, 0);
         for leaf in first..(first + CHECK_SPAN).min(merkle::LEAVES) {
