@@ -697,6 +697,13 @@ impl Cluster {
 
     /// Records a forwarded command; returns its id.
     pub fn start(&mut self, f: Forwarded) -> u64 {
+        self.stats.forwarded += 1;
+        self.start_again(f)
+    }
+
+    /// [`Cluster::start`] for a command forwarded before and sent on after a refusal (counted
+    /// in `forward_retries`, not again in `forwarded`).
+    pub fn start_again(&mut self, f: Forwarded) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let mut f = f;
@@ -704,7 +711,6 @@ impl Cluster {
         self.deadlines.insert((f.deadline_ms, id));
         self.resends.insert((f.resend_ms, id));
         self.pending.insert(id, f);
-        self.stats.forwarded += 1;
         id
     }
 

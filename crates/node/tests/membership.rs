@@ -390,6 +390,11 @@ fn a_write_refused_by_an_old_owner_goes_on_to_another_owner() {
         info_field(&info, "cluster_forward_retries") > 0,
         "the write went on after a refusal:\n{info}"
     );
+    assert_eq!(
+        info_field(&info, "cluster_forwarded"),
+        1,
+        "one command forwarded, however often it went on:\n{info}"
+    );
     net.hold(0, 1, 0);
     let mut settled = acked.clone();
     run_moves(&mut net, &[0, 1, 2], &[1], &mut settled);

@@ -168,7 +168,7 @@ impl Node {
                     moved_retries: f.moved_retries + 1,
                     ..f
                 };
-                let new_id = c.start(next);
+                let new_id = c.start_again(next);
                 let sent = c.get(new_id).expect("just started");
                 send_forward(self.core.repl.as_deref_mut(), c.origin, owner, new_id, sent);
                 if let Some(slot) = self
