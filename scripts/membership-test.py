@@ -26,6 +26,9 @@ leaves, beside the writer: its throughput and longest latency are printed per ph
 end every key it wrote must be on every owner of its slot (the writer's keys are checked one by
 one as without it; redis-benchmark does not say which of its writes were acknowledged, so its
 keys are checked for agreement among the owners).
+
+KEEP_WORK=1 in the environment keeps the work directory (each node's log and data directory)
+and prints its path, for looking into a run afterwards.
 """
 
 import argparse
