@@ -9,6 +9,8 @@
 //! so on, so the digests exchanged grow with (differences x depth), not with the keyspace. Only
 //! the keys of differing leaves are then shipped.
 
+use super::group_sums::GroupSums;
+
 /// Levels below the root: 16^4 = 65,536 leaves.
 pub const DEPTH: u32 = 4;
 pub const FANOUT: usize = 16;
@@ -36,6 +38,9 @@ pub struct Merkle {
     /// million merged keys sorted a million entries while holding the node.
     dirty: Vec<usize>,
     listed: Vec<bool>,
+    /// Digest sums per (check span, slot group) while moves run: every change here passes
+    /// through, so they can never disagree with the leaves.
+    pub(super) groups: GroupSums,
 }
 
 impl Default for Merkle {
@@ -50,15 +55,17 @@ impl Merkle {
             levels: (0..=DEPTH).map(|l| vec![0; width(l)]).collect(),
             dirty: Vec::new(),
             listed: vec![false; LEAVES],
+            groups: GroupSums::new(LEAVES),
         }
     }
 
-    /// Replaces a key's contribution to its leaf: `old` and `new` are the key's digests before
+    /// Replaces `key`'s contribution to its leaf: `old` and `new` are the key's digests before
     /// and after (0 for absent).
-    pub fn update(&mut self, leaf: usize, old: u64, new: u64) {
+    pub fn update(&mut self, leaf: usize, key: &[u8], old: u64, new: u64) {
         if old == new {
             return;
         }
+        self.groups.update(leaf, key, old, new);
         let l = &mut self.levels[DEPTH as usize][leaf];
         *l = l.wrapping_sub(old).wrapping_add(new);
         if !self.listed[leaf] {
@@ -94,11 +101,12 @@ impl Merkle {
         self.levels[level as usize][index]
     }
 
-    /// Heap bytes held (the levels and the dirty-leaf list).
+    /// Heap bytes held (the levels, the dirty-leaf list and the group sums).
     pub fn heap_bytes(&self) -> usize {
         self.levels.iter().map(|l| l.capacity() * 8).sum::<usize>()
             + self.dirty.capacity() * 8
             + self.listed.capacity()
+            + self.groups.heap_bytes()
     }
 
     pub fn root(&mut self) -> u64 {
@@ -128,14 +136,14 @@ mod tests {
         let mut a = Merkle::new();
         let mut b = Merkle::new();
         assert_eq!(a.root(), b.root());
-        a.update(7, 0, 42);
+        a.update(7, b"k", 0, 42);
         assert_ne!(a.root(), b.root());
-        b.update(7, 0, 42);
+        b.update(7, b"k", 0, 42);
         assert_eq!(a.root(), b.root());
-        a.update(LEAVES - 1, 0, 5);
+        a.update(LEAVES - 1, b"k", 0, 5);
         assert_ne!(a.digest(1, FANOUT - 1), b.digest(1, FANOUT - 1));
         assert_eq!(a.digest(1, 0), b.digest(1, 0));
-        a.update(LEAVES - 1, 5, 0);
+        a.update(LEAVES - 1, b"k", 5, 0);
         assert_eq!(a.root(), b.root());
     }
 }

@@ -35,6 +35,7 @@
 
 pub(crate) mod apply;
 pub mod dirty;
+pub(crate) mod group_sums;
 pub mod hint;
 mod hold;
 pub mod hot;
@@ -576,15 +577,19 @@ fn redigest(
         if !entry.digest_stale {
             entry.digest_stale = true;
             stale.push((h, Bytes::copy_from_slice(key)));
+            merkle.groups.forget(merkle::leaf_of(h));
         }
         return true;
     }
     entry.digest_stale = false;
     let digest = key_digest(key, &entry.state, stored, scratch);
+    if digest == 0 {
+        merkle.groups.zero(merkle::leaf_of(h), key);
+    }
     if digest == entry.digest {
         return false;
     }
-    merkle.update(merkle::leaf_of(h), entry.digest, digest);
+    merkle.update(merkle::leaf_of(h), key, entry.digest, digest);
     entry.digest = digest;
     true
 }
@@ -1112,7 +1117,7 @@ impl Replicator {
         let e = self.keys.get_or_insert_with(h, key, db, KeyEntry::fresh);
         e.evicted = true;
         e.digest = digest;
-        self.merkle.update(merkle::leaf_of(h), 0, digest);
+        self.merkle.update(merkle::leaf_of(h), key, 0, digest);
         self.evicted_stubs += 1;
         if let Some(d) = deadline {
             self.evicted_deadlines.insert(key.clone(), d);
@@ -1686,6 +1691,7 @@ impl Replicator {
         if !self.moves_out.is_empty() {
             self.tick_moves(now_ms, db);
         }
+        self.merkle.groups.idle(now_ms, !self.moves_out.is_empty());
         if !self.gc_sweep.is_empty() {
             self.gc_step(db);
         }
@@ -1958,14 +1964,15 @@ impl Replicator {
             if e.state.collectable(frontier) {
                 let old = e.digest;
                 self.keys.remove(id.0, &id.1, db);
-                self.merkle.update(merkle::leaf_of(id.0), old, 0);
+                self.merkle.update(merkle::leaf_of(id.0), &id.1, old, 0);
                 self.stats.keys_collected += 1;
                 continue;
             }
             if had_tombstones && !e.digest_stale {
                 let d = key_digest(&id.1, &e.state, None, &mut self.scratch);
                 if d != e.digest {
-                    self.merkle.update(merkle::leaf_of(id.0), e.digest, d);
+                    self.merkle
+                        .update(merkle::leaf_of(id.0), &id.1, e.digest, d);
                     e.digest = d;
                 }
             }
@@ -2520,7 +2527,8 @@ impl Replicator {
             }
             e.digest_stale = false;
             let digest = key_digest(&key, &e.state, None, &mut self.scratch);
-            self.merkle.update(merkle::leaf_of(h), e.digest, digest);
+            self.merkle
+                .update(merkle::leaf_of(h), &key, e.digest, digest);
             e.digest = digest;
         }
     }
@@ -2649,6 +2657,7 @@ impl Replicator {
     /// `db`: the node's store, whose marks must name exactly the packed keys.
     pub fn check_invariants(&self, db: &Db) {
         self.keys.check_invariants(db);
+        self.check_group_sums(db, None);
         self.check_queues();
         self.holds.check_invariants();
     }
@@ -2668,6 +2677,7 @@ impl Replicator {
     /// the key map's leaves they fall in, and every queue and bound.
     pub fn check_changed(&self, hashes: &[u64], db: &Db) {
         self.keys.check_changed(hashes, db);
+        self.check_group_sums(db, Some(hashes));
         self.check_queues();
     }
 
@@ -3093,7 +3103,7 @@ impl Replicator {
         }
         let h = lattice_store::key_hash(key);
         if let Some(e) = self.keys.remove(h, key, db) {
-            self.merkle.update(merkle::leaf_of(h), e.digest, 0);
+            self.merkle.update(merkle::leaf_of(h), key, e.digest, 0);
         }
         true
     }

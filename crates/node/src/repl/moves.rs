@@ -19,6 +19,7 @@ use bytes::Bytes;
 use lattice_crdt::{NodeId, VersionVector};
 use lattice_store::Db;
 
+use super::group_sums::{group_of, row_agrees, row_sum, Cell, Row, CHECK_SPAN};
 use super::keymap::LeafEntry;
 use super::state::expand_move_short;
 use super::wire::{Body, KeyBlob, MoveAck, MoveSlice};
@@ -36,10 +37,6 @@ const DROP_KEYS_PER_STEP: usize = 4_096;
 /// of a node holding 100,000) a slice cost a few milliseconds on each side, and a join or a
 /// leave under load held nodes in steps of 15-25 ms of CPU back to back (§90).
 const MOVE_LEAVES_PER_SLICE: usize = 2_048;
-/// Leaves one check covers: a digest per 64 leaves (1,024 checks cover the keyspace) is
-/// about 2.5 bytes per key of a group at 4 keys a check, against about 11 per key for a
-/// check per leaf, while a check that differs (a write in flight) costs a few keys' states.
-pub(super) const CHECK_SPAN: usize = 64;
 /// Checks one slice carries at most: about 40 KiB (2 bytes of distance and 8 of digest).
 const MOVE_CHECKS_PER_SLICE: usize = 4_096;
 
@@ -352,7 +349,8 @@ impl Replicator {
             && built.check_leaves.len() < MOVE_CHECKS_PER_SLICE
         {
             leaves += 1;
-            if resume == 0 && leaf.is_multiple_of(CHECK_SPAN) && !checked.is_empty() {
+            let span_start = resume == 0 && leaf.is_multiple_of(CHECK_SPAN);
+            if span_start && !checked.is_empty() {
                 match self.span_sum(leaf, checked, db) {
                     None => stale_leaves.push(leaf as u32),
                     Some((_, 0)) => {}
@@ -362,6 +360,16 @@ impl Replicator {
                         last_checked = leaf;
                     }
                 }
+            }
+            // A span without a key of the groups sent whole is passed over at once, by its
+            // row of group sums (most of a stream that only checks, or moves a few groups).
+            // It still counts as its leaves toward the slice's bound, so a slice reaches no
+            // further than before: with slices reaching over the whole keyspace in a few steps
+            // a membership seed fails (§92, "Found").
+            if span_start && (sent.is_empty() || self.span_sum(leaf, sent, db) == Some((0, 0))) {
+                leaf += CHECK_SPAN;
+                leaves += CHECK_SPAN - 1;
+                continue;
             }
             // Most leaves hold no key this stream sends (it moves a few groups): those are
             // passed over without building their ordered list.
@@ -442,14 +450,58 @@ impl Replicator {
     }
 
     /// The wrapping sum of the digests of the keys in `groups` of the `CHECK_SPAN` leaves
-    /// from `first`, and how many there are; `None` if one of them is stale (it cannot be
-    /// compared).
+    /// from `first`, and how many there are (at least 1 when a key without a digest may be
+    /// there: see `group_sums::Cell`); `None` if one of them is stale (it cannot be compared).
     ///
-    /// Visits the leaves without materializing them (`KeyMap::visit_leaf`): every stream
-    /// checks every span of the keyspace, on both sides, and building each leaf's ordered
-    /// list (a vector, a copy of every packed key) for a sum was the largest cost of a join or
-    /// leave under load (§90 gives the measured shares).
-    fn span_sum(&self, first: usize, groups: Groups, db: &Db) -> Option<(u64, usize)> {
+    /// From the span's row of group sums (§92), built by one visit of the span's keys the
+    /// first time a check needs it and kept up to date by the Merkle tree's changes after
+    /// that: every stream checks every span of the keyspace, on both sides, and visiting the
+    /// keys each time was the largest cost of a join or leave under load (§90, §92). A span
+    /// holding a stale digest gets no row: it is summed by a visit, as the stale key may be
+    /// in a group not asked for.
+    fn span_sum(&mut self, first: usize, groups: Groups, db: &Db) -> Option<(u64, usize)> {
+        if let Some(row) = self.merkle.groups.row(first) {
+            return Some(row_sum(row, groups.iter()));
+        }
+        match self.span_row(first, db) {
+            Some(row) => {
+                let out = row_sum(&row, groups.iter());
+                self.merkle.groups.insert(first, row);
+                Some(out)
+            }
+            None => self.visit_span_sum(first, groups, db),
+        }
+    }
+
+    /// Every group's sums of the span from `first`, by a visit of its keys; `None` if one of
+    /// them is stale.
+    fn span_row(&self, first: usize, db: &Db) -> Option<Box<Row>> {
+        let mut row = Box::new([Cell::default(); lattice_placement::GROUPS as usize]);
+        for leaf in first..(first + CHECK_SPAN).min(merkle::LEAVES) {
+            let comparable = self.keys.visit_leaf(leaf, db, |k, e| {
+                let digest = match e {
+                    LeafEntry::Keyed(e) if e.digest_stale => return false,
+                    LeafEntry::Keyed(e) => e.digest,
+                    LeafEntry::Packed((_, digest)) => digest,
+                };
+                let c = &mut row[usize::from(group_of(k))];
+                if digest == 0 {
+                    c.zero = true;
+                } else {
+                    c.sum = c.sum.wrapping_add(digest);
+                    c.keys += 1;
+                }
+                true
+            });
+            if !comparable {
+                return None;
+            }
+        }
+        Some(row)
+    }
+
+    /// [`Replicator::span_sum`] by a visit of the span's keys, for a span with a stale digest.
+    fn visit_span_sum(&self, first: usize, groups: Groups, db: &Db) -> Option<(u64, usize)> {
         let (mut sum, mut n) = (0u64, 0);
         for leaf in first..(first + CHECK_SPAN).min(merkle::LEAVES) {
             let comparable = self.keys.visit_leaf(leaf, db, |k, e| {
@@ -470,6 +522,28 @@ impl Replicator {
             }
         }
         Some((sum, n))
+    }
+
+    /// Every built row of group sums (or those of the spans of the keys hashed `hashes`)
+    /// equals a visit of its span's keys.
+    pub(super) fn check_group_sums(&self, db: &Db, hashes: Option<&[u64]>) {
+        let spans: Option<std::collections::BTreeSet<usize>> = hashes.map(|hs| {
+            hs.iter()
+                .map(|&h| merkle::leaf_of(h) / CHECK_SPAN * CHECK_SPAN)
+                .collect()
+        });
+        for (first, row) in self.merkle.groups.built() {
+            if spans.as_ref().is_some_and(|s| !s.contains(&first)) {
+                continue;
+            }
+            let fresh = self
+                .span_row(first, db)
+                .expect("a span with a stale digest has no row");
+            assert!(
+                row_agrees(row, &fresh),
+                "the group sums of the span at leaf {first} differ from its keys"
+            );
+        }
     }
 
     /// Whether `leaf` holds a key of `groups` that is not evicted (a state a stream of
@@ -737,7 +811,7 @@ impl Replicator {
             for k in keys {
                 let h = lattice_store::key_hash(&k);
                 if let Some(e) = self.keys.remove(h, &k, db) {
-                    self.merkle.update(merkle::leaf_of(h), e.digest, 0);
+                    self.merkle.update(merkle::leaf_of(h), &k, e.digest, 0);
                 }
                 out.push(k);
             }
@@ -789,8 +863,4 @@ impl Replicator {
                 ))
                 .is_some_and(|v| v.contains(&id))
     }
-}
-
-fn group_of(key: &[u8]) -> u16 {
-    lattice_placement::Placement::group_of(lattice_placement::key_slot(key))
 }
