@@ -136,7 +136,9 @@ sim-partition:
 
 ## Membership swarm (docs/TESTING.md, "Membership mode"): MEMBERSHIP_SEEDS seeds of a 5-node
 ## partitioned cluster at 1-3 owners per slot in which a node leaves under the faults; then the
-## planted move bug (a group dropped before its new owner acknowledged it) must be caught.
+## planted move bug (a group dropped before its new owner acknowledged it) must be caught; and
+## seed 228 with 16,384-leaf slices, which lost an element before gained keys kept their
+## metadata (ARCHITECTURE §92), must pass.
 ## About 2 minutes for 200 seeds on 2 busy cores; in make test. Seed 7 (an owner short of six
 ## list elements after a leave: a delta that overtook the gossip of the leave) is fixed by
 ## ARCHITECTURE §65's held-back deltas. Seeds 0..1000 pass since §85. Also run: the seeds that
@@ -152,6 +154,7 @@ sim-membership:
 	  ./target/release/lattice-sim --membership --seed $$seed || exit 1; \
 	done
 	$(CARGO) test -q --release -p lattice-sim --features planted-move-bug membership
+	$(CARGO) test -q --release -p lattice-sim --features wide-move-slices a_gained_key_keeps
 
 soak:
 	$(CARGO) build --release -p lattice-sim

@@ -474,7 +474,13 @@ def main():
             print("  during the join:    %s" % bench_figures(benches, t_join, t_leave))
             print("  during the leaves:  %s" % bench_figures(benches, t_leave, t_end))
         for i in clients:
-            print("  node %d: DBSIZE %d (expected %d)" % (i, sizes[i], expected[i]))
+            # Keys in the general form (full metadata) and RSS: a node keeps the metadata of
+            # the keys of groups it gained while it runs (ARCHITECTURE §92).
+            repl = clients[i].info("replication")
+            mem = clients[i].info("memory")
+            print("  node %d: DBSIZE %d (expected %d), general_states %s, packed_keys %s, RSS %.1f MB"
+                  % (i, sizes[i], expected[i], repl.get("general_states", "?"),
+                     repl.get("packed_keys", "?"), mem.get("used_memory_rss", 0) / 1e6))
         print("lost acknowledged writes: %d (of %d keys, read through each of %d nodes)"
               % (lost, len(keys), len(clients)))
         if lost:

@@ -317,6 +317,19 @@ fn membership_runs_pass_and_a_node_leaves() {
     }
 }
 
+/// With slices reaching over 16,384 leaves (`wide-move-slices`), membership seed 228 made a
+/// new owner lose an acknowledged `SADD`: a delta the leaving holder had missed reached the new
+/// owner after it had raised the key's contexts to a frontier covering that dot. Gained keys
+/// keep their metadata since (ARCHITECTURE §92); without that, this run fails.
+#[cfg(feature = "wide-move-slices")]
+#[test]
+fn a_gained_key_keeps_a_dot_the_streaming_holder_missed() {
+    let cfg = RunConfig::membership_from_seed(228);
+    let mut w = World::new(cfg, false, Tracer::new(8));
+    w.run();
+    assert_eq!(w.failure, None);
+}
+
 #[cfg(feature = "planted-move-bug")]
 #[test]
 fn the_planted_move_bug_is_caught_in_membership_mode() {

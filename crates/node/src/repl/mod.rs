@@ -1935,6 +1935,7 @@ impl Replicator {
             let Some(id) = self.gc_sweep.pop_front() else {
                 break;
             };
+            let gained = self.gained_key(&id.1);
             // Listed keys wait unpacked: a packed one was visited already.
             let Some(e) = self.keys.get_keyed_mut(id.0, &id.1) else {
                 continue;
@@ -1956,6 +1957,16 @@ impl Replicator {
             if !self.hot.is_empty_held() && self.hot.holds(&id.1) {
                 // A hot key's copy keeps its metadata: it is merged against no frontier (see
                 // `merge_blobs`), and it is forgotten when given back.
+                continue;
+            }
+            if gained {
+                // A key of a group this replica gained keeps its metadata, as it is merged
+                // against no frontier (see `merge_blobs`): the frontier took the group's dots
+                // from other keys' skipped contexts while this node did not own it, so raising
+                // the key's contexts to it would claim dots it never merged, and when one
+                // arrives later (from an owner whose delta the streaming holder had missed) it
+                // would merge as its own removal: an acknowledged element lost (ARCHITECTURE
+                // §92, seed 228 with 16,384-leaf slices).
                 continue;
             }
             // Digests leave contexts out, so only purged list tombstones can change one.

@@ -36,7 +36,11 @@ const DROP_KEYS_PER_STEP: usize = 4_096;
 /// read), whichever groups move. At 8,192 leaves (an eighth of the keyspace, some 12,000 keys
 /// of a node holding 100,000) a slice cost a few milliseconds on each side, and a join or a
 /// leave under load held nodes in steps of 15-25 ms of CPU back to back (§90).
-const MOVE_LEAVES_PER_SLICE: usize = 2_048;
+const MOVE_LEAVES_PER_SLICE: usize = if cfg!(feature = "wide-move-slices") {
+    16_384
+} else {
+    2_048
+};
 /// Checks one slice carries at most: about 40 KiB (2 bytes of distance and 8 of digest).
 const MOVE_CHECKS_PER_SLICE: usize = 4_096;
 
