@@ -262,6 +262,16 @@ def bench_figures(benches, t0, t1):
         sum(per.values()), len(per), max(r[2] for r in runs), len(runs))
 
 
+def longest_holds(clients):
+    """Per node, the longest time one thread held its node since the last RESETSTAT (ms)."""
+    return {i: int(c.info("stats").get("host_lock_longest_hold_us", 0)) / 1000.0
+            for i, c in clients.items()}
+
+
+def fmt_holds(holds):
+    return ", ".join("%d: %.1f" % (i, h) for i, h in sorted(holds.items()))
+
+
 def bench_keys(clients):
     """Per node, the redis-benchmark keys it stores."""
     out = {}
@@ -315,10 +325,17 @@ def main():
             for b in benches:
                 b.start()
             time.sleep(2)
-        # A baseline: the writer's longest gap with nothing moving.
+        # A baseline: the writer's longest gap with nothing moving, and each node's longest
+        # hold of its host lock then (INFO stats host_lock_longest_hold_us, sampled about once
+        # a second, so a phase's figure can take in up to a second of the one before).
+        for c in clients.values():
+            c.config_resetstat()
         t_quiet = time.time()
         time.sleep(3)
         t_quiet_end = time.time()
+        holds_quiet = longest_holds(clients)
+        for c in clients.values():
+            c.config_resetstat()
 
         # 3. A node joins.
         new = n + 1
@@ -351,6 +368,8 @@ def main():
         counts_leave = move_counters(clients.values())
         time.sleep(1)
         t_end = time.time()
+        # Before the checks below, whose reads through every node are long holds of their own.
+        holds = longest_holds(clients)
         writer.stop.set()
         writer.join()
         for b in benches:
@@ -473,6 +492,8 @@ def main():
             print("  before the changes: %s" % bench_figures(benches, 0, t_join))
             print("  during the join:    %s" % bench_figures(benches, t_join, t_leave))
             print("  during the leaves:  %s" % bench_figures(benches, t_leave, t_end))
+        print("longest host-lock hold per node, ms: nothing moving %s; during the changes %s"
+              % (fmt_holds(holds_quiet), fmt_holds(holds)))
         for i in clients:
             # Keys in the general form (full metadata) and RSS: a node keeps the metadata of
             # the keys of groups it gained while it runs (ARCHITECTURE §92).

@@ -208,6 +208,7 @@ impl Host {
                 cpu_sys_us: 0,
                 process_id: 1000 + self.id as u64,
                 tcp_port: 6379,
+                host_lock_longest_hold_us: 0,
             }),
         );
         let persister = match self.fsync {

@@ -16,6 +16,10 @@ pub struct ProcessStats {
     pub cpu_sys_us: u64,
     pub process_id: u64,
     pub tcp_port: u64,
+    /// The longest time one thread held the node since the previous figures, in µs: how long
+    /// the node itself kept every client of the process waiting at most (0 under the
+    /// simulator, whose steps take no time).
+    pub host_lock_longest_hold_us: u64,
 }
 
 pub enum Input {

@@ -77,6 +77,9 @@ impl CommandStatsTable {
 
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// The longest hold of the node by one driver thread since RESETSTAT (INFO stats
+    /// `host_lock_longest_hold_us`), from the driver's figures.
+    pub host_lock_longest_hold_us: u64,
     pub total_connections_received: u64,
     pub rejected_connections: u64,
     pub total_commands_processed: u64,

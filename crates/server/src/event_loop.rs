@@ -814,7 +814,7 @@ impl EventLoop {
             // turn cost a context switch per turn: 81,000 against 61,000 per 2M INCR at
             // pipeline depth 16, everysec against off (§88).
             if syncing {
-                parking_lot::MutexGuard::unlock_fair(host);
+                host.unlock_fair();
             } else {
                 drop(host);
             }
@@ -830,7 +830,7 @@ impl EventLoop {
                 .sync_wanted
                 .store(host.sync_wanted(), Ordering::Release);
             self.shared.check_timer(&mut host, Some(self.index));
-            parking_lot::MutexGuard::unlock_fair(host);
+            host.unlock_fair();
         }
         self.take_mail();
     }
@@ -842,10 +842,9 @@ impl EventLoop {
         let now = host.now();
         if now.0.saturating_sub(self.last_stats_us) >= STATS_INTERVAL_US {
             self.last_stats_us = now.0;
-            host.router.handle(
-                now,
-                Input::ProcessStats(crate::process::read(self.shared.port)),
-            );
+            let mut figures = crate::process::read(self.shared.port);
+            figures.host_lock_longest_hold_us = self.shared.host.take_longest_hold_us();
+            host.router.handle(now, Input::ProcessStats(figures));
         }
         let next = host
             .router

@@ -339,8 +339,86 @@ fn wall_clock_us() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
+/// The host behind its lock, with the longest time any thread held it (event loops, replica
+/// links, the S3 uploader): every client of this process waits while the lock is held, so the
+/// longest hold bounds how long the node itself kept a reply back. Reported in INFO
+/// (`host_lock_longest_hold_us`), so a stall can be told from a machine short of CPU.
+pub struct HostLock {
+    mutex: Mutex<Host>,
+    /// The longest hold since the last [`HostLock::take_longest_hold_us`], in µs.
+    longest_hold_us: AtomicU64,
+}
+
+/// A hold of the host lock; records its length when released.
+pub struct HostGuard<'a> {
+    guard: Option<parking_lot::MutexGuard<'a, Host>>,
+    since: std::time::Instant,
+    lock: &'a HostLock,
+}
+
+impl HostLock {
+    pub fn new(host: Host) -> HostLock {
+        HostLock {
+            mutex: Mutex::new(host),
+            longest_hold_us: AtomicU64::new(0),
+        }
+    }
+
+    pub fn lock(&self) -> HostGuard<'_> {
+        let guard = self.mutex.lock();
+        HostGuard {
+            guard: Some(guard),
+            since: std::time::Instant::now(),
+            lock: self,
+        }
+    }
+
+    /// The longest hold since the last call, and starts a new period.
+    pub fn take_longest_hold_us(&self) -> u64 {
+        self.longest_hold_us.swap(0, Ordering::Relaxed)
+    }
+}
+
+impl HostGuard<'_> {
+    fn record(&self) {
+        let held_us = self.since.elapsed().as_micros() as u64;
+        self.lock
+            .longest_hold_us
+            .fetch_max(held_us, Ordering::Relaxed);
+    }
+
+    /// Releases the lock to a thread waiting for it, if any (`MutexGuard::unlock_fair`).
+    pub fn unlock_fair(mut self) {
+        self.record();
+        if let Some(g) = self.guard.take() {
+            parking_lot::MutexGuard::unlock_fair(g);
+        }
+    }
+}
+
+impl std::ops::Deref for HostGuard<'_> {
+    type Target = Host;
+    fn deref(&self) -> &Host {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for HostGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Host {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for HostGuard<'_> {
+    fn drop(&mut self) {
+        if self.guard.is_some() {
+            self.record();
+        }
+    }
+}
+
 pub struct Shared {
-    pub host: Mutex<Host>,
+    pub host: HostLock,
     /// When the first event loop next runs the node's timers (µs of the wall clock). Written
     /// with the host lock held.
     pub timer_deadline_us: AtomicU64,
@@ -357,7 +435,7 @@ impl Shared {
         let link_stats = host.link_stats.clone();
         Shared {
             link_stats,
-            host: Mutex::new(host),
+            host: HostLock::new(host),
             timer_deadline_us: AtomicU64::new(u64::MAX),
             sync_wanted: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),

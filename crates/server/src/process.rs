@@ -32,5 +32,6 @@ pub fn read(port: u16) -> ProcessStats {
         cpu_sys_us,
         process_id: std::process::id() as u64,
         tcp_port: port as u64,
+        host_lock_longest_hold_us: 0,
     }
 }

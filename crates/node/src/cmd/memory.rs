@@ -79,6 +79,10 @@ impl Core {
         }
         self.memory.peak_bytes = self.memory.peak_bytes.max(p.used_memory_bytes);
         self.eviction.report(p.used_memory_bytes);
+        self.stats.host_lock_longest_hold_us = self
+            .stats
+            .host_lock_longest_hold_us
+            .max(p.host_lock_longest_hold_us);
         self.process = p;
     }
 }

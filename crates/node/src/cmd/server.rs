@@ -657,6 +657,11 @@ fn write_section(core: &Core, section: &str, now_ms: u64, t: &mut String) {
             // Redis's count of connections MIGRATE keeps open to other servers. Lattice has no
             // MIGRATE (ARCHITECTURE §57), so there are never any.
             t.push_str("migrate_cached_sockets:0\r\n");
+            let _ = write!(
+                t,
+                "host_lock_longest_hold_us:{}\r\n",
+                s.host_lock_longest_hold_us
+            );
         }
         "replication" => {
             // The offset is ROLE's: the writes this node has stamped (`crate::cmd::role`).

@@ -331,7 +331,7 @@ pub(super) async fn serve_incoming(
                 shared.check_timer(&mut host, None);
                 if pending.peek().is_some() {
                     // More to hand over: clients waiting for the lock go first.
-                    parking_lot::MutexGuard::unlock_fair(host);
+                    host.unlock_fair();
                 } else {
                     drop(host);
                 }
