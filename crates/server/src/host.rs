@@ -349,11 +349,29 @@ pub struct HostLock {
     longest_hold_us: AtomicU64,
 }
 
-/// A hold of the host lock; records its length when released.
+/// A hold of the host lock; records its length (to the clock's tick) when released.
 pub struct HostGuard<'a> {
     guard: Option<parking_lot::MutexGuard<'a, Host>>,
-    since: std::time::Instant,
+    since_us: u64,
     lock: &'a HostLock,
+}
+
+/// The coarse monotonic clock in µs: a read of a value the kernel keeps (resolution one
+/// scheduler tick, 1-4 ms), cheap enough to take twice per hold. The holds worth reporting are
+/// milliseconds long. Callgrind, INCR at pipeline depth 1 (`scripts/callgrind.sh --tests incr
+/// --appendonly no`): 5,142 instructions per request without the timing, 5,250 with the
+/// precise clock, 5,196 with this one; at depth 16 no difference (3,476 / 3,471 / 3,467).
+fn coarse_now_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC_COARSE exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if rc != 0 || ts.tv_sec < 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
 impl HostLock {
@@ -368,7 +386,7 @@ impl HostLock {
         let guard = self.mutex.lock();
         HostGuard {
             guard: Some(guard),
-            since: std::time::Instant::now(),
+            since_us: coarse_now_us(),
             lock: self,
         }
     }
@@ -381,7 +399,7 @@ impl HostLock {
 
 impl HostGuard<'_> {
     fn record(&self) {
-        let held_us = self.since.elapsed().as_micros() as u64;
+        let held_us = coarse_now_us().saturating_sub(self.since_us);
         self.lock
             .longest_hold_us
             .fetch_max(held_us, Ordering::Relaxed);
